@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, calque developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Private to the calque.gpu collection: the guarded import of the ``calque`` runtime.
+
+Modules are thin faces over the runtime; they import it through here so that a host without it
+gets one clear message (install the ``calque`` Python package) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+try:
+    import calque  # noqa: F401  (imported for its presence)
+
+    HAS_CALQUE = True
+    CALQUE_IMPORT_ERROR = None
+except ImportError:
+    HAS_CALQUE = False
+    CALQUE_IMPORT_ERROR = traceback.format_exc()
+
+
+def require_calque(module):
+    """Fail the module with what to install when the runtime is missing."""
+    if not HAS_CALQUE:
+        from ansible.module_utils.basic import missing_required_lib
+
+        module.fail_json(
+            msg=missing_required_lib("calque", url="install the calque runtime with the calque.gpu.runtime role"),
+            exception=CALQUE_IMPORT_ERROR,
+        )
+
+
+def fail_on_calque_error(module, exc, **result):
+    """Turn a CalqueError into ``fail_json`` with its message and exit code."""
+    module.fail_json(msg=str(exc), calque_exit_code=getattr(exc, "exit_code", 1), **result)

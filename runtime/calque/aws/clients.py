@@ -1,0 +1,88 @@
+"""The one factory for boto3 clients.
+
+It honours the standard ``AWS_ENDPOINT_URL`` (and per-service ``AWS_ENDPOINT_URL_<SERVICE>``) or an
+explicit ``endpoint_url``, a region and a profile, and uses botocore's standard retry mode. With
+``CALQUE_OFFLINE=1`` (set by the tests and the sandbox) it refuses any endpoint that is not
+loopback, so nothing offline can ever reach a real cloud.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+
+from calque.errors import RefusedError, UsageError
+
+OFFLINE_ENV = "CALQUE_OFFLINE"
+
+
+def offline() -> bool:
+    return os.environ.get(OFFLINE_ENV, "") not in ("", "0", "false", "no")
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when ``url`` names 127.0.0.0/8, ::1 or localhost."""
+    host = urlparse(url).hostname
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_endpoint(service: str, endpoint_url: str | None = None) -> str | None:
+    """The endpoint boto3 will use for ``service``: explicit first, then the standard variables."""
+    if endpoint_url:
+        return endpoint_url
+    specific = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}")
+    return specific or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def check_offline_endpoint(service: str, endpoint: str | None) -> None:
+    """Refuse a non-loopback (or default, i.e. real AWS) endpoint while offline."""
+    if not offline():
+        return
+    if endpoint is None:
+        raise RefusedError(
+            f"{OFFLINE_ENV}=1 but no endpoint is set for {service}: this would reach real AWS. "
+            "Set AWS_ENDPOINT_URL to a loopback moto server (e.g. http://127.0.0.1:5000)."
+        )
+    if not is_loopback_url(endpoint):
+        raise RefusedError(
+            f"{OFFLINE_ENV}=1 refuses the non-loopback endpoint {endpoint!r} for {service}: "
+            "offline runs may only reach 127.0.0.0/8 or localhost."
+        )
+
+
+def retry_config(max_attempts: int = 5, **extra: Any) -> Config:
+    """botocore's standard retry mode: retries throttling and transient errors with jittered backoff."""
+    return Config(retries={"max_attempts": max_attempts, "mode": "standard"}, **extra)
+
+
+def client(
+    service: str,
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+    config: Config | None = None,
+) -> Any:
+    """A boto3 client for ``service``, refused while offline unless its endpoint is loopback."""
+    endpoint = resolve_endpoint(service, endpoint_url)
+    check_offline_endpoint(service, endpoint)
+    try:
+        session = boto3.session.Session(profile_name=profile) if profile else boto3.session.Session()
+    except Exception as exc:  # botocore.exceptions.ProfileNotFound and friends
+        raise UsageError(f"cannot use AWS profile {profile!r}: {exc}") from exc
+    region = region or session.region_name or "us-east-1"
+    cfg = retry_config() if config is None else retry_config().merge(config)
+    factory: Any = session.client  # boto3-stubs overloads per service; callers get Any either way
+    return factory(service, region_name=region, endpoint_url=endpoint, config=cfg)

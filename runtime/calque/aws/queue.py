@@ -1,0 +1,255 @@
+"""``PoolQueue``: the one standard SQS queue per model, with its dead-letter queue.
+
+Create-or-open is idempotent and computes a plan first (what would change), so the Ansible module's
+check mode and diff are the same code path as the real apply. The worker-side calls (receive,
+extend, delete) live here too so every SQS call of the pool goes through one place.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field
+
+from calque.aws.naming import dlq_name, pool_queue_name
+from calque.errors import InfrastructureError
+from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
+
+_MISSING_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
+
+
+class QueueState(CalqueModel):
+    """What a pool queue is (or would be, in check mode)."""
+
+    model: str
+    queue_name: str
+    dlq_name: str
+    exists: bool
+    queue_url: str | None = None
+    queue_arn: str | None = None
+    dlq_url: str | None = None
+    dlq_arn: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueueChange(CalqueModel):
+    """The outcome of ``ensure``/``remove``: before, after and whether anything changed."""
+
+    changed: bool
+    before: QueueState
+    after: QueueState
+
+
+def _settings_from_attributes(main: dict[str, str], dlq: dict[str, str]) -> dict[str, Any]:
+    redrive = json.loads(main.get("RedrivePolicy", "{}") or "{}")
+    return {
+        "visibility_timeout": int(main.get("VisibilityTimeout", 30)),
+        "message_retention": int(main.get("MessageRetentionPeriod", 345600)),
+        "receive_wait": int(main.get("ReceiveMessageWaitTimeSeconds", 0)),
+        "max_receive_count": int(redrive.get("maxReceiveCount", 0)) or None,
+        "dlq_retention": int(dlq.get("MessageRetentionPeriod", 345600)) if dlq else None,
+        "encryption": str(main.get("SqsManagedSseEnabled", "false")).lower() == "true",
+    }
+
+
+def _is_missing(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code", "") in _MISSING_CODES
+
+
+class PoolQueue:
+    """The queue of one model's pool. ``sqs`` is a boto3 SQS client (see ``calque.aws.clients``)."""
+
+    def __init__(self, sqs: Any, model: str, queue_name: str | None = None) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty string")
+        self.sqs = sqs
+        self.model = model
+        self.name = queue_name or pool_queue_name(model)
+        self.dlq = dlq_name(self.name)
+        self._url: str | None = None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _lookup(self, name: str) -> str | None:
+        try:
+            url: str = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            return url
+        except ClientError as exc:
+            if _is_missing(exc):
+                return None
+            raise InfrastructureError(f"cannot look up SQS queue {name}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise InfrastructureError(f"cannot reach SQS to look up {name}: {exc}") from exc
+
+    def _attributes(self, url: str) -> dict[str, str]:
+        try:
+            attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])[
+                "Attributes"
+            ]
+            return attrs
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot read attributes of {url}: {exc}") from exc
+
+    def state(self) -> QueueState:
+        """The queue as it is now (``exists=False`` when it does not)."""
+        url = self._lookup(self.name)
+        durl = self._lookup(self.dlq)
+        main = self._attributes(url) if url else {}
+        dlq = self._attributes(durl) if durl else {}
+        return QueueState(
+            model=self.model,
+            queue_name=self.name,
+            dlq_name=self.dlq,
+            exists=url is not None,
+            queue_url=url,
+            queue_arn=main.get("QueueArn"),
+            dlq_url=durl,
+            dlq_arn=dlq.get("QueueArn"),
+            attributes=_settings_from_attributes(main, dlq) if url else {},
+        )
+
+    def url(self) -> str:
+        """The queue URL, or an error naming the queue that was looked for."""
+        if self._url is None:
+            self._url = self._lookup(self.name)
+            if self._url is None:
+                raise InfrastructureError(
+                    f"no pool queue for model {self.model!r}: looked for SQS queue {self.name!r}. "
+                    "Create it with the calque.gpu.pool_queue module (playbooks/pool.yml)."
+                )
+        return self._url
+
+    def depth(self) -> QueueDepth:
+        attrs = self._attributes(self.url())
+        durl = self._lookup(self.dlq)
+        dlq_visible = int(self._attributes(durl).get("ApproximateNumberOfMessages", 0)) if durl else 0
+        return QueueDepth(
+            queue_name=self.name,
+            visible=int(attrs.get("ApproximateNumberOfMessages", 0)),
+            in_flight=int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
+            delayed=int(attrs.get("ApproximateNumberOfMessagesDelayed", 0)),
+            dlq_visible=dlq_visible,
+            oldest_message_age_s=self._oldest_age(),
+        )
+
+    def _oldest_age(self) -> int | None:
+        # SQS publishes the age only as a CloudWatch metric; peeking would change receive counts,
+        # so report it only where the service exposes it as an attribute.
+        return None
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def desired(self, settings: QueueSettings) -> dict[str, Any]:
+        return settings.model_dump()
+
+    def ensure(self, settings: QueueSettings, *, check_mode: bool = False) -> QueueChange:
+        """Create the queue and DLQ, or bring their attributes to ``settings``. Idempotent."""
+        before = self.state()
+        want = self.desired(settings)
+        dlq_current = before.dlq_url is not None
+        if before.exists and dlq_current and before.attributes == want:
+            return QueueChange(changed=False, before=before, after=before)
+        if check_mode:
+            after = before.model_copy(update={"exists": True, "attributes": want})
+            return QueueChange(changed=True, before=before, after=after)
+        try:
+            _, dlq_arn = self._ensure_dlq(settings, before.dlq_url)
+            self._ensure_main(settings, before.queue_url, dlq_arn)
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot create or update SQS queue {self.name}: {exc}") from exc
+        self._url = None
+        return QueueChange(changed=True, before=before, after=self.state())
+
+    def _ensure_dlq(self, s: QueueSettings, url: str | None) -> tuple[str, str]:
+        attrs = {
+            "MessageRetentionPeriod": str(s.dlq_retention),
+            "SqsManagedSseEnabled": str(s.encryption).lower(),
+        }
+        if url is None:
+            url = self.sqs.create_queue(QueueName=self.dlq, Attributes=attrs, tags=self._tags())["QueueUrl"]
+        else:
+            self.sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
+        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        return url, arn
+
+    def _ensure_main(self, s: QueueSettings, url: str | None, dlq_arn: str) -> str:
+        attrs = {
+            "VisibilityTimeout": str(s.visibility_timeout),
+            "MessageRetentionPeriod": str(s.message_retention),
+            "ReceiveMessageWaitTimeSeconds": str(s.receive_wait),
+            "SqsManagedSseEnabled": str(s.encryption).lower(),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": s.max_receive_count}
+            ),
+        }
+        if url is None:
+            created: str = self.sqs.create_queue(QueueName=self.name, Attributes=attrs, tags=self._tags())[
+                "QueueUrl"
+            ]
+            return created
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
+        return url
+
+    def _tags(self) -> dict[str, str]:
+        return {"calque:model": self.model[:256], "calque:role": "pool-queue"}
+
+    def remove(self, *, check_mode: bool = False) -> QueueChange:
+        """Delete the queue and its DLQ. Idempotent."""
+        before = self.state()
+        gone = before.model_copy(
+            update={"exists": False, "queue_url": None, "queue_arn": None, "dlq_url": None,
+                    "dlq_arn": None, "attributes": {}}
+        )
+        if not before.exists and before.dlq_url is None:
+            return QueueChange(changed=False, before=before, after=before)
+        if not check_mode:
+            for url in (before.queue_url, before.dlq_url):
+                if url is None:
+                    continue
+                try:
+                    self.sqs.delete_queue(QueueUrl=url)
+                except ClientError as exc:
+                    if not _is_missing(exc):
+                        raise InfrastructureError(f"cannot delete SQS queue {url}: {exc}") from exc
+            self._url = None
+        return QueueChange(changed=True, before=before, after=gone)
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def send(self, ref: ClaimRef) -> str:
+        try:
+            mid: str = self.sqs.send_message(QueueUrl=self.url(), MessageBody=ref.model_dump_json())["MessageId"]
+            return mid
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot send a claim to {self.name}: {exc}") from exc
+
+    def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:
+        """Long-poll for messages, asking for ``ApproximateReceiveCount``."""
+        try:
+            resp = self.sqs.receive_message(
+                QueueUrl=self.url(),
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=wait_s,
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot receive from {self.name}: {exc}") from exc
+        messages: list[dict[str, Any]] = resp.get("Messages", [])
+        return messages
+
+    def extend(self, receipt_handle: str, seconds: int) -> None:
+        """Change a held message's visibility (heartbeat, or 0 to release it at once)."""
+        try:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.url(), ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot change visibility on {self.name}: {exc}") from exc
+
+    def ack(self, receipt_handle: str) -> None:
+        try:
+            self.sqs.delete_message(QueueUrl=self.url(), ReceiptHandle=receipt_handle)
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot delete a message from {self.name}: {exc}") from exc

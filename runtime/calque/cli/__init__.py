@@ -1,0 +1,1 @@
+"""The ``calque`` command: click groups, one module per verb group, thin over the runtime."""

@@ -1,0 +1,54 @@
+"""The ``calque`` root command and the ONLY place where errors become exit codes.
+
+Exit codes: 0 success; 1 partial failure or unexpected error; 2 usage; 3 infrastructure; 4 refused
+by a safety gate. Commands raise ``CalqueError`` subclasses; ``main`` maps them here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from calque import __version__
+from calque.cli.gpu import gpu
+from calque.cli.pool import pool
+from calque.cli.ramp import ramp
+from calque.cli.session import session
+from calque.errors import EXIT_CODES, CalqueError
+
+_EPILOG = "Exit codes:\n\n" + "\n\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+
+
+@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="calque")
+def cli() -> None:
+    """Share institutional GPU capacity on AWS: warm pools, MIG slices and MPS slots."""
+
+
+cli.add_command(pool)
+cli.add_command(session)
+cli.add_command(gpu)
+cli.add_command(ramp)
+
+
+def run(args: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code (tests call this; ``main`` exits with it)."""
+    try:
+        rv = cli.main(args=args, prog_name="calque", standalone_mode=False)
+    except CalqueError as exc:
+        click.echo(f"calque: error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("calque: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    return int(rv) if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())

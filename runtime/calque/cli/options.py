@@ -1,0 +1,45 @@
+"""Options shared by several verbs, defined once so two verbs never spell a flag differently."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as JSON (the same data as the human view)."
+)
+
+region_option = click.option("--region", envvar="AWS_REGION", default=None, help="AWS region.")
+endpoint_option = click.option(
+    "--endpoint-url",
+    envvar="AWS_ENDPOINT_URL",
+    default=None,
+    help="AWS endpoint (e.g. a moto server on 127.0.0.1); defaults to AWS_ENDPOINT_URL.",
+)
+profile_option = click.option("--profile", envvar="AWS_PROFILE", default=None, help="AWS profile name.")
+
+
+def aws_options(f: F) -> F:
+    """--region, --endpoint-url and --profile, stacked."""
+    for opt in (profile_option, endpoint_option, region_option):
+        f = opt(f)
+    return f
+
+
+spend_consent_option = click.option(
+    "--i-understand-this-spends-money",
+    "spend_consent",
+    is_flag=True,
+    help="Required to launch EC2 instances: they bill until terminated.",
+)
+
+shared_gpu_consent_option = click.option(
+    "--i-understand-shared-gpu-has-no-isolation",
+    "shared_gpu_consent",
+    is_flag=True,
+    help="Required for MPS: tenants of one GPU share memory and faults, with no isolation.",
+)

@@ -1,0 +1,45 @@
+"""The one exception root of calque and its few subclasses.
+
+Each subclass carries the exit code the CLI root maps it to; nothing else calls ``sys.exit``.
+"""
+
+from __future__ import annotations
+
+
+class CalqueError(Exception):
+    """Root of every error calque raises on purpose. Exit code 1 unless a subclass says otherwise."""
+
+    exit_code = 1
+
+
+class UsageError(CalqueError):
+    """The caller asked for something invalid: bad arguments, a bad file, an unknown name."""
+
+    exit_code = 2
+
+
+class InfrastructureError(CalqueError):
+    """Something the caller does not control failed: AWS, the GPU driver, the session daemon."""
+
+    exit_code = 3
+
+
+class RefusedError(CalqueError):
+    """A safety gate refused: missing consent, a spend limit, a shared-GPU warning not acknowledged."""
+
+    exit_code = 4
+
+
+class PartialFailure(CalqueError):
+    """The work ran but some of it failed (e.g. some items of a run)."""
+
+    exit_code = 1
+
+
+EXIT_CODES = {
+    0: "success",
+    1: "partial failure (some of the work failed) or an unexpected error",
+    2: "usage error: bad arguments or input",
+    3: "infrastructure error: AWS, the GPU driver or the session daemon",
+    4: "refused by a safety gate (consent or spend limit)",
+}

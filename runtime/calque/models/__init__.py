@@ -1,0 +1,34 @@
+"""Pydantic v2 models shared by every layer, defined once.
+
+One module per contract family; import from here (``from calque.models import ClaimRef``) so that
+nothing re-declares a model. Every model forbids unknown fields; those that cross a process or
+network boundary carry a ``version``.
+"""
+
+from calque.models.base import CalqueModel
+from calque.models.pool import (
+    SCHEMA_VERSION,
+    ClaimRef,
+    Item,
+    ItemError,
+    ItemResult,
+    Manifest,
+    PoolSpec,
+    QueueDepth,
+    QueueSettings,
+    Summary,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CalqueModel",
+    "ClaimRef",
+    "Item",
+    "ItemError",
+    "ItemResult",
+    "Manifest",
+    "PoolSpec",
+    "QueueDepth",
+    "QueueSettings",
+    "Summary",
+]

@@ -1,0 +1,184 @@
+"""Contracts of the warm pool (Layer 1): what a pool is, what a claim points at, what a worker writes.
+
+The queue message is a ``ClaimRef`` (a pointer, never items inline: SQS caps a message at 256 KiB);
+the items live in an S3-staged ``Manifest``; the worker writes one ``ItemResult`` per item and then
+one ``Summary`` per claim. See shared/seeds/pool-queue-contract.md.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from calque.models.base import CalqueModel
+
+# Bump when a model that crosses a process boundary changes incompatibly.
+SCHEMA_VERSION = 1
+
+# SQS limits: visibility timeout at most 12 h, retention 60 s..14 days, long-poll wait 0..20 s.
+MAX_VISIBILITY_TIMEOUT_S = 12 * 3600
+MIN_RETENTION_S = 60
+MAX_RETENTION_S = 14 * 24 * 3600
+MAX_WAIT_S = 20
+
+
+class QueueSettings(CalqueModel):
+    """The tunable attributes of a pool queue and its dead-letter queue."""
+
+    visibility_timeout: int = Field(
+        300, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="seconds a claim stays invisible (0..43200)"
+    )
+    message_retention: int = Field(
+        4 * 24 * 3600, ge=MIN_RETENTION_S, le=MAX_RETENTION_S, description="seconds (60..1209600)"
+    )
+    receive_wait: int = Field(20, ge=0, le=MAX_WAIT_S, description="long-poll wait in seconds (0..20)")
+    max_receive_count: int = Field(
+        5, ge=1, le=1000, description="receives before SQS moves a message to the DLQ (1..1000)"
+    )
+    dlq_retention: int = Field(MAX_RETENTION_S, ge=MIN_RETENTION_S, le=MAX_RETENTION_S)
+    encryption: bool = Field(True, description="SQS-managed server-side encryption")
+
+
+class QueueDepth(CalqueModel):
+    """What a pool queue holds right now (SQS's approximate counters)."""
+
+    queue_name: str
+    visible: int
+    in_flight: int
+    delayed: int
+    dlq_visible: int
+    oldest_message_age_s: int | None = None
+
+
+class Item(CalqueModel):
+    """One input of a run: positional and keyword arguments for the method."""
+
+    index: int = Field(ge=0)
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class ItemError(CalqueModel):
+    """Why one item failed: enough to debug without the worker's logs."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class ItemResult(CalqueModel):
+    """The outcome of one item; exactly one of ``value`` (when ok) or ``error`` (when not)."""
+
+    version: int = SCHEMA_VERSION
+    index: int = Field(ge=0)
+    ok: bool
+    value: Any = None
+    error: ItemError | None = None
+    seconds: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ok_xor_error(self) -> ItemResult:
+        if self.ok and self.error is not None:
+            raise ValueError("an ok result carries no error")
+        if not self.ok and self.error is None:
+            raise ValueError("a failed result must carry an error")
+        return self
+
+
+class Manifest(CalqueModel):
+    """One claim's batch of items, staged in S3 and pointed at by a ``ClaimRef``."""
+
+    version: int = SCHEMA_VERSION
+    run_id: str = Field(min_length=1)
+    claim_id: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    method: str = Field(min_length=1)
+    items: list[Item]
+
+    @field_validator("items")
+    @classmethod
+    def _indices_unique(cls, items: list[Item]) -> list[Item]:
+        seen = [i.index for i in items]
+        if len(seen) != len(set(seen)):
+            raise ValueError("item indices must be unique within a manifest")
+        return items
+
+
+class ClaimRef(CalqueModel):
+    """The SQS message body: a pointer to a manifest, with what the worker checks before running it."""
+
+    version: int = SCHEMA_VERSION
+    run_id: str = Field(min_length=1)
+    claim_id: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    method: str = Field(min_length=1)
+    manifest_uri: str = Field(pattern=r"^s3://[^/]+/.+")
+    results_prefix: str = Field(pattern=r"^s3://[^/]+/.+")
+    workload_digest: str | None = None
+    item_count: int = Field(ge=0)
+    submitted_at: datetime
+
+
+class Summary(CalqueModel):
+    """What one claim cost and produced; written after every ItemResult, before the message is deleted."""
+
+    version: int = SCHEMA_VERSION
+    run_id: str
+    claim_id: str
+    model: str
+    method: str
+    ok: bool = Field(description="false when the claim itself failed (poison, load error, deadline)")
+    error: str | None = None
+    items: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    warm_hit: bool
+    enter_seconds_paid: float = Field(ge=0)
+    enter_count: int = Field(ge=0, description="how many times this worker process has run @enter")
+    attempt: int = Field(ge=1, description="SQS ApproximateReceiveCount of this delivery")
+    worker_id: str
+    instance_type: str | None = None
+    workload_digest: str | None = None
+    started_at: datetime
+    finished_at: datetime
+    claim_seconds: float = Field(ge=0)
+    method_seconds: float = Field(ge=0, description="time spent inside the method for all items")
+
+
+class PoolSpec(CalqueModel):
+    """What a pool is: one model kept warm, its queue, its buckets and the worker's limits."""
+
+    version: int = SCHEMA_VERSION
+    model: str = Field(min_length=1, description="pool identity; the queue name derives from it")
+    workload: str = Field(min_length=1, description="path to the Modal-shaped script, optionally ::Class")
+    method: str | None = Field(None, description="default method when a claim names none")
+    parameters: dict[str, Any] = Field(default_factory=dict, description="fixed modal.parameter() values")
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    queue_name: str | None = Field(None, description="override; default pool_queue_name(model)")
+    bucket: str = Field(min_length=3, description="S3 bucket for manifests, results and summaries")
+    prefix: str = "calque"
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    batch_size: int = Field(10, ge=1, le=10_000, description="items per claim when submitting")
+    max_manifest_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_receive_count: int = Field(5, ge=1, le=1000, description="worker-side poison limit")
+    item_timeout_s: float | None = Field(None, gt=0)
+    claim_deadline_s: float | None = Field(None, gt=0)
+    idle_timeout_s: float | None = Field(None, gt=0)
+    workers: int = Field(1, ge=1, le=64, description="worker processes on this host")
+    cuda_visible_devices: list[str] | None = Field(None, description="one entry per worker")
+    instance_type: str | None = None
+    imds_endpoint: str = "http://169.254.169.254"
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_textfile: str | None = None
+    backend: Literal["process"] = "process"
+
+    @model_validator(mode="after")
+    def _devices_per_worker(self) -> PoolSpec:
+        if self.cuda_visible_devices is not None and len(self.cuda_visible_devices) != self.workers:
+            raise ValueError(
+                f"cuda_visible_devices has {len(self.cuda_visible_devices)} entries but workers is "
+                f"{self.workers}: give one entry per worker"
+            )
+        return self

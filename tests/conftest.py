@@ -1,0 +1,64 @@
+"""The offline test tier: a real moto server on 127.0.0.1 for the whole run, clean state per test.
+
+Every test sees ``AWS_ENDPOINT_URL`` pointing at that server, dummy credentials and
+``CALQUE_OFFLINE=1``, so the client factory refuses anything that is not loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+OFFLINE_ENV = {
+    "CALQUE_OFFLINE": "1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+# Set at import so that nothing collected later can pick up real credentials or a real endpoint.
+for _k in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+    os.environ.pop(_k, None)
+os.environ.update(OFFLINE_ENV)
+os.environ["AWS_CONFIG_FILE"] = os.devnull
+os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A real moto server on a free loopback port, shared by the run."""
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    os.environ["AWS_ENDPOINT_URL"] = url
+    try:
+        yield url
+    finally:
+        server.stop()
+        os.environ.pop("AWS_ENDPOINT_URL", None)
+
+
+@pytest.fixture
+def moto(moto_endpoint: str) -> Iterator[str]:
+    """The moto endpoint with clean state for this test."""
+    req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
+    urllib.request.urlopen(req, timeout=10).read()
+    os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
+    yield moto_endpoint

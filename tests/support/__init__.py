@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (real parts only: playbooks, processes, servers)."""
