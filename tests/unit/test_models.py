@@ -20,9 +20,14 @@ json_values = st.recursive(
 
 def claim(**kw: object) -> ClaimRef:
     base: dict[str, object] = dict(
-        run_id="r1", claim_id="c0001", model="m", method="embed",
+        run_id="r1",
+        claim_id="c0001",
+        model="m",
+        method="embed",
         manifest_uri="s3://b/calque/runs/r1/claims/c0001/manifest.json",
-        results_prefix="s3://b/calque/runs/r1/", item_count=3, submitted_at=NOW,
+        results_prefix="s3://b/calque/runs/r1/",
+        item_count=3,
+        submitted_at=NOW,
     )
     base.update(kw)
     return ClaimRef.model_validate(base)
@@ -62,9 +67,22 @@ def test_item_result_is_ok_xor_error() -> None:
 
 def test_summary_round_trips() -> None:
     s = Summary(
-        run_id="r", claim_id="c", model="m", method="f", ok=True, items=10, failed=1, warm_hit=True,
-        enter_seconds_paid=0.0, enter_count=1, attempt=1, worker_id="w1", started_at=NOW,
-        finished_at=NOW, claim_seconds=1.5, method_seconds=1.2,
+        run_id="r",
+        claim_id="c",
+        model="m",
+        method="f",
+        ok=True,
+        items=10,
+        failed=1,
+        warm_hit=True,
+        enter_seconds_paid=0.0,
+        enter_count=1,
+        attempt=1,
+        worker_id="w1",
+        started_at=NOW,
+        finished_at=NOW,
+        claim_seconds=1.5,
+        method_seconds=1.2,
     )
     assert Summary.model_validate_json(s.model_dump_json()) == s
 

@@ -85,9 +85,7 @@ class PoolQueue:
 
     def _attributes(self, url: str) -> dict[str, str]:
         try:
-            attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])[
-                "Attributes"
-            ]
+            attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
             return attrs
         except (ClientError, BotoCoreError) as exc:
             raise InfrastructureError(f"cannot read attributes of {url}: {exc}") from exc
@@ -180,14 +178,10 @@ class PoolQueue:
             "MessageRetentionPeriod": str(s.message_retention),
             "ReceiveMessageWaitTimeSeconds": str(s.receive_wait),
             "SqsManagedSseEnabled": str(s.encryption).lower(),
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": s.max_receive_count}
-            ),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": s.max_receive_count}),
         }
         if url is None:
-            created: str = self.sqs.create_queue(QueueName=self.name, Attributes=attrs, tags=self._tags())[
-                "QueueUrl"
-            ]
+            created: str = self.sqs.create_queue(QueueName=self.name, Attributes=attrs, tags=self._tags())["QueueUrl"]
             return created
         self.sqs.set_queue_attributes(QueueUrl=url, Attributes=attrs)
         return url
@@ -199,8 +193,14 @@ class PoolQueue:
         """Delete the queue and its DLQ. Idempotent."""
         before = self.state()
         gone = before.model_copy(
-            update={"exists": False, "queue_url": None, "queue_arn": None, "dlq_url": None,
-                    "dlq_arn": None, "attributes": {}}
+            update={
+                "exists": False,
+                "queue_url": None,
+                "queue_arn": None,
+                "dlq_url": None,
+                "dlq_arn": None,
+                "attributes": {},
+            }
         )
         if not before.exists and before.dlq_url is None:
             return QueueChange(changed=False, before=before, after=before)

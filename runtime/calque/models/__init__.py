@@ -6,6 +6,7 @@ network boundary carry a ``version``.
 """
 
 from calque.models.base import CalqueModel
+from calque.models.gpu import GpuDevice, GpuProcess, MigDevice
 from calque.models.pool import (
     SCHEMA_VERSION,
     ClaimRef,
@@ -23,10 +24,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "CalqueModel",
     "ClaimRef",
+    "GpuDevice",
+    "GpuProcess",
     "Item",
     "ItemError",
     "ItemResult",
     "Manifest",
+    "MigDevice",
     "PoolSpec",
     "QueueDepth",
     "QueueSettings",

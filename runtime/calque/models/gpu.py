@@ -1,0 +1,52 @@
+"""What the GPU layer reports (Layer 2): GPUs, MIG devices and processes, backend-independent.
+
+The NVML backend and the simulator both return these; the session service builds its slice
+inventory from them. Owned by the GPU layer; extend here rather than re-declaring elsewhere.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from calque.models.base import CalqueModel
+
+
+class GpuProcess(CalqueModel):
+    """A compute process running on a GPU or on one MIG device."""
+
+    pid: int = Field(ge=1)
+    used_memory_mib: int = Field(0, ge=0)
+    device_uuid: str = Field(description="GPU-... or MIG-... UUID the process runs on")
+
+
+class MigDevice(CalqueModel):
+    """One MIG device: a compute instance inside a GPU instance, addressable by its UUID."""
+
+    gpu_index: int = Field(ge=0)
+    gpu_uuid: str
+    gpu_minor: int = Field(ge=0, description="/dev/nvidia<minor> of the parent GPU")
+    profile: str = Field(description="GPU-instance profile name, e.g. 1g.10gb")
+    profile_id: int = Field(ge=0, description="NVML GPU-instance profile id (nvidia-smi mig -lgip)")
+    placement_start: int = Field(ge=0)
+    placement_size: int = Field(ge=1)
+    gi_id: int = Field(ge=0)
+    ci_id: int = Field(ge=0)
+    ci_profile: str | None = Field(None, description="compute-instance profile when split, e.g. 1c.2g.20gb")
+    uuid: str = Field(pattern=r"^MIG-", description="CUDA_VISIBLE_DEVICES value")
+    memory_mib: int = Field(0, ge=0)
+    sms: int | None = None
+
+
+class GpuDevice(CalqueModel):
+    """One physical GPU."""
+
+    index: int = Field(ge=0)
+    name: str
+    uuid: str = Field(pattern=r"^GPU-")
+    minor: int = Field(ge=0)
+    memory_mib: int = Field(ge=0)
+    card: str | None = Field(None, description="catalog key, e.g. A100-SXM4-80GB; None when unknown")
+    mig_current: bool
+    mig_pending: bool
+    persistence_mode: bool = False
+    compute_mode: str = "DEFAULT"
