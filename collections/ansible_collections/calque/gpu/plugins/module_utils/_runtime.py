@@ -13,12 +13,14 @@ from __future__ import annotations
 import traceback
 
 try:
-    import calque  # noqa: F401  (imported for its presence)
+    import calque
 
     HAS_CALQUE = True
+    CALQUE_VERSION = calque.__version__
     CALQUE_IMPORT_ERROR = None
 except ImportError:
     HAS_CALQUE = False
+    CALQUE_VERSION = None
     CALQUE_IMPORT_ERROR = traceback.format_exc()
 
 
