@@ -1,0 +1,438 @@
+"""calque's stand-in ``modal`` module: what a Modal-shaped script sees when it runs on a calque worker.
+
+It is put in place only inside a worker process, as ``sys.modules["modal"]``, right before the
+script is imported (see ``calque.warm.loader``); it is never installed as a top-level ``modal``
+package, so the real Modal client keeps working for every other program on the machine.
+
+The decorators record what the script declared (lifecycle hooks, methods, batching, concurrency,
+parameters) on the decorated objects; ``calque.warm.loader`` reads those marks back. Things that
+only matter on Modal's own cloud (images, secrets, volumes, GPUs, schedules) are inert values.
+Anything the worker cannot honour raises ``ShimError`` naming the construct, so the loader can
+refuse the script at load with the script's line instead of failing silently later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__calque_shim__ = True
+
+
+class ShimError(Exception):
+    """A construct the calque worker cannot honour (raised at load, or when an inert value is used)."""
+
+
+def _caller_line() -> str:
+    """'file.py line N' of the first frame outside this module (the script's line)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "unknown line"
+    return f"{os.path.basename(frame.f_code.co_filename)} line {frame.f_lineno}"
+
+
+# -- options the decorators accept -------------------------------------------------------------
+
+# Keyword arguments of @app.function / @app.cls across Modal's API eras (0.5x .. 1.x). Accepted and
+# recorded; the host (not the script) decides GPUs, memory and scaling on calque.
+_FUNCTION_KWARGS = frozenset(
+    {
+        # current era
+        "image", "secrets", "gpu", "cpu", "memory", "timeout", "retries", "volumes", "cloud", "region",
+        "min_containers", "max_containers", "buffer_containers", "scaledown_window", "enable_memory_snapshot",
+        "experimental_options", "serialized", "ephemeral_disk", "proxy", "name", "schedule", "include_source",
+        "single_use_containers", "max_inputs", "restrict_modal_access", "i6pn", "block_network", "env",
+        "network_file_systems", "cloud_bucket_mounts", "startup_timeout", "nonpreemptible", "rdma",
+        # older era
+        "keep_warm", "container_idle_timeout", "allow_concurrent_inputs", "concurrency_limit", "secret",
+        "mounts", "checkpointing_enabled", "interactive", "is_generator", "allow_cross_region_volumes",
+        "_allow_background_volume_commits", "_experimental_boost", "_experimental_scheduler_placement",
+        "_experimental_gpus", "_experimental_proxy_ip", "_experimental_buffer_containers",
+        "_experimental_custom_scaling_factor", "_experimental_restrict_output",
+    }
+)  # fmt: skip
+
+
+def _check_kwargs(construct: str, kwargs: dict[str, Any]) -> None:
+    unknown = sorted(set(kwargs) - _FUNCTION_KWARGS)
+    if unknown:
+        raise ShimError(
+            f"{construct} got keyword argument(s) {', '.join(unknown)} that the calque worker does not know"
+        )
+
+
+@dataclass
+class Marks:
+    """What the decorators recorded on one function (stored as ``fn.__calque_marks__``)."""
+
+    method: bool = False
+    enter: bool = False
+    snap: bool = False
+    exit: bool = False
+    build: bool = False
+    batched: tuple[int, int] | None = None  # (max_batch_size, wait_ms)
+    concurrent: int | None = None
+    web: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _marks(fn: Any) -> Marks:
+    target = fn
+    m: Marks | None = getattr(target, "__calque_marks__", None)
+    if m is None:
+        m = Marks()
+        target.__calque_marks__ = m
+    return m
+
+
+def marks_of(obj: Any) -> Marks | None:
+    raw = obj.__func__ if isinstance(obj, (staticmethod, classmethod)) else obj
+    m: Marks | None = getattr(raw, "__calque_marks__", None)
+    return m
+
+
+def _decorator(apply: Callable[[Marks], None], args: tuple[Any, ...], name: str) -> Any:
+    """Support both ``@modal.x()`` and the bare ``@modal.x`` spelling."""
+
+    def wrap(fn: Any) -> Any:
+        if not callable(fn):
+            raise ShimError(f"@modal.{name} decorates a function, got {type(fn).__name__}")
+        apply(_marks(fn))
+        return fn
+
+    if len(args) == 1 and callable(args[0]):
+        return wrap(args[0])
+    if args:
+        raise ShimError(f"@modal.{name} takes keyword arguments only")
+    return wrap
+
+
+def method(*args: Any, **kwargs: Any) -> Any:
+    """``@modal.method()``: a method a claim may name."""
+    if kwargs.get("is_generator"):
+        raise ShimError("@modal.method(is_generator=True): generator methods are not supported by the calque worker")
+
+    def apply(m: Marks) -> None:
+        m.method = True
+        m.options.update(kwargs)
+
+    return _decorator(apply, args, "method")
+
+
+def enter(*args: Any, snap: bool = False, **_: Any) -> Any:
+    """``@modal.enter(snap=...)``: run once when the worker starts (snap=True ones first)."""
+
+    def apply(m: Marks) -> None:
+        m.enter = True
+        m.snap = bool(snap)
+
+    return _decorator(apply, args, "enter")
+
+
+def exit(*args: Any, **_: Any) -> Any:
+    """``@modal.exit()``: run once when the worker shuts down."""
+
+    def apply(m: Marks) -> None:
+        m.exit = True
+
+    return _decorator(apply, args, "exit")
+
+
+def build(*args: Any, **_: Any) -> Any:
+    """``@modal.build()`` (older era): there is no image build step, so it runs once before ``@enter``."""
+
+    def apply(m: Marks) -> None:
+        m.build = True
+
+    return _decorator(apply, args, "build")
+
+
+def batched(*args: Any, max_batch_size: int = 1, wait_ms: int = 0, **_: Any) -> Any:
+    """``@modal.batched(max_batch_size=, wait_ms=)``: the method takes and returns lists of equal length."""
+    if not isinstance(max_batch_size, int) or max_batch_size < 1:
+        raise ShimError(f"@modal.batched(max_batch_size={max_batch_size!r}) needs a positive integer")
+
+    def apply(m: Marks) -> None:
+        m.method = True
+        m.batched = (max_batch_size, int(wait_ms))
+
+    return _decorator(apply, args, "batched")
+
+
+def concurrent(*args: Any, max_inputs: int = 1, target_inputs: int | None = None, **_: Any) -> Any:
+    """``@modal.concurrent(max_inputs=)``: on a class or a function; up to ``max_inputs`` items at once."""
+    if not isinstance(max_inputs, int) or max_inputs < 1:
+        raise ShimError(f"@modal.concurrent(max_inputs={max_inputs!r}) needs a positive integer")
+
+    def wrap(obj: Any) -> Any:
+        obj.__calque_concurrent__ = max_inputs
+        return obj
+
+    if len(args) == 1 and callable(args[0]):
+        return wrap(args[0])
+    return wrap
+
+
+def _web(name: str) -> Callable[..., Any]:
+    def deco(*args: Any, **_: Any) -> Any:
+        def apply(m: Marks) -> None:
+            m.web = True
+
+        return _decorator(apply, args, name)
+
+    return deco
+
+
+web_endpoint = _web("web_endpoint")
+fastapi_endpoint = _web("fastapi_endpoint")
+asgi_app = _web("asgi_app")
+wsgi_app = _web("wsgi_app")
+web_server = _web("web_server")
+
+
+class _Parameter:
+    """The value ``modal.parameter()`` leaves on the class; the loader replaces it per instance."""
+
+    _NO_DEFAULT = object()
+
+    def __init__(self, default: Any, init: bool) -> None:
+        self.default = default
+        self.init = init
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _Parameter._NO_DEFAULT
+
+    def __repr__(self) -> str:
+        return f"modal.parameter(default={self.default!r})" if self.has_default else "modal.parameter()"
+
+
+def parameter(*, default: Any = _Parameter._NO_DEFAULT, init: bool = True) -> Any:
+    """``name: str = modal.parameter(default=...)``: set per pool from the spec's ``parameters``."""
+    return _Parameter(default, init)
+
+
+# -- the App ------------------------------------------------------------------------------------
+
+
+class App:
+    """``modal.App(...)``: records the classes and functions the script registers."""
+
+    def __init__(self, name: str | None = None, **kwargs: Any) -> None:
+        self.name = name
+        self.options = kwargs
+        self.registered_classes: dict[str, type] = {}
+        self.registered_functions: dict[str, Callable[..., Any]] = {}
+        self.entrypoints: list[Callable[..., Any]] = []
+        _APPS.append(self)
+
+    def cls(self, *args: Any, **kwargs: Any) -> Callable[[type], type]:
+        if args:
+            raise ShimError("@app.cls takes keyword arguments only: write @app.cls(...)")
+        _check_kwargs("@app.cls", kwargs)
+        where = _caller_line()
+
+        def wrap(klass: type) -> type:
+            if not inspect.isclass(klass):
+                raise ShimError(f"@app.cls decorates a class, got {type(klass).__name__} ({where})")
+            klass.__calque_cls__ = dict(kwargs)  # type: ignore[attr-defined]
+            klass.__calque_line__ = where  # type: ignore[attr-defined]
+            self.registered_classes[klass.__name__] = klass
+            return klass
+
+        return wrap
+
+    def function(self, *args: Any, **kwargs: Any) -> Any:
+        _check_kwargs("@app.function", kwargs)
+
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+                raise ShimError(f"@app.function on generator {fn.__name__}: generators are not supported")
+            fn.__calque_function__ = dict(kwargs)  # type: ignore[attr-defined]
+            self.registered_functions[fn.__name__] = fn
+            return fn
+
+        if len(args) == 1 and callable(args[0]):
+            return wrap(args[0])
+        return wrap
+
+    def local_entrypoint(self, *args: Any, **_: Any) -> Any:
+        """Recorded and never run by the worker (it is the submitter's side of a Modal script)."""
+
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.entrypoints.append(fn)
+            return fn
+
+        if len(args) == 1 and callable(args[0]):
+            return wrap(args[0])
+        return wrap
+
+    def include(self, other: App) -> App:
+        self.registered_classes.update(other.registered_classes)
+        self.registered_functions.update(other.registered_functions)
+        return self
+
+    @contextlib.contextmanager
+    def run(self, *_: Any, **__: Any) -> Iterator[App]:
+        yield self
+
+
+Stub = App  # the pre-0.57 name
+_APPS: list[App] = []
+
+
+def is_local() -> bool:
+    """False: on a calque worker the script runs 'remotely', as inside a Modal container."""
+    return False
+
+
+# -- inert values -------------------------------------------------------------------------------
+
+
+class _ChainMeta(type):
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: cls()
+
+
+class Image(metaclass=_ChainMeta):
+    """``modal.Image``: every constructor and chain step returns an inert image."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *a, **k: self
+
+    @contextlib.contextmanager
+    def imports(self) -> Iterator[None]:
+        # Inside a container Modal lets an ImportError here propagate; so does the worker, and the
+        # loader reports it with the module name and the script's line.
+        yield
+
+
+class _Inert(metaclass=_ChainMeta):
+    """A Modal object that is fine to reference (declare, pass to a decorator) but not to use."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        kind = type(self).__name__
+
+        def refuse(*_: Any, **__: Any) -> Any:
+            raise ShimError(f"modal.{kind}.{name}() is not available on a calque worker ({_caller_line()})")
+
+        return refuse
+
+    def __getitem__(self, key: Any) -> Any:
+        raise ShimError(f"modal.{type(self).__name__} is not available on a calque worker ({_caller_line()})")
+
+    __setitem__ = __getitem__
+
+
+class Secret(_Inert):
+    pass
+
+
+class Dict(_Inert):
+    pass
+
+
+class Queue(_Inert):
+    pass
+
+
+class Mount(_Inert):
+    pass
+
+
+class NetworkFileSystem(_Inert):
+    pass
+
+
+class CloudBucketMount(_Inert):
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class Volume(_Inert):
+    """Volume.commit()/reload() are no-ops: a worker's files stay on the host's disk."""
+
+    def commit(self) -> None:
+        return None
+
+    def reload(self) -> None:
+        return None
+
+
+class Retries:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class Cron:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class Period:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class _Gpu:
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+class _GpuNamespace:
+    """``modal.gpu.A100(...)`` (older era): inert GPU requests."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Gpu
+
+
+gpu = _GpuNamespace()
+
+
+class Function(_Inert):
+    """``modal.Function.from_name`` (calling another app) is not available on a worker."""
+
+
+class Cls(_Inert):
+    pass
+
+
+class _Config:
+    def get(self, key: str, default: Any = None) -> Any:
+        return default
+
+    def __getitem__(self, key: str) -> Any:
+        return None
+
+
+config = _Config()
+
+
+def current_input_id() -> str | None:
+    return None
+
+
+def current_function_call_id() -> str | None:
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    # Anything else of Modal's API: refuse at load, naming it and the script's line.
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise ShimError(f"modal.{name} is not supported by the calque worker ({_caller_line()})")

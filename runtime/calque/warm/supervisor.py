@@ -1,0 +1,297 @@
+"""``WarmSupervisor``: enter once, drain many claims' items, exit once.
+
+Sync methods run on a thread pool of the class's ``max_inputs`` (1 unless ``@modal.concurrent`` or
+``allow_concurrent_inputs`` says more; with 1, ``@enter`` and every method share one thread, so
+thread-bound state such as a SQLite connection made in ``@enter`` keeps working). Async methods and
+hooks run as tasks on one persistent event loop. ``@modal.batched`` methods receive lists of up to
+``max_batch_size`` items (a claim's items are all known, so ``wait_ms`` never needs to wait).
+A per-item timeout and a per-claim deadline bound the work; a failing item is recorded with its
+exception type, message and traceback and the claim goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from calque.errors import UsageError
+from calque.models import Item, ItemError, ItemResult, PoolSpec
+from calque.warm.loader import MethodInfo, Workload, WorkloadError, load_workload
+
+_POLL_S = 0.05
+
+
+class EnterError(UsageError):
+    """``@enter`` (or ``@build``) raised: the worker cannot serve this workload."""
+
+
+@dataclass
+class Drain:
+    """What one call of ``drain`` produced."""
+
+    results: list[ItemResult]
+    method_seconds: float
+    stopped: str | None = None  # "lost" | "shutdown" (results partial, discard) or "deadline"
+    error: str | None = None
+
+
+def _error_of(exc: BaseException) -> ItemError:
+    t = type(exc)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    return ItemError(
+        type=name, message=str(exc), traceback="".join(traceback.format_exception(t, exc, exc.__traceback__))
+    )
+
+
+@dataclass
+class _Unit:
+    items: list[Item]
+    future: cf.Future[Any] | None = None
+    started: float = 0.0
+    batched: bool = False
+
+
+@dataclass
+class WarmSupervisor:
+    """One loaded, entered workload. Build it with ``WarmSupervisor.load``."""
+
+    workload: Workload
+    item_timeout_s: float | None = None
+    claim_deadline_s: float | None = None
+    exit_timeout_s: float = 30.0
+    enter_seconds: float = 0.0
+    enter_count: int = 0
+    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _pool: cf.ThreadPoolExecutor | None = None
+    _closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- building ---------------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        spec: PoolSpec | str,
+        parameters: dict[str, Any] | None = None,
+        *,
+        item_timeout_s: float | None = None,
+        claim_deadline_s: float | None = None,
+    ) -> WarmSupervisor:
+        """Import the workload (a PoolSpec, or ``"script.py[::Class]"``) and run its ``@enter`` once."""
+        if isinstance(spec, PoolSpec):
+            workload, params = spec.workload, {**spec.parameters, **(parameters or {})}
+            item_timeout_s = item_timeout_s or spec.item_timeout_s
+            claim_deadline_s = claim_deadline_s or spec.claim_deadline_s
+        else:
+            workload, params = spec, dict(parameters or {})
+        sup = cls(load_workload(workload, params), item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s)
+        sup._start()
+        try:
+            sup._enter()
+        except BaseException:
+            sup.close(run_exit=False)
+            raise
+        return sup
+
+    def _start(self) -> None:
+        threading.Thread(target=self._loop.run_forever, name="calque-warm-loop", daemon=True).start()
+        self._pool = cf.ThreadPoolExecutor(self.workload.max_inputs, thread_name_prefix="calque-warm")
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        if asyncio.iscoroutinefunction(fn):
+            return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self._loop)
+        assert self._pool is not None
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def _enter(self) -> None:
+        started = time.monotonic()
+        for hook in [*self.workload.build, *self.workload.enter_snap, *self.workload.enter]:
+            try:
+                result = self._call(hook).result()
+                if asyncio.iscoroutine(result):  # a sync def that returns a coroutine (rare)
+                    asyncio.run_coroutine_threadsafe(result, self._loop).result()
+            except Exception as exc:
+                name = getattr(hook, "__qualname__", repr(hook))
+                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                raise EnterError(f"{name} raised {type(exc).__name__}: {exc}\n{tb}") from exc
+        self.enter_seconds = time.monotonic() - started
+        self.enter_count += 1
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def digest(self) -> str:
+        return self.workload.digest
+
+    @property
+    def methods(self) -> list[str]:
+        return sorted(self.workload.methods)
+
+    def default_method(self) -> str | None:
+        return next(iter(self.workload.methods)) if len(self.workload.methods) == 1 else None
+
+    # -- draining ---------------------------------------------------------------------------------
+
+    def run(self, method: str, items: Sequence[Item]) -> list[ItemResult]:
+        """Run ``method`` over ``items``; one ItemResult per item finished, in item order."""
+        return self.drain(method, items).results
+
+    def drain(
+        self,
+        method: str,
+        items: Sequence[Item],
+        *,
+        should_stop: Callable[[], str | None] | None = None,
+        on_result: Callable[[ItemResult], None] | None = None,
+    ) -> Drain:
+        """Like ``run``, stopping early when ``should_stop()`` returns a reason ('lost', 'shutdown')."""
+        info = self.workload.methods.get(method)
+        if info is None:
+            raise WorkloadError(f"{self.workload.target_name} has no method {method!r} (it has {self.methods})")
+        if self._closed:
+            raise UsageError("this WarmSupervisor is closed")
+        units = deque(self._units(info, list(items)))
+        inflight: list[_Unit] = []
+        done: dict[int, ItemResult] = {}
+        method_seconds = 0.0
+        started = time.monotonic()
+        stopped: str | None = None
+        while units or inflight:
+            reason = should_stop() if should_stop else None
+            if reason:
+                stopped = reason
+                break
+            if self.claim_deadline_s is not None and time.monotonic() - started > self.claim_deadline_s:
+                stopped = "deadline"
+                break
+            while units and len(inflight) < self.workload.max_inputs:
+                u = units.popleft()
+                u.started = time.monotonic()
+                u.future = self._submit(info, u)
+                inflight.append(u)
+            cf.wait([u.future for u in inflight if u.future], timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
+            now = time.monotonic()
+            for u in list(inflight):
+                assert u.future is not None
+                timed_out = self.item_timeout_s is not None and now - u.started > self.item_timeout_s
+                if not u.future.done() and not timed_out:
+                    continue
+                inflight.remove(u)
+                elapsed = now - u.started
+                method_seconds += elapsed
+                if u.future.done():
+                    new = self._results_of(info, u, elapsed)
+                else:
+                    self._abandon(u, info)
+                    err = TimeoutError(f"item took longer than the pool's item_timeout_s={self.item_timeout_s}")
+                    new = [self._failed(it, err, elapsed / len(u.items)) for it in u.items]
+                for r in new:
+                    done[r.index] = r
+                    if on_result:
+                        on_result(r)
+        error = None
+        if stopped == "deadline":
+            error = f"claim deadline of {self.claim_deadline_s}s passed with {len(units) + len(inflight)} unit(s) left"
+            late = TimeoutError(f"the claim deadline ({self.claim_deadline_s}s) passed before this item finished")
+            for u in [*inflight, *units]:
+                if u.future is not None:
+                    self._abandon(u, info)
+                for it in u.items:
+                    done[it.index] = self._failed(it, late, 0.0)
+        elif stopped:
+            for u in inflight:
+                self._abandon(u, info)
+        ordered = [done[i.index] for i in items if i.index in done]
+        return Drain(results=ordered, method_seconds=method_seconds, stopped=stopped, error=error)
+
+    def _units(self, info: MethodInfo, items: list[Item]) -> list[_Unit]:
+        if info.batched is None:
+            return [_Unit([it]) for it in items]
+        size = info.batched[0]
+        return [_Unit(items[i : i + size], batched=True) for i in range(0, len(items), size)]
+
+    def _submit(self, info: MethodInfo, u: _Unit) -> cf.Future[Any]:
+        if not u.batched:
+            it = u.items[0]
+            return self._call(info.fn, *it.args, **it.kwargs)
+        first = u.items[0]
+        shape = (len(first.args), sorted(first.kwargs))
+        if any((len(it.args), sorted(it.kwargs)) != shape for it in u.items):
+            f: cf.Future[Any] = cf.Future()
+            f.set_exception(TypeError("a batched method needs the same arguments on every item of a batch"))
+            return f
+        args = [[it.args[j] for it in u.items] for j in range(shape[0])]
+        kwargs = {k: [it.kwargs[k] for it in u.items] for k in shape[1]}
+        return self._call(info.fn, *args, **kwargs)
+
+    def _results_of(self, info: MethodInfo, u: _Unit, elapsed: float) -> list[ItemResult]:
+        assert u.future is not None
+        per = elapsed / len(u.items)
+        exc = u.future.exception()
+        if exc is not None:
+            return [self._failed(it, exc, per) for it in u.items]
+        value = u.future.result()
+        if not u.batched:
+            return [self._ok(u.items[0], value, per)]
+        if not isinstance(value, (list, tuple)) or len(value) != len(u.items):
+            got = f"{len(value)} values" if isinstance(value, (list, tuple)) else type(value).__name__
+            err = TypeError(f"batched method {info.name} returned {got} for {len(u.items)} inputs")
+            return [self._failed(it, err, per) for it in u.items]
+        return [self._ok(it, v, per) for it, v in zip(u.items, value, strict=True)]
+
+    def _ok(self, item: Item, value: Any, seconds: float) -> ItemResult:
+        try:
+            jsonable = to_jsonable_python(value)
+        except PydanticSerializationError as exc:
+            err = TypeError(f"the method returned a {type(value).__name__}, which is not JSON-serialisable: {exc}")
+            return self._failed(item, err, seconds)
+        return ItemResult(index=item.index, ok=True, value=jsonable, seconds=seconds)
+
+    def _failed(self, item: Item, exc: BaseException, seconds: float) -> ItemResult:
+        return ItemResult(index=item.index, ok=False, error=_error_of(exc), seconds=seconds)
+
+    def _abandon(self, u: _Unit, info: MethodInfo) -> None:
+        assert u.future is not None
+        if u.future.cancel() or info.is_async:
+            return
+        # A sync call cannot be interrupted: leave its thread behind and serve on a fresh pool so
+        # the next items do not queue behind it.
+        old = self._pool
+        self._pool = cf.ThreadPoolExecutor(self.workload.max_inputs, thread_name_prefix="calque-warm")
+        if old is not None:
+            old.shutdown(wait=False, cancel_futures=True)
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def close(self, *, run_exit: bool = True) -> list[str]:
+        """Run ``@exit`` hooks once (each bounded by ``exit_timeout_s``); returns their errors."""
+        with self._lock:
+            if self._closed:
+                return []
+            self._closed = True
+        errors: list[str] = []
+        if run_exit:
+            for hook in self.workload.exit:
+                try:
+                    self._call(hook).result(timeout=self.exit_timeout_s)
+                except Exception as exc:
+                    errors.append(f"{getattr(hook, '__qualname__', hook)}: {type(exc).__name__}: {exc}")
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        return errors
+
+    def __enter__(self) -> WarmSupervisor:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
