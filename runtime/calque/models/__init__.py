@@ -6,7 +6,7 @@ network boundary carry a ``version``.
 """
 
 from calque.models.base import CalqueModel
-from calque.models.gpu import GpuDevice, GpuProcess, MigDevice
+from calque.models.gpu import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.pool import (
     SCHEMA_VERSION,
     ClaimRef,
@@ -24,7 +24,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "CalqueModel",
     "ClaimRef",
+    "ComputeInstance",
     "GpuDevice",
+    "GpuInstance",
     "GpuProcess",
     "Item",
     "ItemError",

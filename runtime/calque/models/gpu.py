@@ -50,3 +50,24 @@ class GpuDevice(CalqueModel):
     mig_pending: bool
     persistence_mode: bool = False
     compute_mode: str = "DEFAULT"
+
+
+class ComputeInstance(CalqueModel):
+    """A compute instance inside a GPU instance (one MIG device)."""
+
+    ci_id: int = Field(ge=0)
+    compute_slices: int = Field(ge=1)
+    profile: str | None = Field(None, description="CI profile when the GI is split, e.g. 1c.3g.20gb")
+    uuid: str | None = Field(None, description="MIG-... UUID of the MIG device")
+
+
+class GpuInstance(CalqueModel):
+    """A GPU instance (a MIG partition) at one placement on a GPU's memory-slice grid."""
+
+    gpu_index: int = Field(ge=0)
+    gi_id: int = Field(ge=0)
+    profile: str
+    profile_id: int = Field(ge=0)
+    placement_start: int = Field(ge=0)
+    placement_size: int = Field(ge=1)
+    compute_instances: list[ComputeInstance] = Field(default_factory=list)

@@ -1,0 +1,100 @@
+"""Which GPU backend this host uses: the ``gpu:`` section of the host configuration.
+
+Read from ``$CALQUE_HOST_CONFIG`` or ``/etc/calque/host.yaml``; without a file the host uses NVML.
+Other sections of the file belong to other layers and are ignored here. Example::
+
+    gpu:
+      backend: sim                 # nvml (default) | sim
+      sim:
+        state: /var/lib/calque/gpus.json
+        instance_type: p4d.24xlarge  # or cards: [A100-40GB, A100-40GB]
+        mig: true                    # start MIG-capable cards in MIG mode (only when creating)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from calque.errors import UsageError
+from calque.gpu.backend import GpuBackend
+from calque.models.base import CalqueModel
+
+DEFAULT_HOST_CONFIG = Path("/etc/calque/host.yaml")
+ENV_HOST_CONFIG = "CALQUE_HOST_CONFIG"
+
+
+class SimHostConfig(CalqueModel):
+    """A simulated host: its state file and, when the file does not exist yet, what to create."""
+
+    state: Path
+    cards: list[str] | None = None
+    instance_type: str | None = None
+    root: Path | None = Field(None, description="directory standing in for / (default: <state>.root)")
+    mig: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SimHostConfig:
+        if self.cards and self.instance_type:
+            raise ValueError("give sim.cards or sim.instance_type, not both")
+        return self
+
+
+class GpuHostConfig(CalqueModel):
+    """The ``gpu:`` section of the host configuration."""
+
+    version: int = 1
+    backend: Literal["nvml", "sim"] = "nvml"
+    sim: SimHostConfig | None = None
+
+    @model_validator(mode="after")
+    def _sim_needs_state(self) -> GpuHostConfig:
+        if self.backend == "sim" and self.sim is None:
+            raise ValueError("gpu.backend is sim but gpu.sim.state is not set")
+        return self
+
+
+def load_gpu_config(path: Path | str | None = None) -> GpuHostConfig:
+    """The host's GPU configuration from ``path``, ``$CALQUE_HOST_CONFIG`` or /etc/calque/host.yaml."""
+    explicit = path is not None or ENV_HOST_CONFIG in os.environ
+    p = Path(path) if path is not None else Path(os.environ.get(ENV_HOST_CONFIG, DEFAULT_HOST_CONFIG))
+    if not p.exists():
+        if explicit:
+            raise UsageError(f"host configuration {p} does not exist; fix the path or {ENV_HOST_CONFIG}")
+        return GpuHostConfig()
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read host configuration {p}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"host configuration {p} must be a mapping with a gpu: section")
+    try:
+        return GpuHostConfig.model_validate(doc.get("gpu") or {})
+    except ValidationError as exc:
+        raise UsageError(f"invalid gpu: section in {p}: {exc}") from exc
+
+
+def open_backend(config: GpuHostConfig | None = None) -> GpuBackend:
+    """The backend the configuration selects (a missing simulator state file is created from it)."""
+    cfg = config if config is not None else load_gpu_config()
+    if cfg.backend == "sim":
+        from calque.gpu.sim import SimGpu
+
+        assert cfg.sim is not None
+        if not cfg.sim.state.exists():
+            if not (cfg.sim.cards or cfg.sim.instance_type):
+                raise UsageError(
+                    f"simulated GPU state {cfg.sim.state} does not exist and gpu.sim has neither cards "
+                    "nor instance_type to create it from"
+                )
+            return SimGpu.create(
+                cfg.sim.state, cfg.sim.cards, instance_type=cfg.sim.instance_type, root=cfg.sim.root, mig=cfg.sim.mig
+            )
+        return SimGpu(cfg.sim.state)
+    from calque.gpu.nvml import NvmlBackend
+
+    return NvmlBackend()
