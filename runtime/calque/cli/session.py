@@ -2,9 +2,250 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
 import click
+
+from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.output import emit, table, warn
+from calque.models.session import Session, SliceState, UsageReport
+from calque.session import core
+from calque.session.client import SessionClient
+from calque.session.config import DEFAULT_SOCKET, load_config, parse_duration
+from calque.session.isolation import shell_exports
+
+socket_option = click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(path_type=Path),
+    envvar="CALQUE_SESSION_SOCKET",
+    default=str(DEFAULT_SOCKET),
+    show_default=True,
+    help="The session daemon's unix socket.",
+)
+
+
+def _client(socket_path: Path) -> SessionClient:
+    return SessionClient(socket_path)
+
+
+def _when(d: datetime | None) -> str:
+    return d.astimezone(timezone.utc).strftime("%H:%M:%SZ") if d else ""
+
+
+def _render_session(s: Session) -> str:
+    now = datetime.now(timezone.utc)
+    where = f"{s.slice_id} ({s.profile}, gpu {s.gpu_index})"
+    if s.ended_at is not None:
+        return f"session {s.id} on {where} ended ({s.end_reason})"
+    lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({core.human_left(s.expires_at, now)} left)"]
+    lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
+    return "\n".join(lines)
+
+
+def _render_sessions(ss: list[Session]) -> str:
+    if not ss:
+        return "you hold no session"
+    now = datetime.now(timezone.utc)
+    return table(
+        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"],
+        [
+            [s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), core.human_left(s.expires_at, now)]
+            for s in ss
+        ],
+    )
+
+
+def _render_slices(states: list[SliceState]) -> str:
+    if not states:
+        return "this host has no slices (no MIG devices and no MPS slots configured)"
+    rows = [
+        [
+            st.slice.id,
+            st.slice.kind,
+            st.slice.profile,
+            st.slice.gpu_index,
+            "busy" if st.busy else "free",
+            _when(st.busy_until),
+            st.holder or "",
+            st.session_id or "",
+        ]
+        for st in states
+    ]
+    return table(["SLICE", "KIND", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION"], rows)
+
+
+def _render_report(r: UsageReport) -> str:
+    head = f"usage from {r.since:%Y-%m-%d %H:%M}Z to {r.until:%Y-%m-%d %H:%M}Z"
+    if not r.rows:
+        return head + "\nno sessions"
+    return (
+        head
+        + "\n"
+        + table(
+            ["USER", "PROFILE", "KIND", "SESSIONS", "GPU-HOURS"],
+            [[u.user, u.profile, u.kind, u.sessions, f"{u.gpu_hours:.2f}"] for u in r.rows],
+        )
+    )
 
 
 @click.group()
 def session() -> None:
-    """Check a GPU slice out for a bounded time, use it, and check it in."""
+    """Check a GPU slice out for a bounded time, use it, and check it in.
+
+    Talks to the session daemon (`calque session serve`) on this host, which knows you by your Unix
+    user; nobody can check out, extend or end a session in someone else's name.
+    """
+
+
+@session.command()
+@click.option("--profile", default=None, help="MIG profile to check out, e.g. 1g.24gb (any MIG slice if omitted).")
+@click.option("--mps", is_flag=True, help="Check out an MPS client slot instead of a MIG slice.")
+@click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
+@click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
+@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 3.")
+@click.option("--wait-timeout", default=None, help="Give up waiting after this long, e.g. 10m.")
+@click.option(
+    "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
+)
+@json_option
+@shared_gpu_consent_option
+@socket_option
+def checkout(
+    profile: str | None,
+    mps: bool,
+    gpu: int | None,
+    ttl: str | None,
+    wait: bool,
+    wait_timeout: str | None,
+    as_shell: bool,
+    as_json: bool,
+    shared_gpu_consent: bool,
+    socket_path: Path,
+) -> None:
+    """Check a slice out; exit 3 naming what is busy until when if none is free."""
+    if as_shell and as_json:
+        raise click.UsageError("give --json or --shell, not both")
+    s = core.checkout(
+        _client(socket_path),
+        profile=profile,
+        mps=mps,
+        gpu=gpu,
+        ttl=ttl,
+        consent=shared_gpu_consent,
+        wait=wait,
+        wait_timeout=parse_duration(wait_timeout) if wait_timeout else None,
+        progress=core.stderr,
+    )
+    for w in s.warnings:
+        warn(w)
+    if as_shell:
+        click.echo(shell_exports(s.env))
+        return
+    emit(s, as_json, _render_session)
+    if not as_json:
+        click.echo(
+            f'(use: eval "$(calque session checkout --shell ...)" to export these; check in with '
+            f"`calque session checkin {s.id}`)",
+            err=True,
+        )
+
+
+@session.command()
+@click.argument("session_id", required=False)
+@json_option
+@socket_option
+def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
+    """Give your slice back (your only session when SESSION_ID is omitted)."""
+    emit(core.checkin(_client(socket_path), session_id), as_json, _render_session)
+
+
+@session.command()
+@click.argument("session_id", required=False)
+@click.option("--by", required=True, help="How much longer, e.g. 30m (bounded by the host's maximum total TTL).")
+@json_option
+@socket_option
+def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) -> None:
+    """Push your session's deadline out."""
+    emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
+
+
+@session.command()
+@json_option
+@socket_option
+def status(as_json: bool, socket_path: Path) -> None:
+    """Your sessions, with time left."""
+    emit(core.status(_client(socket_path)), as_json, _render_sessions)
+
+
+@session.command("list")
+@json_option
+@socket_option
+def list_cmd(as_json: bool, socket_path: Path) -> None:
+    """Every slice on this host: free, or busy until when (admins also see holders)."""
+    emit(core.list_slices(_client(socket_path)), as_json, _render_slices)
+
+
+@session.command()
+@click.argument("session_id")
+@click.option("--force", is_flag=True, help="Required: this ends another user's session now.")
+@json_option
+@socket_option
+def release(session_id: str, force: bool, as_json: bool, socket_path: Path) -> None:
+    """End someone's session now (root or the admin group only)."""
+    emit(core.release(_client(socket_path), session_id, force), as_json, _render_session)
+
+
+@session.command()
+@click.option("--since", default="7d", show_default=True, help="How far back, e.g. 24h or 30d.")
+@json_option
+@socket_option
+def report(since: str, as_json: bool, socket_path: Path) -> None:
+    """GPU-hours per user and profile, from the audit trail (yours only unless you are an admin)."""
+    emit(core.report(_client(socket_path), since), as_json, _render_report)
+
+
+@session.command()
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    envvar="CALQUE_SESSION_CONFIG",
+    default=None,
+    help="YAML config (default /etc/calque/session.yaml when present).",
+)
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_SOCKET", default=None)
+@click.option(
+    "--db", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_DB", default=None, help="SQLite registry."
+)
+@click.option("--audit-log", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_AUDIT", default=None)
+@click.option("--gpu-backend", type=click.Choice(["nvml", "sim", "none"]), envvar="CALQUE_GPU_BACKEND", default=None)
+@click.option(
+    "--gpu-state",
+    type=click.Path(path_type=Path),
+    envvar="CALQUE_GPU_STATE",
+    default=None,
+    help="Simulator state (with --gpu-backend sim).",
+)
+@click.option(
+    "--host-root",
+    type=click.Path(path_type=Path),
+    envvar="CALQUE_HOST_ROOT",
+    default=None,
+    help="Where /proc/driver/nvidia and /dev/nvidia-caps live (the simulator's root in tests).",
+)
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+def serve(config_path: Path | None, metrics_port: int | None, **paths: Any) -> None:
+    """Run the session daemon (as root, under systemd: calque-session.service)."""
+    from calque.session.daemon import run_daemon
+
+    cfg = load_config(config_path)
+    updates = {k: v for k, v in paths.items() if v is not None}
+    if "socket_path" in updates:
+        updates["socket"] = updates.pop("socket_path")
+    if metrics_port is not None:
+        updates["metrics_port"] = metrics_port
+    cfg = cfg.model_validate({**cfg.model_dump(), **updates})
+    run_daemon(cfg)

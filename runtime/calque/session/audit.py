@@ -1,0 +1,101 @@
+"""The append-only audit trail (JSONL, one fsync'd line per event) and the usage report built from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from calque.models.session import UsageReport, UsageRow
+from calque.session.registry import Held
+
+END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished"}
+
+
+class AuditLog:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        self._fd = fd
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)
+
+    def record(self, event: str, held: Held, *, by_uid: int | None = None, reason: str = "", **extra: Any) -> None:
+        s = held.session
+        entry: dict[str, Any] = {
+            "ts": datetime.now(timezone.utc).isoformat(),
+            "event": event,
+            "session": s.id,
+            "uid": s.uid,
+            "user": s.user,
+            "slice": s.slice_id,
+            "kind": s.kind,
+            "profile": s.profile,
+            "gpu": s.gpu_index,
+            "created_at": s.created_at.isoformat(),
+            "expires_at": s.expires_at.isoformat(),
+            "by_uid": s.uid if by_uid is None else by_uid,
+            "reason": reason,
+        }
+        entry.update(extra)
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every well-formed line; a torn last line (a crash mid-write) is skipped."""
+    out = []
+    try:
+        with path.open("rb") as f:
+            for raw in f:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and "event" in obj:
+                    out.append(obj)
+    except FileNotFoundError:
+        return []
+    return out
+
+
+def usage_report(events: list[dict[str, Any]], since: datetime, until: datetime, uid: int | None) -> UsageReport:
+    """Slice-hours per (user, profile) overlapping [since, until]; only ``uid``'s rows when given."""
+    starts: dict[str, dict[str, Any]] = {}
+    ends: dict[str, datetime] = {}
+    for e in events:
+        sid = e.get("session")
+        if not isinstance(sid, str):
+            continue
+        if e["event"] == "checkout":
+            starts[sid] = e
+        elif e["event"] in END_EVENTS and sid not in ends:
+            ends[sid] = datetime.fromisoformat(e["ts"])
+    acc: dict[tuple[int, str, str, str], list[float]] = {}
+    for sid, e in starts.items():
+        if uid is not None and e["uid"] != uid:
+            continue
+        begin = datetime.fromisoformat(e["ts"])
+        end = ends.get(sid, until)
+        lo, hi = max(begin, since), min(end, until)
+        if hi <= lo and not (since <= begin <= until):
+            continue
+        hours = max(0.0, (hi - lo).total_seconds() / 3600)
+        key = (e["uid"], e["user"], e["profile"], e["kind"])
+        cell = acc.setdefault(key, [0, 0.0])
+        cell[0] += 1
+        cell[1] += hours
+    rows = [
+        UsageRow(uid=k[0], user=k[1], profile=k[2], kind=k[3], sessions=int(v[0]), gpu_hours=round(v[1], 4))
+        for k, v in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][2]))
+    ]
+    return UsageReport(since=since, until=until, rows=rows)

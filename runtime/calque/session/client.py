@@ -1,0 +1,97 @@
+"""The client side of the session socket: one request per connection, errors as CalqueError."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from calque.errors import CalqueError, InfrastructureError, RefusedError, UsageError
+from calque.models.session import SessionRequest, SessionResponse
+from calque.session.config import DEFAULT_SOCKET
+
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# Ops that are safe to send twice (checkout carries a request id that makes it idempotent).
+_RETRY_AFTER_SEND = {"checkout", "status", "list", "report", "ping", "whoami", "metrics"}
+_CONNECT_ERRNOS = {errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN}
+
+
+class NoFreeSliceError(InfrastructureError):
+    """Every matching slice is busy (exit 3); ``--wait`` retries on this."""
+
+
+def _error_for(kind: str, message: str) -> CalqueError:
+    if kind == "busy":
+        return NoFreeSliceError(message)
+    if kind in ("usage", "not_found"):
+        return UsageError(message)
+    if kind in ("forbidden", "refused"):
+        return RefusedError(message)
+    return InfrastructureError(f"session daemon: {message}")
+
+
+def default_socket() -> Path:
+    return Path(os.environ.get("CALQUE_SESSION_SOCKET", str(DEFAULT_SOCKET)))
+
+
+class SessionClient:
+    def __init__(self, socket_path: Path | None = None, timeout: float = 30.0, retry_for: float = 10.0) -> None:
+        self.path = socket_path or default_socket()
+        self.timeout = timeout
+        self.retry_for = retry_for
+
+    def call(self, op: str, **args: Any) -> Any:
+        if op == "checkout" and not args.get("request_id"):
+            args["request_id"] = uuid.uuid4().hex
+        line = SessionRequest(op=op, args=args).model_dump_json().encode() + b"\n"
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.05
+        while True:
+            sent = False
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(self.timeout)
+                    s.connect(str(self.path))
+                    s.sendall(line)
+                    sent = True
+                    raw = self._read(s)
+                return self._decode(raw)
+            except OSError as exc:
+                retryable = (not sent and exc.errno in _CONNECT_ERRNOS) or (
+                    sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
+                )
+                if not retryable or time.monotonic() + delay > deadline:
+                    raise InfrastructureError(
+                        f"cannot reach the session daemon at {self.path}: {exc.strerror or exc}; "
+                        "is calque-session.service running (or CALQUE_SESSION_SOCKET / --socket right)?"
+                    ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _read(self, s: socket.socket) -> bytes:
+        buf = bytearray()
+        while b"\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "the daemon closed the connection without answering")
+            buf += chunk
+            if len(buf) > MAX_RESPONSE_BYTES:
+                raise InfrastructureError("the session daemon sent an oversized response")
+        return bytes(buf[: buf.index(b"\n")])
+
+    def _decode(self, raw: bytes) -> Any:
+        try:
+            resp = SessionResponse.model_validate_json(raw)
+        except (ValidationError, json.JSONDecodeError) as exc:
+            raise InfrastructureError(f"the session daemon sent a response this client cannot read: {exc}") from exc
+        if not resp.ok:
+            assert resp.error is not None
+            raise _error_for(resp.error.kind, resp.error.message)
+        return resp.result

@@ -1,0 +1,131 @@
+"""The session daemon's configuration file: paths, MPS slots, time limits and per-user/group policy.
+
+Every path is configurable (file, then ``CALQUE_SESSION_*`` environment, then flags) so that tests and
+the sandbox run a real daemon in a temporary directory. The file carries a version and rejects
+unknown keys.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from calque.errors import UsageError
+from calque.models.base import CalqueModel
+
+CONFIG_VERSION = 1
+DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
+DEFAULT_SOCKET = Path("/run/calque/session.sock")
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``7d`` → seconds."""
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise UsageError(f"duration {text!r} is negative; give e.g. 30m or 2h")
+        return float(text)
+    s = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        return float(s)
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise UsageError(f"cannot read duration {text!r}; write e.g. 90s, 30m, 2h or 1h30m")
+    return total
+
+
+class Limits(CalqueModel):
+    """Limits for a user or group; unset fields fall back to the defaults."""
+
+    max_sessions: int | None = Field(None, ge=0, description="concurrent sessions")
+    max_ttl: float | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
+
+    @field_validator("max_ttl", mode="before")
+    @classmethod
+    def _dur(cls, v: object) -> object:
+        return parse_duration(v) if isinstance(v, str) else v
+
+
+class Policy(CalqueModel):
+    default: Limits = Field(default_factory=lambda: Limits(max_sessions=1, max_ttl=8 * 3600))
+    users: dict[str, Limits] = Field(default_factory=dict)
+    groups: dict[str, Limits] = Field(default_factory=dict)
+    admin_group: str | None = Field("calque-admin", description="members may list holders and force-release")
+
+
+class MpsGpu(CalqueModel):
+    """MPS client slots on one GPU (the GPU runs an MPS control daemon started by the GPU layer)."""
+
+    gpu: int = Field(ge=0)
+    slots: int = Field(ge=1, le=48)
+    active_thread_percentage: int = Field(ge=1, le=100)
+    pinned_mem_limit_mib: int = Field(ge=1)
+    pipe_directory: str | None = Field(None, description="defaults to mps_pipe_root/gpu<N>")
+
+
+class SessionConfig(CalqueModel):
+    version: int = CONFIG_VERSION
+    socket: Path = DEFAULT_SOCKET
+    db: Path = Path("/var/lib/calque/sessions.db")
+    audit_log: Path = Path("/var/log/calque/session-audit.jsonl")
+    host_root: Path = Field(Path("/"), description="where /proc/driver/nvidia and /dev/nvidia-caps live")
+    gpu_backend: Literal["nvml", "sim", "none"] = "nvml"
+    gpu_state: Path | None = Field(None, description="simulator state (gpu_backend: sim)")
+    mps: list[MpsGpu] = Field(default_factory=list)
+    mps_pipe_root: Path = Path("/run/calque/mps")
+    default_ttl: float = 3600
+    max_total_ttl: float = 12 * 3600
+    notice_before: float = 300
+    notice_signal: str = "SIGUSR1"
+    kill_grace: float = 10
+    idle_expiry: float | None = Field(None, description="end a session with no process on its slice this long")
+    policy: Policy = Field(default_factory=Policy)
+    spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")
+    request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
+    max_request_bytes: int = Field(64 * 1024, ge=256)
+    max_connections: int = Field(256, ge=1)
+    metrics_port: int | None = Field(None, description="serve Prometheus metrics on 127.0.0.1:<port>")
+    metrics_textfile: Path | None = Field(None, description="also write metrics for node_exporter's textfile")
+
+    @field_validator("default_ttl", "max_total_ttl", "notice_before", "kill_grace", "idle_expiry", mode="before")
+    @classmethod
+    def _dur(cls, v: object) -> object:
+        return parse_duration(v) if isinstance(v, str) else v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != CONFIG_VERSION:
+            raise ValueError(f"config version {v} is not supported; this calque reads version {CONFIG_VERSION}")
+        return v
+
+
+def load_config(path: Path | None) -> SessionConfig:
+    """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
+    if path is None:
+        if not DEFAULT_CONFIG.exists():
+            return SessionConfig()
+        path = DEFAULT_CONFIG
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise UsageError(f"session config {path} does not exist; pass --config with an existing file") from exc
+    except yaml.YAMLError as exc:
+        raise UsageError(f"session config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"session config {path} must be a mapping of settings")
+    try:
+        return SessionConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(f"session config {path} is invalid: {exc}") from exc

@@ -1,0 +1,127 @@
+"""The slice inventory: every MIG device the GPU backend reports, plus the configured MPS slots.
+
+The session service only reads GPU state (``GpuReader``); laying slices out is the GPU layer's job.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from calque.errors import UsageError
+from calque.gpu.backend import GpuReader
+from calque.models import GpuDevice, GpuProcess
+from calque.models.session import Slice
+from calque.session.config import SessionConfig
+
+
+def load_reader(config: SessionConfig) -> GpuReader | None:
+    """The backend named in the config; None for ``none`` (MPS slots only, no process tracking)."""
+    if config.gpu_backend == "none":
+        return None
+    if config.gpu_backend == "sim":
+        if config.gpu_state is None:
+            raise UsageError("gpu_backend: sim needs gpu_state (the simulator's state directory or file)")
+        return _construct("sim", config.gpu_state)
+    return _construct("nvml", None)
+
+
+def _construct(kind: str, state: Path | None) -> GpuReader:
+    # The GPU layer owns its constructors; look them up by the names it exports.
+    candidates: dict[str, list[tuple[str, str]]] = {
+        "sim": [("calque.gpu.sim", "open_reader"), ("calque.gpu.sim", "SimBackend"), ("calque.gpu.sim", "SimGpu")],
+        "nvml": [("calque.gpu.nvml", "NvmlBackend"), ("calque.gpu.nvml", "open_reader")],
+    }
+    errors: list[str] = []
+    for mod_name, attr in candidates[kind]:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as exc:
+            errors.append(f"{mod_name}: {exc}")
+            continue
+        factory: Any = getattr(mod, attr, None)
+        if factory is None:
+            continue
+        reader = factory(state) if state is not None else factory()
+        if not isinstance(reader, GpuReader):
+            raise UsageError(f"{mod_name}.{attr} did not return a GPU reader")
+        return reader
+    raise UsageError(f"GPU backend {kind!r} is not available ({'; '.join(errors) or 'no constructor found'})")
+
+
+def mig_slices(reader: GpuReader) -> list[Slice]:
+    out = []
+    for d in reader.mig_devices():
+        out.append(
+            Slice(
+                id=d.uuid,
+                kind="mig",
+                gpu_index=d.gpu_index,
+                gpu_uuid=d.gpu_uuid,
+                profile=d.profile,
+                mig_uuid=d.uuid,
+                gpu_minor=d.gpu_minor,
+                gi_id=d.gi_id,
+                ci_id=d.ci_id,
+                memory_mib=d.memory_mib,
+            )
+        )
+    return sorted(out, key=lambda s: (s.gpu_index, s.gi_id or 0, s.ci_id or 0, s.id))
+
+
+def mps_slices(config: SessionConfig, gpus: list[GpuDevice]) -> list[Slice]:
+    by_index = {g.index: g for g in gpus}
+    out = []
+    for m in config.mps:
+        g = by_index.get(m.gpu)
+        if gpus and g is None:
+            raise UsageError(f"mps config names GPU {m.gpu}, but this host has GPUs {sorted(by_index)}")
+        pipe = m.pipe_directory or str(config.mps_pipe_root / f"gpu{m.gpu}")
+        for k in range(m.slots):
+            out.append(
+                Slice(
+                    id=f"mps-gpu{m.gpu}-slot{k}",
+                    kind="mps",
+                    gpu_index=m.gpu,
+                    gpu_uuid=g.uuid if g else f"GPU-index-{m.gpu}",
+                    profile="mps",
+                    slot=k,
+                    memory_mib=m.pinned_mem_limit_mib,
+                    active_thread_percentage=m.active_thread_percentage,
+                    pinned_mem_limit_mib=m.pinned_mem_limit_mib,
+                    pipe_directory=pipe,
+                )
+            )
+    return out
+
+
+def inventory(config: SessionConfig, reader: GpuReader | None) -> list[Slice]:
+    if reader is None:
+        return mps_slices(config, [])
+    return mig_slices(reader) + mps_slices(config, reader.gpus())
+
+
+def processes_on(reader: GpuReader | None, sl: Slice, uid: int | None = None) -> list[int]:
+    """Pids running on the slice (for MPS: on its GPU and owned by ``uid``), from the GPU backend."""
+    if reader is None:
+        return []
+    procs: list[GpuProcess] = reader.processes()
+    if sl.kind == "mig":
+        pids = [p.pid for p in procs if p.device_uuid == sl.mig_uuid]
+    else:
+        pids = [p.pid for p in procs if p.device_uuid == sl.gpu_uuid]
+    if uid is not None:
+        pids = [p for p in pids if owner_of(p) == uid]
+    return sorted(set(pids))
+
+
+def owner_of(pid: int) -> int | None:
+    """Real uid of a live process; None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -1,0 +1,110 @@
+"""The wire format: one JSON object per line each way, one request per connection.
+
+Requests are bounded in size and in time; anything else gets an error response (when the peer is
+still there) and the connection is closed. Nothing a client sends can stop the daemon.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from calque.models.session import (
+    SESSION_PROTOCOL_VERSION,
+    ErrorKind,
+    SessionErrorBody,
+    SessionRequest,
+    SessionResponse,
+)
+
+
+class RequestError(Exception):
+    """A request that cannot be served; ``kind`` goes back to the client."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, as the kernel knows it."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes:
+    """Read up to a newline within ``timeout`` seconds in total; raise RequestError otherwise."""
+    deadline = time.monotonic() + timeout
+    buf = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestError("protocol", f"request not complete within {timeout:g} s")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(65536, max_bytes + 1 - len(buf)))
+        except TimeoutError as exc:
+            raise RequestError("protocol", f"request not complete within {timeout:g} s") from exc
+        if not chunk:
+            raise RequestError("protocol", "connection closed before a complete request (no newline)")
+        buf += chunk
+        nl = buf.find(b"\n")
+        if nl >= 0:
+            if nl > max_bytes:
+                raise RequestError("protocol", f"request larger than {max_bytes} bytes")
+            return bytes(buf[:nl])
+        if len(buf) > max_bytes:
+            raise RequestError("protocol", f"request larger than {max_bytes} bytes")
+
+
+def parse_request(line: bytes) -> SessionRequest:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError("protocol", "request is not UTF-8") from exc
+    try:
+        req = SessionRequest.model_validate_json(text)
+    except ValidationError as exc:
+        # Tell a client from another version that the version is the problem, not the fields.
+        if '"version"' in text and f'"version": {SESSION_PROTOCOL_VERSION}' not in text:
+            probe = _version_of(text)
+            if probe is not None and probe != SESSION_PROTOCOL_VERSION:
+                raise RequestError(
+                    "protocol",
+                    f"protocol version {probe} is not supported; this daemon speaks {SESSION_PROTOCOL_VERSION}",
+                ) from exc
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        raise RequestError("protocol", f"bad request: {where}: {first['msg']}") from exc
+    if req.version != SESSION_PROTOCOL_VERSION:
+        raise RequestError(
+            "protocol",
+            f"protocol version {req.version} is not supported; this daemon speaks {SESSION_PROTOCOL_VERSION}",
+        )
+    return req
+
+
+def _version_of(text: str) -> int | None:
+    import json
+
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    v = obj.get("version") if isinstance(obj, dict) else None
+    return v if isinstance(v, int) else None
+
+
+def ok(result: Any) -> bytes:
+    return SessionResponse(ok=True, result=result).model_dump_json().encode() + b"\n"
+
+
+def error(kind: ErrorKind, message: str) -> bytes:
+    body = SessionErrorBody(kind=kind, message=message)
+    return SessionResponse(ok=False, error=body).model_dump_json().encode() + b"\n"

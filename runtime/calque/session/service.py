@@ -1,0 +1,391 @@
+"""The session service's core: what each request does, for a caller the kernel identified.
+
+The socket server (``daemon.py``) parses and authenticates; this module decides. It never calls AWS
+and never changes the GPU layout: it binds users to slices that already exist.
+"""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import pwd
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from calque.errors import CalqueError
+from calque.gpu.backend import GpuReader
+from calque.models.session import Session, Slice, SliceState
+from calque.session import isolation
+from calque.session.audit import AuditLog, read_events, usage_report
+from calque.session.config import Limits, SessionConfig, parse_duration
+from calque.session.inventory import inventory
+from calque.session.metrics import render
+from calque.session.protocol import RequestError
+from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
+
+log = logging.getLogger("calque.session")
+
+INVENTORY_MAX_AGE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    pid: int
+    uid: int
+    gid: int
+    user: str
+    admin: bool
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _groups_of(user: str, gid: int) -> set[str]:
+    names = set()
+    try:
+        gids = os.getgrouplist(user, gid)
+    except (KeyError, OSError):
+        gids = [gid]
+    for g in gids:
+        try:
+            names.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            continue
+    return names
+
+
+def _fmt_time(d: datetime) -> str:
+    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@dataclass
+class Service:
+    config: SessionConfig
+    registry: Registry
+    audit: AuditLog
+    reader: GpuReader | None
+    wake: Callable[[], None] = lambda: None
+    reclaim: Callable[[Held], None] = lambda h: None
+    counters: dict[str, int] = field(default_factory=dict)
+    _slices: list[Slice] = field(default_factory=list)
+    _slices_at: float = 0.0
+    _inv_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- who is calling ---------------------------------------------------------------------------
+
+    def caller(self, pid: int, uid: int, gid: int) -> Caller:
+        name = user_name(uid)
+        admin = uid == 0
+        ag = self.config.policy.admin_group
+        if not admin and ag:
+            admin = ag in _groups_of(name, gid)
+        return Caller(pid=pid, uid=uid, gid=gid, user=name, admin=admin)
+
+    def limits(self, c: Caller) -> Limits:
+        p = self.config.policy
+        if c.user in p.users:
+            own = p.users[c.user]
+        else:
+            groups = [p.groups[g] for g in sorted(_groups_of(c.user, c.gid)) if g in p.groups]
+            sessions = [g.max_sessions for g in groups if g.max_sessions is not None]
+            ttls = [g.max_ttl for g in groups if g.max_ttl is not None]
+            own = Limits(max_sessions=max(sessions) if sessions else None, max_ttl=max(ttls) if ttls else None)
+        max_sessions = own.max_sessions if own.max_sessions is not None else p.default.max_sessions
+        max_ttl = own.max_ttl if own.max_ttl is not None else p.default.max_ttl
+        if max_ttl is None or max_ttl > self.config.max_total_ttl:
+            max_ttl = self.config.max_total_ttl
+        return Limits(max_sessions=max_sessions, max_ttl=max_ttl)
+
+    # -- inventory --------------------------------------------------------------------------------
+
+    def slices(self, fresh: bool = False) -> list[Slice]:
+        with self._inv_lock:
+            now = time.monotonic()
+            if fresh or not self._slices_at or now - self._slices_at > INVENTORY_MAX_AGE_S:
+                try:
+                    self._slices = inventory(self.config, self.reader)
+                except CalqueError:
+                    raise
+                except Exception as exc:
+                    raise RequestError("internal", f"cannot read the GPU inventory: {exc}") from exc
+                self._slices_at = now
+            return list(self._slices)
+
+    def count(self, event: str) -> None:
+        self.counters[event] = self.counters.get(event, 0) + 1
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def handle(self, c: Caller, op: str, args: dict[str, Any]) -> Any:
+        fn = getattr(self, f"op_{op}", None)
+        if fn is None:
+            raise RequestError("usage", f"unknown operation {op!r}")
+        return fn(c, args)
+
+    def op_ping(self, c: Caller, args: dict[str, Any]) -> Any:
+        return {"pong": True}
+
+    def op_whoami(self, c: Caller, args: dict[str, Any]) -> Any:
+        return {"uid": c.uid, "gid": c.gid, "user": c.user, "admin": c.admin, "pid": c.pid}
+
+    def op_checkout(self, c: Caller, args: dict[str, Any]) -> Any:
+        mps = bool(args.get("mps", False))
+        profile = args.get("profile")
+        gpu = args.get("gpu")
+        if mps and profile:
+            raise RequestError("usage", "give either --mps or --profile, not both")
+        if mps and not args.get("consent"):
+            raise RequestError(
+                "refused",
+                "an MPS slot shares one GPU's memory and faults with other users; "
+                "pass --i-understand-shared-gpu-has-no-isolation to accept that",
+            )
+        lim = self.limits(c)
+        assert lim.max_ttl is not None
+        try:
+            raw_ttl = args.get("ttl")
+            ttl = parse_duration(raw_ttl if isinstance(raw_ttl, (str, int, float)) else self.config.default_ttl)
+        except CalqueError as exc:
+            raise RequestError("usage", str(exc)) from exc
+        if ttl <= 0:
+            raise RequestError("usage", "--ttl must be positive, e.g. 30m or 2h")
+        if ttl > lim.max_ttl:
+            raise RequestError("refused", f"--ttl {ttl:g} s is more than your limit of {lim.max_ttl:g} s; ask for less")
+        kind = "mps" if mps else "mig"
+        all_slices = self.slices()
+        cands = [s for s in all_slices if s.kind == kind]
+        if profile:
+            cands = [s for s in cands if s.profile == profile]
+        if gpu is not None:
+            cands = [s for s in cands if s.gpu_index == int(gpu)]
+        if not cands:
+            have = sorted({f"{s.profile} (gpu {s.gpu_index})" for s in all_slices if s.kind == kind})
+            raise RequestError(
+                "usage",
+                f"no {kind.upper()} slice on this host matches"
+                + (f" profile {profile}" if profile else "")
+                + (f" gpu {gpu}" if gpu is not None else "")
+                + (f"; this host has: {', '.join(have)}" if have else f"; this host has no {kind.upper()} slices"),
+            )
+        now = time.time()
+        sid = "s-" + secrets.token_hex(5)
+        expires = ts(now + ttl)
+        env_for = {s.id: isolation.environment(s, sid, expires) for s in cands}
+        request_id = args.get("request_id")
+        if request_id is not None and (not isinstance(request_id, str) or len(request_id) > 128):
+            raise RequestError("usage", "request_id must be a string of at most 128 characters")
+        try:
+            held, created = self.registry.checkout(
+                cands,
+                session_id=sid,
+                uid=c.uid,
+                gid=c.gid,
+                user=c.user,
+                now=now,
+                ttl=ttl,
+                max_sessions=lim.max_sessions,
+                request_id=request_id,
+                env_for=env_for,
+            )
+        except TooManySessions as exc:
+            raise RequestError(
+                "refused",
+                f"you hold {exc.live} session(s), your limit is {exc.limit}; check one in first "
+                "(`calque session status` lists them)",
+            ) from exc
+        except NoFreeSlice as exc:
+            busy = "; ".join(
+                f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {_fmt_time(h.session.expires_at)}"
+                for h in exc.busy
+            )
+            raise RequestError("busy", f"every matching slice is busy: {busy}; retry later or pass --wait") from exc
+        if created:
+            self._grant(held)
+            self.audit.record("checkout", held, pid=c.pid)
+            self.count("checkout")
+            self.wake()
+        return self._view(held).model_dump(mode="json")
+
+    def _grant(self, held: Held) -> None:
+        try:
+            for w in isolation.grant(self.config.host_root, held.slice, held.session.uid):
+                log.warning("%s", w)
+        except (OSError, ValueError) as exc:
+            # A session whose isolation failed must not stand: undo it and tell the caller.
+            self.registry.end(held.session.id, "vanished", time.time())
+            raise RequestError(
+                "internal",
+                f"cannot hand {held.slice.id} to you: capability nodes: {exc}; an admin must check the MIG setup",
+            ) from exc
+
+    def reassert(self, held: Held) -> None:
+        """Put the holder's node modes back if something (the driver, an admin) changed them."""
+        try:
+            isolation.grant(self.config.host_root, held.slice, held.session.uid)
+        except (OSError, ValueError) as exc:
+            log.error("cannot re-assert capability nodes of %s: %s", held.slice.id, exc)
+
+    def _view(self, held: Held) -> Session:
+        s = held.session.model_copy()
+        s.spot = self.config.spot
+        if self.config.spot:
+            s.warnings = [
+                "this host is a spot instance: an interruption ends every tenant's session without notice "
+                "beyond the 2-minute spot warning; save your work often"
+            ]
+        return s
+
+    def _own(self, c: Caller, args: dict[str, Any], verb: str) -> Held:
+        sid = args.get("id")
+        if sid is None:
+            mine = self.registry.live(c.uid)
+            if len(mine) == 1:
+                return mine[0]
+            if not mine:
+                raise RequestError("not_found", "you hold no session")
+            raise RequestError(
+                "usage", f"you hold {len(mine)} sessions ({', '.join(h.session.id for h in mine)}); name one to {verb}"
+            )
+        if not isinstance(sid, str):
+            raise RequestError("usage", "session id must be a string")
+        held = self.registry.get(sid)
+        if held is None or held.session.ended_at is not None:
+            raise RequestError("not_found", f"no live session {sid}; `calque session status` lists yours")
+        if held.session.uid != c.uid:
+            raise RequestError("forbidden", f"session {sid} is not yours; you can only {verb} your own sessions")
+        return held
+
+    def end(self, held: Held, reason: str, event: str, by_uid: int) -> Held | None:
+        ended = self.registry.end(held.session.id, reason, time.time())  # type: ignore[arg-type]
+        if ended is None:
+            return None
+        try:
+            isolation.revoke(self.config.host_root, ended.slice)
+        except (OSError, ValueError) as exc:
+            log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
+        self.audit.record(event, ended, by_uid=by_uid, reason=reason)
+        self.count(event)
+        self.wake()
+        return ended
+
+    def op_checkin(self, c: Caller, args: dict[str, Any]) -> Any:
+        held = self._own(c, args, "check in")
+        ended = self.end(held, "checkin", "checkin", c.uid)
+        if ended is None:
+            raise RequestError("not_found", f"session {held.session.id} already ended")
+        self.reclaim(ended)
+        return ended.session.model_dump(mode="json")
+
+    def op_extend(self, c: Caller, args: dict[str, Any]) -> Any:
+        held = self._own(c, args, "extend")
+        try:
+            by = parse_duration(args.get("by", ""))
+        except CalqueError as exc:
+            raise RequestError("usage", str(exc)) from exc
+        if by <= 0:
+            raise RequestError("usage", "--by must be positive, e.g. 30m")
+        lim = self.limits(c)
+        assert lim.max_ttl is not None
+        new = held.expires + by
+        cap = held.created + lim.max_ttl
+        if new > cap + 1e-6:
+            room = max(0.0, cap - held.expires)
+            raise RequestError(
+                "refused",
+                f"a session may last at most {lim.max_ttl:g} s in total; you can extend {held.session.id} "
+                f"by at most {room:.0f} s more",
+            )
+        ext = self.registry.extend(held.session.id, new)
+        if ext is None:
+            raise RequestError("not_found", f"session {held.session.id} already ended")
+        self.audit.record("extend", ext, by_seconds=by)
+        self.count("extend")
+        self.wake()
+        return self._view(ext).model_dump(mode="json")
+
+    def op_status(self, c: Caller, args: dict[str, Any]) -> Any:
+        return [self._view(h).model_dump(mode="json") for h in self.registry.live(c.uid)]
+
+    def op_list(self, c: Caller, args: dict[str, Any]) -> Any:
+        live = {h.session.slice_id: h for h in self.registry.live()}
+        out = []
+        for sl in self.slices():
+            h = live.get(sl.id)
+            st = SliceState(slice=sl, busy=h is not None, busy_until=h.session.expires_at if h else None)
+            if h is not None and (c.admin or h.session.uid == c.uid):
+                st.holder, st.holder_uid, st.session_id = h.session.user, h.session.uid, h.session.id
+            out.append(st.model_dump(mode="json"))
+        return out
+
+    def op_release(self, c: Caller, args: dict[str, Any]) -> Any:
+        if not c.admin:
+            ag = self.config.policy.admin_group
+            raise RequestError(
+                "forbidden", "only root" + (f" or members of {ag}" if ag else "") + " may force-release a session"
+            )
+        if not args.get("force"):
+            raise RequestError("usage", "release ends another user's session; pass --force")
+        sid = args.get("id")
+        held = self.registry.get(sid) if isinstance(sid, str) else None
+        if held is None or held.session.ended_at is not None:
+            raise RequestError("not_found", f"no live session {sid}")
+        ended = self.end(held, "released", "release", c.uid)
+        if ended is None:
+            raise RequestError("not_found", f"session {sid} already ended")
+        self.reclaim(ended)
+        return ended.session.model_dump(mode="json")
+
+    def op_report(self, c: Caller, args: dict[str, Any]) -> Any:
+        try:
+            since_s = parse_duration(args.get("since", "7d"))
+        except CalqueError as exc:
+            raise RequestError("usage", str(exc)) from exc
+        until = datetime.now(timezone.utc)
+        since = ts(until.timestamp() - since_s)
+        events = read_events(self.config.audit_log)
+        return usage_report(events, since, until, None if c.admin else c.uid).model_dump(mode="json")
+
+    def op_metrics(self, c: Caller, args: dict[str, Any]) -> Any:
+        return self.metrics_text()
+
+    def metrics_text(self) -> str:
+        try:
+            slices = self.slices()
+        except RequestError:
+            slices = []
+        return render(slices, self.registry.live(), dict(self.counters))
+
+    # -- start-up ---------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """After a (re)start: holders keep their nodes, free slices go back to root, vanished slices end."""
+        slices = {s.id: s for s in self.slices(fresh=True)}
+        live = self.registry.live()
+        held_ids = set()
+        for h in live:
+            if h.session.slice_id not in slices:
+                log.warning("slice %s of session %s is gone from the GPU; ending it", h.session.slice_id, h.session.id)
+                self.end(h, "vanished", "vanished", 0)
+                continue
+            held_ids.add(h.session.slice_id)
+            try:
+                isolation.grant(self.config.host_root, h.slice, h.session.uid)
+            except (OSError, ValueError) as exc:
+                log.error("cannot re-grant %s to uid %d: %s", h.slice.id, h.session.uid, exc)
+        for sid, sl in slices.items():
+            if sid in held_ids:
+                continue
+            try:
+                isolation.revoke(self.config.host_root, sl)
+            except (OSError, ValueError) as exc:
+                log.error("cannot secure capability nodes of %s: %s", sid, exc)
