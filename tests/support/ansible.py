@@ -58,7 +58,6 @@ def run_playbook(
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": f"{COLLECTIONS}",
         "ANSIBLE_STDOUT_CALLBACK": "json",
-        "ANSIBLE_CALLBACKS_ENABLED": "",
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
         "ANSIBLE_HOME": str(tmp_path / ".ansible"),
