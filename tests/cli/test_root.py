@@ -1,0 +1,99 @@
+"""The ``calque`` root: help, version, exit codes, and a help text and docs entry for every command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+import tomllib
+from calque import __version__
+from calque.cli.main import cli, run
+from calque.errors import EXIT_CODES, CalqueError, InfrastructureError, PartialFailure, RefusedError, UsageError
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_DOCS = REPO / "docs" / "cli.md"
+
+
+def _commands(cmd: click.Command, path: list[str]) -> Iterator[tuple[str, click.Command]]:
+    yield " ".join(path), cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            yield from _commands(sub, [*path, name])
+
+
+ALL_COMMANDS = list(_commands(cli, ["calque"]))
+
+
+def test_help_lists_the_verb_groups_and_the_exit_codes() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for verb in ("pool", "session", "gpu", "ramp"):
+        assert verb in result.output
+    assert "Exit codes" in result.output
+    assert run(["-h"]) == 0
+
+
+def test_version_is_the_package_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert result.output.strip() == f"calque, version {__version__}"
+    assert __version__ == pyproject
+
+
+def test_installed_command_prints_version() -> None:
+    exe = Path(sys.executable).parent / "calque"
+    proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert __version__ in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(UsageError, 2), (InfrastructureError, 3), (RefusedError, 4), (PartialFailure, 1), (CalqueError, 1)],
+)
+def test_each_error_class_becomes_its_documented_exit_code(
+    error: type[CalqueError], code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @click.command("boom")
+    def boom() -> None:
+        raise error("what went wrong; what to change")
+
+    cli.add_command(boom)
+    try:
+        assert run(["boom"]) == code
+    finally:
+        cli.commands.pop("boom")
+    err = capsys.readouterr().err
+    assert err.strip() == "calque: error: what went wrong; what to change"
+    assert code in EXIT_CODES
+
+
+def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--no-such-flag"]) == 2
+    assert "no-such-flag" in capsys.readouterr().err
+    assert run(["no-such-command"]) == 2
+
+
+@pytest.mark.parametrize(("name", "command"), ALL_COMMANDS, ids=[n for n, _ in ALL_COMMANDS])
+def test_every_command_has_help_and_a_docs_entry(name: str, command: click.Command) -> None:
+    assert (command.help or "").strip(), f"{name} has no help text: give it a docstring"
+    assert f"`{name}`" in CLI_DOCS.read_text(), f"{name} is missing from docs/cli.md: run scripts/gen-cli-docs"
+    args = [*name.split()[1:], "--help"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_cli_docs_are_current() -> None:
+    env = {**os.environ, "CALQUE_VENV_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "gen-cli-docs"), "--check"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr + " (run scripts/gen-cli-docs and commit docs/cli.md)"
