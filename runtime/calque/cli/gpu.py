@@ -6,7 +6,11 @@ import click
 
 from calque.cli.options import json_option
 from calque.cli.output import emit, table
+from calque.errors import PartialFailure
 from calque.gpu.catalog import Catalog, load_catalog
+from calque.gpu.nvml import NvmlBackend
+from calque.gpu.verify import VerifyReport
+from calque.gpu.verify import verify as verify_host
 
 
 @click.group()
@@ -73,3 +77,48 @@ def catalog(card: str | None, as_json: bool) -> None:
             }
         )
     emit(cat, as_json, _render_catalog)
+
+
+def _render_verify(r: VerifyReport) -> str:
+    lines = [f"driver {r.driver_version}"]
+    for g in r.gpus:
+        mig = "MIG on" if g.mig_current else "MIG off"
+        lines.append(
+            f"GPU {g.index}: {g.name} ({g.card or 'not in catalog'}, {g.memory_mib} MiB, {mig}, "
+            f"{g.profiles_checked} profiles compared)"
+        )
+        lines += [f"  note: {n}" for n in g.notes]
+    if r.differences:
+        lines.append("")
+        lines.append(
+            table(
+                ["gpu", "card", "profile", "field", "catalog", "driver", "catalog marked uncertain"],
+                [
+                    [d.gpu_index, d.card, d.profile or "-", d.field, d.catalog, d.driver, "yes" if d.uncertain else ""]
+                    for d in r.differences
+                ],
+            )
+        )
+    lines.append("")
+    lines.append(
+        f"{len(r.differences)} difference(s) between the catalog and the cards"
+        if r.differences
+        else "the catalog matches every card"
+    )
+    return "\n".join(lines)
+
+
+@gpu.command()
+@click.option("--strict", is_flag=True, help="Exit 1 when any difference is found.")
+@json_option
+def verify(strict: bool, as_json: bool) -> None:
+    """Compare the catalog with what NVML reports on this host's cards (read-only).
+
+    Needs the NVIDIA driver; exits 3 when there is none. Only reads: names, memory, MIG mode,
+    GPU-instance profiles and their possible placements (profiles only while MIG mode is on).
+    """
+    with NvmlBackend() as backend:
+        report = verify_host(backend)
+    emit(report, as_json, _render_verify)
+    if strict and report.differences:
+        raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
