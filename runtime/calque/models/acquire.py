@@ -7,9 +7,14 @@ package data file ``data/ec2-rates.yaml`` through ``calque.aws.pricing``.
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from calque.models.base import CalqueModel
+from calque.models.pool import SCHEMA_VERSION
 
 
 class InstanceRate(CalqueModel):
@@ -33,3 +38,175 @@ class RatesTable(CalqueModel):
     currency: str = "USD"
     sources: dict[str, str] = Field(default_factory=dict)
     types: dict[str, InstanceRate]
+
+
+# --- cohorts ------------------------------------------------------------------------------------
+
+Market = Literal["on-demand", "spot", "spot-then-on-demand"]
+Lifecycle = Literal["on-demand", "spot"]
+VolumeType = Literal["gp3", "gp2", "io1", "io2"]
+
+COHORT_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_TTL_S = 14 * 86400
+
+
+def parse_duration(value: int | float | str, *, what: str = "duration") -> int:
+    """Seconds from ``3600``, ``"90m"``, ``"3h"`` or ``"2d"``; ValueError saying what to write otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a number of seconds or a string like 90m, 3h, 1d")
+    if isinstance(value, (int, float)):
+        return int(value)
+    parts = [_DURATION_RE.match(p) for p in str(value).split()] if str(value).strip() else [None]
+    if not all(parts):
+        raise ValueError(f"{what} {value!r} is not a duration: write seconds or e.g. 90m, 3h, 1d, '1h 30m'")
+    return sum(int(m.group(1)) * _DURATION_UNITS[m.group(2)] for m in parts if m)
+
+
+class RootVolume(CalqueModel):
+    """The instance's root EBS volume: always encrypted, deleted with the instance."""
+
+    size_gib: int = Field(100, ge=8, le=16384, description="size in GiB (8..16384)")
+    type: VolumeType = "gp3"
+    kms_key_id: str | None = Field(None, description="KMS key for encryption; None uses the account's EBS default key")
+
+
+class CohortSpec(CalqueModel):
+    """What a caller asks the Acquirer for: a named cohort of ``count`` instances."""
+
+    version: int = SCHEMA_VERSION
+    name: str = Field(pattern=COHORT_NAME_RE, description="cohort name, the value of the calque:cohort tag")
+    count: int = Field(ge=0, le=1000, description="instances the cohort should have")
+    min_viable: int | None = Field(None, ge=0, description="fewest instances that count as success (default: count)")
+    instance_types: list[str] = Field(min_length=1, description="instance types in order of preference")
+    subnets: list[str] = Field(default_factory=list, description="subnet ids (one per AZ) in order of preference")
+    market: Market = "on-demand"
+    spot_max_price: float | None = Field(None, gt=0, description="$/hour cap for spot; None caps at on-demand")
+    ami: str | None = Field(None, description="AMI id; or use ami_ssm_parameter")
+    ami_ssm_parameter: str | None = Field(None, description="SSM parameter naming the AMI id")
+    root_volume: RootVolume = Field(default_factory=RootVolume)
+    instance_profile: str | None = Field(None, description="IAM instance profile name or ARN")
+    security_groups: list[str] = Field(default_factory=list, description="security group ids")
+    key_name: str | None = None
+    user_data: str | None = Field(None, description="extra user-data, run after calque's TTL part")
+    ttl_seconds: int = Field(3 * 3600, ge=60, le=MAX_TTL_S, description="hard lifetime; the instance powers off")
+    tags: dict[str, str] = Field(default_factory=dict)
+    pool: str | None = Field(None, description="value of the calque:pool tag")
+    owner: str | None = Field(None, description="value of the calque:owner tag (default: the local user)")
+    max_hourly_usd: float | None = Field(None, ge=0, description="refuse a cohort dearer than this per hour")
+    cleanup_on_failure: bool = Field(True, description="terminate what this attempt launched when it fails")
+    wait: bool = True
+    wait_timeout_s: int = Field(600, ge=1, le=3600)
+
+    @field_validator("ttl_seconds", mode="before")
+    @classmethod
+    def _ttl(cls, v: Any) -> int:
+        return parse_duration(v, what="ttl")
+
+    @field_validator("instance_types")
+    @classmethod
+    def _types(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("instance_types lists a type twice; list each once, in order of preference")
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(k for k in v if k.startswith("calque:"))
+        if reserved:
+            raise ValueError(f"tags {reserved} use the reserved calque: prefix; calque sets those itself")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CohortSpec:
+        if self.min_viable is not None and self.min_viable > self.count:
+            raise ValueError(
+                f"min_viable ({self.min_viable}) is more than count ({self.count}); set min_viable <= count"
+            )
+        if self.ami and self.ami_ssm_parameter:
+            raise ValueError("give ami or ami_ssm_parameter, not both")
+        if self.market == "on-demand" and self.spot_max_price is not None:
+            raise ValueError("spot_max_price applies to spot markets only; remove it or set market to spot")
+        return self
+
+    @property
+    def viable(self) -> int:
+        return self.count if self.min_viable is None else self.min_viable
+
+
+class CohortInstance(CalqueModel):
+    """One instance of a cohort as EC2 describes it."""
+
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    subnet_id: str | None = None
+    private_ip: str | None = None
+    public_ip: str | None = None
+    lifecycle: Lifecycle = "on-demand"
+    state: str
+    launch_time: datetime
+    expires_at: datetime | None = None
+
+
+class LaunchAttempt(CalqueModel):
+    """One RunInstances call of a capacity sweep and what came of it."""
+
+    instance_type: str
+    subnet_id: str | None
+    market: Lifecycle
+    requested: int
+    launched: int
+    error_code: str | None = None
+    error: str | None = None
+
+
+class SpendArithmetic(CalqueModel):
+    """How the spend gate priced a cohort (the dearest candidate type, at the on-demand rate)."""
+
+    count: int
+    instance_type: str
+    usd_per_hour: float
+    hourly_usd: float
+    max_hourly_usd: float | None = None
+
+    def sentence(self) -> str:
+        text = f"{self.count} x {self.instance_type} at ${self.usd_per_hour:.4f}/h = ${self.hourly_usd:.2f}/h"
+        if self.max_hourly_usd is not None:
+            op = ">" if self.hourly_usd > self.max_hourly_usd + 1e-9 else "<="
+            text += f" {op} max_hourly_usd ${self.max_hourly_usd:.2f}/h"
+        return text
+
+
+class CohortPlan(CalqueModel):
+    """What acquiring a spec would do, before doing it (Ansible's check mode)."""
+
+    version: int = SCHEMA_VERSION
+    name: str
+    current: int
+    target: int
+    launch: int = Field(ge=0, description="instances to launch")
+    terminate: list[str] = Field(default_factory=list, description="instance ids to terminate, newest first")
+    spend: SpendArithmetic
+
+    @property
+    def changes(self) -> bool:
+        return self.launch > 0 or bool(self.terminate)
+
+
+class CohortResult(CalqueModel):
+    """What a cohort is after an acquire or a release, and what the call changed."""
+
+    version: int = SCHEMA_VERSION
+    name: str
+    changed: bool
+    instances: list[CohortInstance]
+    launched: list[str] = Field(default_factory=list)
+    terminated: list[str] = Field(default_factory=list)
+    requested: int = 0
+    shortfall: int = Field(0, ge=0, description="instances short of the requested count")
+    hourly_usd: float = Field(0.0, description="on-demand $/h of the instances now in the cohort")
+    attempts: list[LaunchAttempt] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
