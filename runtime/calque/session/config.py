@@ -79,9 +79,13 @@ class SessionConfig(CalqueModel):
     socket: Path = DEFAULT_SOCKET
     db: Path = Path("/var/lib/calque/sessions.db")
     audit_log: Path = Path("/var/log/calque/session-audit.jsonl")
-    host_root: Path = Field(Path("/"), description="where /proc/driver/nvidia and /dev/nvidia-caps live")
-    gpu_backend: Literal["nvml", "sim", "none"] = "nvml"
-    gpu_state: Path | None = Field(None, description="simulator state (gpu_backend: sim)")
+    host_root: Path | None = Field(
+        None, description="where /proc/driver/nvidia and /dev/nvidia-caps live (default: /, or the simulator's root)"
+    )
+    gpu_backend: Literal["host", "nvml", "sim", "none"] = Field(
+        "host", description="host: the GPU layer's host configuration (/etc/calque/host.yaml); none: MPS slots only"
+    )
+    gpu_state: Path | None = Field(None, description="simulator state file (gpu_backend: sim)")
     mps: list[MpsGpu] = Field(default_factory=list)
     mps_pipe_root: Path = Path("/run/calque/mps")
     default_ttl: float = 3600

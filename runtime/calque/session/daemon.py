@@ -20,7 +20,7 @@ from types import FrameType
 from calque.session.audit import AuditLog
 from calque.session.config import SessionConfig
 from calque.session.enforcer import Enforcer
-from calque.session.inventory import load_reader
+from calque.session.inventory import host_root, load_reader
 from calque.session.metrics import serve_http, write_textfile
 from calque.session.protocol import RequestError, error, ok, parse_request, peer_credentials, read_line
 from calque.session.registry import Registry
@@ -84,7 +84,13 @@ class Daemon:
         self.registry = Registry(config.db)
         self.audit = AuditLog(config.audit_log)
         self.reader = load_reader(config)
-        self.service = Service(config=config, registry=self.registry, audit=self.audit, reader=self.reader)
+        self.service = Service(
+            config=config,
+            registry=self.registry,
+            audit=self.audit,
+            reader=self.reader,
+            host_root=host_root(config, self.reader),
+        )
         self.enforcer = Enforcer(self.service)
         self.service.wake = self.enforcer.wake
         self.service.reclaim = self.enforcer.reclaim_after_end

@@ -5,9 +5,7 @@ The session service only reads GPU state (``GpuReader``); laying slices out is t
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any
 
 from calque.errors import UsageError
 from calque.gpu.backend import GpuReader
@@ -17,37 +15,26 @@ from calque.session.config import SessionConfig
 
 
 def load_reader(config: SessionConfig) -> GpuReader | None:
-    """The backend named in the config; None for ``none`` (MPS slots only, no process tracking)."""
+    """The backend the config names; None for ``none`` (MPS slots only, no process tracking)."""
     if config.gpu_backend == "none":
         return None
     if config.gpu_backend == "sim":
         if config.gpu_state is None:
-            raise UsageError("gpu_backend: sim needs gpu_state (the simulator's state directory or file)")
-        return _construct("sim", config.gpu_state)
-    return _construct("nvml", None)
+            raise UsageError("gpu_backend: sim needs gpu_state (the simulator's state file)")
+        from calque.gpu.sim import SimGpu
+
+        return SimGpu(config.gpu_state)
+    from calque.gpu.hostconfig import GpuHostConfig, open_backend
+
+    return open_backend(GpuHostConfig(backend="nvml") if config.gpu_backend == "nvml" else None)
 
 
-def _construct(kind: str, state: Path | None) -> GpuReader:
-    # The GPU layer owns its constructors; look them up by the names it exports.
-    candidates: dict[str, list[tuple[str, str]]] = {
-        "sim": [("calque.gpu.sim", "open_reader"), ("calque.gpu.sim", "SimBackend"), ("calque.gpu.sim", "SimGpu")],
-        "nvml": [("calque.gpu.nvml", "NvmlBackend"), ("calque.gpu.nvml", "open_reader")],
-    }
-    errors: list[str] = []
-    for mod_name, attr in candidates[kind]:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as exc:
-            errors.append(f"{mod_name}: {exc}")
-            continue
-        factory: Any = getattr(mod, attr, None)
-        if factory is None:
-            continue
-        reader = factory(state) if state is not None else factory()
-        if not isinstance(reader, GpuReader):
-            raise UsageError(f"{mod_name}.{attr} did not return a GPU reader")
-        return reader
-    raise UsageError(f"GPU backend {kind!r} is not available ({'; '.join(errors) or 'no constructor found'})")
+def host_root(config: SessionConfig, reader: GpuReader | None) -> Path:
+    """Where the capability files live: the config's ``host_root``, else the simulator's root, else /."""
+    if config.host_root is not None:
+        return config.host_root
+    root = getattr(reader, "root", None)
+    return Path(root) if isinstance(root, (str, Path)) else Path("/")
 
 
 def mig_slices(reader: GpuReader) -> list[Slice]:

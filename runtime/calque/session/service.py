@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from calque.errors import CalqueError
@@ -74,6 +75,7 @@ class Service:
     registry: Registry
     audit: AuditLog
     reader: GpuReader | None
+    host_root: Path = Path("/")
     wake: Callable[[], None] = lambda: None
     reclaim: Callable[[Held], None] = lambda h: None
     counters: dict[str, int] = field(default_factory=dict)
@@ -218,7 +220,7 @@ class Service:
 
     def _grant(self, held: Held) -> None:
         try:
-            for w in isolation.grant(self.config.host_root, held.slice, held.session.uid):
+            for w in isolation.grant(self.host_root, held.slice, held.session.uid):
                 log.warning("%s", w)
         except (OSError, ValueError) as exc:
             # A session whose isolation failed must not stand: undo it and tell the caller.
@@ -231,7 +233,7 @@ class Service:
     def reassert(self, held: Held) -> None:
         """Put the holder's node modes back if something (the driver, an admin) changed them."""
         try:
-            isolation.grant(self.config.host_root, held.slice, held.session.uid)
+            isolation.grant(self.host_root, held.slice, held.session.uid)
         except (OSError, ValueError) as exc:
             log.error("cannot re-assert capability nodes of %s: %s", held.slice.id, exc)
 
@@ -270,7 +272,7 @@ class Service:
         if ended is None:
             return None
         try:
-            isolation.revoke(self.config.host_root, ended.slice)
+            isolation.revoke(self.host_root, ended.slice)
         except (OSError, ValueError) as exc:
             log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
         self.audit.record(event, ended, by_uid=by_uid, reason=reason)
@@ -379,13 +381,13 @@ class Service:
                 continue
             held_ids.add(h.session.slice_id)
             try:
-                isolation.grant(self.config.host_root, h.slice, h.session.uid)
+                isolation.grant(self.host_root, h.slice, h.session.uid)
             except (OSError, ValueError) as exc:
                 log.error("cannot re-grant %s to uid %d: %s", h.slice.id, h.session.uid, exc)
         for sid, sl in slices.items():
             if sid in held_ids:
                 continue
             try:
-                isolation.revoke(self.config.host_root, sl)
+                isolation.revoke(self.host_root, sl)
             except (OSError, ValueError) as exc:
                 log.error("cannot secure capability nodes of %s: %s", sid, exc)

@@ -1,0 +1,238 @@
+"""Fixtures of the session tests: real Unix users, a real daemon process, a simulated GPU host.
+
+Everything lives in a directory under /tmp that other users can traverse (pytest's own tmp_path is
+0700), because clients run as the test users. Users and groups are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from calque.gpu.sim import SimGpu
+from calque.models import MigDevice
+from calque.session.client import SessionClient
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_PY = REPO / ".venv/bin/python"
+SITE = next((REPO / ".venv/lib").glob("python3*/site-packages"))
+CLI = "import sys; sys.argv[0] = 'calque'; from calque.cli.main import main; main()"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="session tests create Unix users: run as root")
+
+
+@dataclass
+class User:
+    name: str
+    uid: int
+    gid: int
+
+
+@dataclass
+class Host:
+    """A temporary host: simulated GPUs, a config, a daemon, and helpers to act as users."""
+
+    dir: Path
+    sim: SimGpu
+    migs: list[MigDevice]
+    python: list[str]
+    env: dict[str, str]
+    config: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "session.sock"
+
+    @property
+    def audit(self) -> Path:
+        return self.dir / "audit.jsonl"
+
+    def client(self, **kw: Any) -> SessionClient:
+        return SessionClient(self.socket, **kw)
+
+    def write_config(self, **overrides: Any) -> Path:
+        cfg: dict[str, Any] = {
+            "version": 1,
+            "socket": str(self.socket),
+            "db": str(self.dir / "state/sessions.db"),
+            "audit_log": str(self.audit),
+            "gpu_backend": "sim",
+            "gpu_state": str(self.sim.state_path),
+            "mps_pipe_root": str(self.dir / "mps"),
+            "request_timeout": 1.0,
+            "notice_before": 60,
+            "kill_grace": 0.5,
+            "policy": {"default": {"max_sessions": 100, "max_ttl": "8h"}},
+        }
+        cfg.update(self.config)
+        cfg.update(overrides)
+        path = self.dir / "session.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def start(self, **overrides: Any) -> None:
+        path = self.write_config(**overrides)
+        log = (self.dir / "daemon.log").open("ab")
+        self.proc = subprocess.Popen(
+            [str(VENV_PY), "-c", CLI, "session", "serve", "--config", str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited: {(self.dir / 'daemon.log').read_text()[-3000:]}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(self.socket))
+                    s.sendall(b'{"version": 1, "op": "ping"}\n')
+                    if b'"ok":true' in s.recv(4096):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("daemon did not answer within 30 s")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def cli(
+        self, user: User | None, *args: str, check: bool = False, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """``calque ARGS`` as ``user`` (root when None), against this host's socket."""
+        env = {**self.env, "CALQUE_SESSION_SOCKET": str(self.socket)}
+        cmd = [*self.python, "-c", CLI, *args]
+        return self.run_as(user, cmd, env=env, check=check, timeout=timeout)
+
+    def run_as(
+        self,
+        user: User | None,
+        cmd: list[str],
+        env: dict[str, str] | None = None,
+        check: bool = False,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        full = as_user(user, cmd)
+        res = subprocess.run(full, env=env or self.env, capture_output=True, text=True, timeout=timeout, cwd=self.dir)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{cmd} as {user} exited {res.returncode}: {res.stderr}")
+        return res
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        if not self.audit.exists():
+            return []
+        return [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+
+
+def as_user(user: User | None, cmd: list[str]) -> list[str]:
+    if user is None:
+        return cmd
+    return ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--init-groups", "--", *cmd]
+
+
+@pytest.fixture
+def make_user() -> Iterator[Callable[..., User]]:
+    made: list[str] = []
+    groups: list[str] = []
+
+    def make(groups_: list[str] | None = None) -> User:
+        name = "cq" + secrets.token_hex(4)
+        for g in groups_ or []:
+            if g not in groups:
+                subprocess.run(["groupadd", g], check=True, capture_output=True)
+                groups.append(g)
+        cmd = ["useradd", "--no-create-home", "--shell", "/bin/bash", "--user-group"]
+        if groups_:
+            cmd += ["--groups", ",".join(groups_)]
+        subprocess.run([*cmd, name], check=True, capture_output=True)
+        made.append(name)
+        pw = pwd.getpwnam(name)
+        return User(name, pw.pw_uid, pw.pw_gid)
+
+    yield make
+    for name in made:
+        subprocess.run(["userdel", name], capture_output=True)
+    for g in groups:
+        subprocess.run(["groupdel", g], capture_output=True)
+
+
+def _user_python(probe: User | None) -> tuple[list[str], dict[str, str]]:
+    """The venv's python when other users can run it; else the system python with the venv's packages.
+
+    On this machine the venv's base interpreter lives under /root (mode 0700), so other users cannot
+    execute it; the same-minor system python with PYTHONPATH reaches the same code and packages.
+    """
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+    if probe is not None:
+        # Through a shell: a shell's exec is how users will run it (setpriv's own exec behaves differently here).
+        probe_cmd = ["/bin/sh", "-c", f"exec {VENV_PY} -c 'import calque'"]
+        ok = subprocess.run(as_user(probe, probe_cmd), capture_output=True).returncode == 0
+        if ok:
+            return [str(VENV_PY)], env
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    sys_py = shutil.which(ver, path="/usr/bin:/usr/local/bin")
+    if sys_py is None:
+        pytest.skip(f"no {ver} that other users can run (the venv's interpreter is unreachable to them)")
+    env["PYTHONPATH"] = f"{REPO / 'runtime'}:{SITE}"
+    return [sys_py], env
+
+
+@pytest.fixture
+def host(make_user: Callable[..., User]) -> Iterator[Host]:
+    """An A100-40GB host with 7 x 1g.5gb MIG slices plus an L4 with MPS slots; daemon not started."""
+    d = Path(tempfile.mkdtemp(prefix="calque-session-", dir="/tmp"))
+    d.chmod(0o755)
+    sim = SimGpu.create(d / "gpus.json", ["A100-40GB", "L4-24GB"], mig=True, root=d / "root")
+    migs = sim.create_instances(0, ["1g.5gb"] * 7)
+    for p in [d / "root", *(d / "root").rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o755)
+    probe = make_user()
+    python, env = _user_python(probe)
+    h = Host(dir=d, sim=sim, migs=migs, python=python, env=env)
+    h.config["mps"] = [{"gpu": 1, "slots": 2, "active_thread_percentage": 50, "pinned_mem_limit_mib": 8192}]
+    try:
+        yield h
+    finally:
+        h.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(every)
+    return pred()

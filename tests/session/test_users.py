@@ -1,0 +1,160 @@
+"""Real users against a real daemon: who may do what to whose session, and who can reach the slice."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import Host, User
+
+pytestmark = pytest.mark.slow
+
+
+def _nodes(host: Host, uuid: str) -> list[Path]:
+    mig = next(m for m in host.migs if m.uuid == uuid)
+    return [Path(p) for p in host.sim.capability_devices(mig)]
+
+
+def _can_read(host: Host, user: User, path: Path) -> bool:
+    return host.run_as(user, ["/usr/bin/test", "-r", str(path)]).returncode == 0
+
+
+def test_other_user_cannot_touch_a_session_and_admin_can_release(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    admin = make_user(["cqadm" + alice.name[2:6]])
+    host.start(policy={"admin_group": "cqadm" + alice.name[2:6], "default": {"max_sessions": 2, "max_ttl": "4h"}})
+
+    out = host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "1h", "--json", check=True)
+    s = json.loads(out.stdout)
+    assert s["user"] == alice.name and s["uid"] == alice.uid
+    assert s["env"]["CUDA_VISIBLE_DEVICES"] == s["slice_id"] and s["slice_id"].startswith("MIG-")
+    assert s["slice_id"] in {m.uuid for m in host.migs}
+
+    # Bob can neither end, extend, release nor read Alice's session.
+    for args in (["checkin", s["id"]], ["extend", s["id"], "--by", "10m"], ["release", s["id"], "--force"]):
+        res = host.cli(bob, "session", *args)
+        assert res.returncode == 4, (args, res.stdout, res.stderr)
+    bob_status = json.loads(host.cli(bob, "session", "status", "--json", check=True).stdout)
+    assert bob_status == []
+    bob_list = json.loads(host.cli(bob, "session", "list", "--json", check=True).stdout)
+    row = next(r for r in bob_list if r["slice"]["id"] == s["slice_id"])
+    assert row["busy"] and row["holder"] is None and row["session_id"] is None
+    assert s["id"] not in json.dumps(bob_list)
+
+    # The slice's capability nodes: Alice only.
+    nodes = _nodes(host, s["slice_id"])
+    assert len(nodes) == 2
+    for n in nodes:
+        st = n.stat()
+        assert st.st_uid == alice.uid and stat.S_IMODE(st.st_mode) == 0o400
+        assert _can_read(host, alice, n)
+        assert not _can_read(host, bob, n)
+    # A free slice's nodes are root's alone.
+    free = next(m for m in host.migs if m.uuid != s["slice_id"])
+    for n in _nodes(host, free.uuid):
+        assert not _can_read(host, alice, n) and not _can_read(host, bob, n)
+
+    # The admin sees holders and force-releases; the nodes go back to root.
+    admin_list = json.loads(host.cli(admin, "session", "list", "--json", check=True).stdout)
+    assert next(r for r in admin_list if r["slice"]["id"] == s["slice_id"])["holder"] == alice.name
+    res = host.cli(admin, "session", "release", s["id"], "--force", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["end_reason"] == "released"
+    for n in nodes:
+        assert n.stat().st_uid == 0 and stat.S_IMODE(n.stat().st_mode) == 0o400
+        assert not _can_read(host, alice, n)
+    assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
+    events = [(e["event"], e["uid"], e["by_uid"]) for e in host.audit_events()]
+    assert ("checkout", alice.uid, alice.uid) in events and ("release", alice.uid, admin.uid) in events
+
+
+def test_checkin_returns_nodes_to_root_and_slice_to_pool(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start()
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    nodes = _nodes(host, s["slice_id"])
+    assert all(_can_read(host, alice, n) for n in nodes)
+    res = host.cli(alice, "session", "checkin", "--json")  # her only session: no id needed
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["end_reason"] == "checkin"
+    for n in nodes:
+        assert n.stat().st_uid == 0 and not _can_read(host, alice, n)
+    listing = json.loads(host.cli(alice, "session", "list", "--json", check=True).stdout)
+    assert not any(r["busy"] for r in listing)
+
+
+def test_eval_shell_sets_environment_in_real_bash(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start()
+    wrapper = host.dir / "bin/calque"
+    wrapper.parent.mkdir(mode=0o755)
+    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(host.python)} -c "$CALQUE_CLI" "$@"\n')
+    wrapper.chmod(0o755)
+    from .conftest import CLI
+
+    env = {**host.env, "PATH": f"{wrapper.parent}:{host.env['PATH']}", "CALQUE_CLI": CLI}
+    env["CALQUE_SESSION_SOCKET"] = str(host.socket)
+    script = (
+        'eval "$(calque session checkout --ttl 30m --shell)" && echo "cvd=$CUDA_VISIBLE_DEVICES id=$CALQUE_SESSION_ID"'
+    )
+    res = host.run_as(alice, ["/bin/bash", "-c", script], env=env)
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip().splitlines()[-1]
+    assert "cvd=MIG-" in line, (res.stdout, res.stderr)
+    cvd, sid = line.split()[0].removeprefix("cvd="), line.split()[1].removeprefix("id=")
+    assert cvd in {m.uuid for m in host.migs}
+    mine = json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)
+    assert [(m["id"], m["slice_id"]) for m in mine] == [(sid, cvd)]
+
+
+def test_mps_needs_consent_and_gives_limits(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start()
+    res = host.cli(alice, "session", "checkout", "--mps")
+    assert res.returncode == 4 and "i-understand-shared-gpu-has-no-isolation" in res.stderr
+    res = host.cli(alice, "session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", "--json")
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)["env"]
+    l4 = next(g for g in host.sim.gpus() if g.index == 1)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(host.dir / "mps/gpu1")
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    assert env["CUDA_VISIBLE_DEVICES"] == l4.uuid
+
+
+def test_nothing_free_exits_3_naming_what_is_busy_until_when(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start()
+    for _ in range(7):
+        host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "2h", check=True)
+    res = host.cli(bob, "session", "checkout", "--profile", "1g.5gb")
+    assert res.returncode == 3
+    assert "busy" in res.stderr and "until" in res.stderr and host.migs[0].uuid in res.stderr
+
+
+def test_policy_limits_sessions_and_ttl_per_group(host: Host, make_user: Callable[..., User]) -> None:
+    grp_name = "cqlab" + os.urandom(2).hex()
+    alice = make_user([grp_name])
+    bob = make_user()
+    host.start(
+        max_total_ttl="3h",
+        policy={
+            "default": {"max_sessions": 1, "max_ttl": "1h"},
+            "groups": {grp_name: {"max_sessions": 2, "max_ttl": "2h"}},
+        },
+    )
+    host.cli(alice, "session", "checkout", "--ttl", "1h", check=True)
+    host.cli(alice, "session", "checkout", "--ttl", "2h", check=True)
+    assert host.cli(alice, "session", "checkout").returncode == 4  # third session: over the group's 2
+    assert host.cli(bob, "session", "checkout", "--ttl", "2h").returncode == 4  # default max_ttl 1h
+    s = json.loads(host.cli(bob, "session", "checkout", "--ttl", "30m", "--json", check=True).stdout)
+    ext = host.cli(bob, "session", "extend", "--by", "20m", "--json")
+    assert ext.returncode == 0, ext.stderr
+    assert json.loads(ext.stdout)["expires_at"] > s["expires_at"]
+    over = host.cli(bob, "session", "extend", "--by", "20m")
+    assert over.returncode == 4 and "at most" in over.stderr
