@@ -248,6 +248,15 @@ class PoolQueue:
         except (ClientError, BotoCoreError) as exc:
             raise InfrastructureError(f"cannot change visibility on {self.name}: {exc}") from exc
 
+    def release(self, receipt_handle: str) -> None:
+        """Give a held message back at once (visibility 0) so another worker takes it now."""
+        self.extend(receipt_handle, 0)
+
+    def visibility_timeout(self) -> int:
+        """The queue's VisibilityTimeout in seconds (what a worker's heartbeat extends to)."""
+        attrs = self._attributes(self.url())
+        return int(attrs.get("VisibilityTimeout", 30))
+
     def ack(self, receipt_handle: str) -> None:
         try:
             self.sqs.delete_message(QueueUrl=self.url(), ReceiptHandle=receipt_handle)

@@ -9,6 +9,7 @@ from calque.models.base import CalqueModel
 from calque.models.gpu import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.pool import (
     SCHEMA_VERSION,
+    ClaimCost,
     ClaimRef,
     Item,
     ItemError,
@@ -17,12 +18,15 @@ from calque.models.pool import (
     PoolSpec,
     QueueDepth,
     QueueSettings,
+    RunRecord,
+    RunReport,
     Summary,
 )
 
 __all__ = [
     "SCHEMA_VERSION",
     "CalqueModel",
+    "ClaimCost",
     "ClaimRef",
     "ComputeInstance",
     "GpuDevice",
@@ -36,5 +40,7 @@ __all__ = [
     "PoolSpec",
     "QueueDepth",
     "QueueSettings",
+    "RunRecord",
+    "RunReport",
     "Summary",
 ]

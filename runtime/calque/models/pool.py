@@ -121,6 +121,21 @@ class ClaimRef(CalqueModel):
     submitted_at: datetime
 
 
+class ClaimCost(CalqueModel):
+    """What a claim (or a run) cost at an instance type's on-demand rate.
+
+    ``fixed_usd`` is the ``@enter`` time actually paid (zero on a warm hit); ``variable_usd`` the
+    time spent serving the items; ``per_item_usd`` their sum over the items.
+    """
+
+    instance_type: str
+    usd_per_hour: float = Field(ge=0)
+    fixed_usd: float = Field(ge=0)
+    variable_usd: float = Field(ge=0)
+    total_usd: float = Field(ge=0)
+    per_item_usd: float | None = Field(None, ge=0)
+
+
 class Summary(CalqueModel):
     """What one claim cost and produced; written after every ItemResult, before the message is deleted."""
 
@@ -144,6 +159,45 @@ class Summary(CalqueModel):
     finished_at: datetime
     claim_seconds: float = Field(ge=0)
     method_seconds: float = Field(ge=0, description="time spent inside the method for all items")
+    cost: ClaimCost | None = Field(None, description="None when the worker's instance type is unknown")
+
+
+class RunRecord(CalqueModel):
+    """What ``calque pool submit`` staged: written once under the run's prefix, read by ``results``."""
+
+    version: int = SCHEMA_VERSION
+    run_id: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    method: str = Field(min_length=1)
+    queue_name: str
+    results_prefix: str = Field(pattern=r"^s3://[^/]+/.+")
+    item_count: int = Field(ge=0)
+    claims: list[str] = Field(description="claim ids, in item order")
+    workload_digest: str | None = None
+    submitted_at: datetime
+
+
+class RunReport(CalqueModel):
+    """What a run produced and cost, folded from its claims' Summaries (``calque pool submit``)."""
+
+    version: int = SCHEMA_VERSION
+    run_id: str
+    model: str
+    method: str
+    queue_name: str
+    finished: bool = Field(description="every claim has a Summary")
+    claims: int = Field(ge=0)
+    claims_done: int = Field(ge=0)
+    claims_failed: int = Field(ge=0, description="claims whose Summary says ok=false (poison, deadline)")
+    items: int = Field(ge=0)
+    items_ok: int = Field(ge=0)
+    items_failed: int = Field(ge=0)
+    warm_hits: int = Field(ge=0)
+    enter_seconds_paid: float = Field(ge=0)
+    wall_seconds: float = Field(ge=0)
+    items_per_second: float | None = None
+    cost: ClaimCost | None = None
+    errors: list[str] = Field(default_factory=list, description="claim-level errors, one per failed claim")
 
 
 class PoolSpec(CalqueModel):
@@ -170,6 +224,11 @@ class PoolSpec(CalqueModel):
     cuda_visible_devices: list[str] | None = Field(None, description="one entry per worker")
     instance_type: str | None = None
     imds_endpoint: str = "http://169.254.169.254"
+    spot_watch: bool = Field(True, description="poll IMDSv2 for a spot interruption notice")
+    spot_poll_s: float = Field(5.0, gt=0, le=60, description="seconds between spot notice polls")
+    shutdown_grace_s: float = Field(30.0, gt=0, le=600, description="bound on @exit and release at shutdown")
+    heartbeat_s: float | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
+    prefetch: bool = Field(True, description="receive the next claim while one drains")
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_textfile: str | None = None
     backend: Literal["process"] = "process"

@@ -1,0 +1,204 @@
+"""``RunStore``: a pool's runs in S3, at deterministic keys.
+
+Layout under ``s3://<bucket>/<prefix>/pools/<queue name>/``::
+
+    runs/<run_id>/run.json                  RunRecord (what submit staged)
+    runs/<run_id>/manifests/<claim_id>.json Manifest (one claim's items)
+    runs/<run_id>/results/<claim_id>.jsonl  the claim's ItemResults, one per line, in item order
+    runs/<run_id>/summaries/<claim_id>.json Summary (written only after the results)
+    poison/<message id>.json                a message too broken to name its run
+
+A claim's keys depend only on its run and claim ids, so a redelivered claim overwrites what an
+earlier attempt wrote instead of adding a duplicate, and "this claim's Summary exists" is one HEAD.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel, ValidationError
+
+from calque.errors import InfrastructureError
+from calque.models import ItemResult, Manifest, RunRecord, Summary
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+
+
+class StoreError(InfrastructureError):
+    """S3 failed (not a missing object: those are ``None``/``False``)."""
+
+
+class ManifestProblem(Exception):
+    """A claim's manifest is missing, too large or invalid (the claim is poison)."""
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise ValueError(f"not an s3://bucket/key URI: {uri!r}")
+    bucket, _, key = uri[5:].partition("/")
+    return bucket, key
+
+
+def _missing(exc: ClientError) -> bool:
+    err = exc.response.get("Error", {})
+    return (
+        str(err.get("Code", "")) in _NOT_FOUND or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404
+    )
+
+
+class RunStore:
+    """Reads and writes one pool's runs. ``s3`` is a boto3 S3 client (see ``calque.aws.clients``)."""
+
+    def __init__(self, s3: Any, bucket: str, prefix: str, queue_name: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.base = "/".join(p for p in (prefix.strip("/"), "pools", queue_name) if p)
+
+    # -- keys ---------------------------------------------------------------------------------------
+
+    def run_prefix(self, run_id: str) -> str:
+        """``s3://bucket/.../runs/<run_id>/`` (the ClaimRef's ``results_prefix``)."""
+        return f"s3://{self.bucket}/{self.base}/runs/{run_id}/"
+
+    def owns(self, results_prefix: str) -> bool:
+        """True when ``results_prefix`` lies under this pool's keys (a worker writes nowhere else)."""
+        return results_prefix.startswith(f"s3://{self.bucket}/{self.base}/runs/")
+
+    @staticmethod
+    def manifest_uri(results_prefix: str, claim_id: str) -> str:
+        return f"{results_prefix}manifests/{claim_id}.json"
+
+    @staticmethod
+    def results_uri(results_prefix: str, claim_id: str) -> str:
+        return f"{results_prefix}results/{claim_id}.jsonl"
+
+    @staticmethod
+    def summary_uri(results_prefix: str, claim_id: str) -> str:
+        return f"{results_prefix}summaries/{claim_id}.json"
+
+    def poison_uri(self, message_id: str) -> str:
+        return f"s3://{self.bucket}/{self.base}/poison/{message_id}.json"
+
+    # -- raw ----------------------------------------------------------------------------------------
+
+    def put(self, uri: str, body: bytes, content_type: str = "application/json") -> None:
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"cannot write {uri}: {exc}") from exc
+
+    def get(self, uri: str, max_bytes: int | None = None) -> bytes | None:
+        """The object's bytes, or None when it does not exist. ManifestProblem when over ``max_bytes``."""
+        bucket, key = parse_s3_uri(uri)
+        try:
+            resp = self.s3.get_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if _missing(exc):
+                return None
+            raise StoreError(f"cannot read {uri}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot read {uri}: {exc}") from exc
+        size = int(resp.get("ContentLength", 0))
+        if max_bytes is not None and size > max_bytes:
+            resp["Body"].close()
+            raise ManifestProblem(f"manifest {uri} is {size} bytes, over the pool's limit of {max_bytes}")
+        data: bytes = resp["Body"].read()
+        return data
+
+    def exists(self, uri: str) -> bool:
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self.s3.head_object(Bucket=bucket, Key=key)
+            return True
+        except ClientError as exc:
+            if _missing(exc):
+                return False
+            raise StoreError(f"cannot check {uri}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot check {uri}: {exc}") from exc
+
+    def _keys(self, uri_prefix: str) -> list[str]:
+        bucket, key = parse_s3_uri(uri_prefix)
+        out: list[str] = []
+        try:
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
+                out += [o["Key"] for o in page.get("Contents", [])]
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"cannot list {uri_prefix}: {exc}") from exc
+        return out
+
+    def _put_model(self, uri: str, model: BaseModel) -> None:
+        self.put(uri, model.model_dump_json().encode())
+
+    # -- the submitter's side -----------------------------------------------------------------------
+
+    def put_manifest(self, results_prefix: str, manifest: Manifest) -> str:
+        uri = self.manifest_uri(results_prefix, manifest.claim_id)
+        self._put_model(uri, manifest)
+        return uri
+
+    def put_run(self, record: RunRecord) -> None:
+        self._put_model(record.results_prefix + "run.json", record)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        data = self.get(self.run_prefix(run_id) + "run.json")
+        return None if data is None else RunRecord.model_validate_json(data)
+
+    def summaries(self, results_prefix: str) -> dict[str, Summary]:
+        """Every Summary written so far for a run, by claim id."""
+        out: dict[str, Summary] = {}
+        bucket = parse_s3_uri(results_prefix)[0]
+        for key in self._keys(results_prefix + "summaries/"):
+            data = self.get(f"s3://{bucket}/{key}")
+            if data is not None:
+                s = Summary.model_validate_json(data)
+                out[s.claim_id] = s
+        return out
+
+    def summary_count(self, results_prefix: str) -> int:
+        return len(self._keys(results_prefix + "summaries/"))
+
+    def results(self, record: RunRecord) -> list[ItemResult]:
+        """The run's ItemResults in item order (claims without results yet are skipped)."""
+        out: list[ItemResult] = []
+        for claim_id in record.claims:
+            data = self.get(self.results_uri(record.results_prefix, claim_id))
+            if data:
+                out += [ItemResult.model_validate_json(line) for line in data.splitlines() if line.strip()]
+        out.sort(key=lambda r: r.index)
+        return out
+
+    # -- the worker's side --------------------------------------------------------------------------
+
+    def read_manifest(self, uri: str, max_bytes: int) -> Manifest:
+        """The manifest, or ManifestProblem (missing, too large, invalid) that makes the claim poison."""
+        try:
+            data = self.get(uri, max_bytes=max_bytes)
+        except ValueError as exc:
+            raise ManifestProblem(str(exc)) from exc
+        if data is None:
+            raise ManifestProblem(f"manifest {uri} does not exist")
+        try:
+            return Manifest.model_validate_json(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "(document)"
+            raise ManifestProblem(f"manifest {uri} is invalid at {where}: {first.get('msg')}") from exc
+
+    def put_results(self, results_prefix: str, claim_id: str, results: list[ItemResult]) -> None:
+        body = "".join(r.model_dump_json() + "\n" for r in results).encode()
+        self.put(self.results_uri(results_prefix, claim_id), body, "application/x-ndjson")
+
+    def put_summary(self, results_prefix: str, summary: Summary) -> None:
+        self._put_model(self.summary_uri(results_prefix, summary.claim_id), summary)
+
+    def summary_exists(self, results_prefix: str, claim_id: str) -> bool:
+        return self.exists(self.summary_uri(results_prefix, claim_id))
+
+    def put_poison(self, message_id: str, body: str, error: str) -> str:
+        uri = self.poison_uri(message_id)
+        self.put(uri, json.dumps({"message_id": message_id, "error": error, "body": body[:65536]}).encode())
+        return uri

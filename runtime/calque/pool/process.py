@@ -1,0 +1,151 @@
+"""Running workers as processes: one per GPU, signals, the exit bound, metrics.
+
+``run_worker(spec, index=)`` is what ``calque pool worker --spec FILE [--index N]`` does in one
+process; ``run_workers(spec_path, spec)`` starts ``spec.workers`` of them (each with its own
+``CUDA_VISIBLE_DEVICES`` entry) and forwards SIGTERM/SIGINT to them; ``start_worker_process`` is the
+one way to start a worker subprocess (used by ``run_workers``, ``calque ramp`` and the tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from botocore.config import Config
+
+from calque.aws.clients import client
+from calque.aws.pricing import hourly_usd
+from calque.aws.queue import PoolQueue
+from calque.aws.store import RunStore
+from calque.errors import UsageError
+from calque.models import PoolSpec
+from calque.pool.metrics import Metrics
+from calque.pool.spot import Imds, imds_allowed
+from calque.pool.worker import Worker, WorkerReport
+from calque.warm import WarmSupervisor
+
+log = logging.getLogger("calque.pool")
+
+
+def start_worker_process(
+    spec_path: str | Path,
+    *,
+    index: int | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+) -> subprocess.Popen[bytes]:
+    """``python -m calque.pool worker --spec FILE [--index N]`` as a child process."""
+    cmd = [sys.executable, "-m", "calque.pool", "worker", "--spec", str(spec_path)]
+    if index is not None:
+        cmd += ["--index", str(index)]
+    cmd += list(extra_args)
+    return subprocess.Popen(cmd, env=dict(env) if env is not None else None, stdout=stdout, stderr=stderr)
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger("calque")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s calque-worker[%(process)d] %(levelname)s %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def _instance_type(spec: PoolSpec) -> str | None:
+    if spec.instance_type:
+        return spec.instance_type
+    if not spec.spot_watch or not imds_allowed(spec.imds_endpoint):
+        return None
+    try:
+        return Imds(spec.imds_endpoint).get("instance-type")
+    except OSError:
+        return None
+
+
+def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
+    """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle."""
+    _setup_logging()
+    if index is not None and spec.cuda_visible_devices:
+        if index >= len(spec.cuda_visible_devices):
+            raise UsageError(f"--index {index} but the spec lists {len(spec.cuda_visible_devices)} devices")
+        os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices[index]
+    cfg = Config(max_pool_connections=16)
+    sqs = client("sqs", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
+    pool_queue = PoolQueue(sqs, spec.model, spec.queue_name)
+    pool_queue.url()  # fail before the (slow) enter when the queue does not exist
+    store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
+    instance_type = _instance_type(spec)
+    if instance_type:
+        hourly_usd(instance_type)  # an unknown type is a usage error now, not a missing cost later
+    worker_id = f"{socket.gethostname()}:{os.getpid()}" + (f"/{index}" if index is not None else "")
+    log.info("loading %s for model %s (queue %s)", spec.workload, spec.model, pool_queue.name)
+    sup = WarmSupervisor.load(spec)
+    log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
+    metrics = Metrics({"model": spec.model, "worker": worker_id})
+    worker = Worker(spec, sup, pool_queue, store, worker_id=worker_id, metrics=metrics, instance_type=instance_type)
+    if spec.metrics_port is not None:
+        port = metrics.serve(spec.metrics_port + (index or 0))
+        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+    if spec.metrics_textfile and index is not None:
+        stem, dot, ext = spec.metrics_textfile.rpartition(".")
+        spec = spec.model_copy(update={"metrics_textfile": f"{stem}-{index}.{ext}" if dot else f"{ext}-{index}"})
+        worker.spec = spec
+    _install_signals(worker, spec)
+    try:
+        rep = worker.serve()
+    finally:
+        metrics.close()
+    log.info("stopped (%s) after %d claims; enter count %d", rep.stop_reason, rep.claims, rep.enter_count)
+    return rep
+
+
+def _install_signals(worker: Worker, spec: PoolSpec) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    bound = min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if worker.stopping:
+            return
+        worker.request_stop(signal.Signals(signum).name.lower())
+        # Last resort so a hung @exit or method thread cannot keep a stopping worker alive.
+        threading.Thread(target=_exit_after, args=(bound,), name="calque-exit-bound", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def _exit_after(seconds: float) -> None:
+    time.sleep(seconds)
+    log.error("shutdown did not finish within %.0fs: exiting now", seconds)
+    logging.shutdown()
+    os._exit(1)
+
+
+def run_workers(spec_path: str | Path, spec: PoolSpec) -> list[int]:
+    """Start ``spec.workers`` worker processes, forward SIGTERM/SIGINT, wait; their exit codes."""
+    _setup_logging()
+    children = [start_worker_process(spec_path, index=i) for i in range(spec.workers)]
+    log.info("started %d workers: pids %s", len(children), [c.pid for c in children])
+
+    def forward(signum: int, _frame: Any) -> None:
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+    return [c.wait() for c in children]

@@ -1,0 +1,215 @@
+"""Submitting a run to a pool, waiting for it, and reading its results back.
+
+``submit`` validates the items, stages one Manifest per claim of ``batch_size`` items (so several
+workers share a large run), writes the RunRecord, then sends one ClaimRef per claim. ``wait``
+polls the run's Summaries; ``report`` folds them into a RunReport with the cost line's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from calque.aws.clients import client
+from calque.aws.queue import PoolQueue
+from calque.aws.store import RunStore
+from calque.errors import InfrastructureError, UsageError
+from calque.models import ClaimRef, Item, ItemResult, Manifest, PoolSpec, RunRecord, RunReport, Summary
+from calque.pool.cost import run_cost
+
+# A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
+DEFAULT_METHOD = "__default__"
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    """Where a pool lives: its model (hence queue) and the bucket/prefix of its runs."""
+
+    model: str
+    bucket: str
+    prefix: str = "calque"
+    region: str | None = None
+    endpoint_url: str | None = None
+    profile: str | None = None
+    queue_name: str | None = None
+
+    @classmethod
+    def from_spec(cls, spec: PoolSpec, profile: str | None = None) -> PoolTarget:
+        return cls(spec.model, spec.bucket, spec.prefix, spec.region, spec.endpoint_url, profile, spec.queue_name)
+
+    def queue(self) -> PoolQueue:
+        sqs = client("sqs", region=self.region, endpoint_url=self.endpoint_url, profile=self.profile)
+        return PoolQueue(sqs, self.model, self.queue_name)
+
+    def store(self, queue_name: str) -> RunStore:
+        s3 = client("s3", region=self.region, endpoint_url=self.endpoint_url, profile=self.profile)
+        return RunStore(s3, self.bucket, self.prefix, queue_name)
+
+
+def read_items(path: str | Path) -> list[Item]:
+    """Items from JSONL: ``{"args": [...], "kwargs": {...}}`` per line, or any other JSON value as the one argument."""
+    items: list[Item] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read items file {path}: {exc}") from exc
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            doc: Any = json.loads(line)
+        except ValueError as exc:
+            raise UsageError(f"{path} line {n} is not JSON ({exc}): write one JSON value per line") from exc
+        if isinstance(doc, dict) and doc and set(doc) <= {"args", "kwargs"}:
+            try:
+                items.append(Item(index=len(items), args=doc.get("args", []), kwargs=doc.get("kwargs", {})))
+            except ValidationError as exc:
+                raise UsageError(f"{path} line {n}: 'args' must be a list and 'kwargs' an object") from exc
+        else:
+            items.append(Item(index=len(items), args=[doc]))
+    if not items:
+        raise UsageError(f"{path} has no items: write one JSON value per line")
+    return items
+
+
+def new_run_id() -> str:
+    return f"run-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def submit(
+    target: PoolTarget,
+    items: list[Item],
+    *,
+    method: str | None = None,
+    batch_size: int = 10,
+    workload_digest: str | None = None,
+    run_id: str | None = None,
+) -> RunRecord:
+    """Stage manifests and the RunRecord, then send one ClaimRef per claim. Returns the record."""
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+    pq = target.queue()
+    pq.url()  # InfrastructureError naming the queue looked for, before anything is staged
+    store = target.store(pq.name)
+    run_id = run_id or new_run_id()
+    prefix = store.run_prefix(run_id)
+    now = datetime.now(timezone.utc)
+    method = method or DEFAULT_METHOD
+    chunks = [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
+    claims = [f"c{n:05d}" for n in range(len(chunks))]
+    record = RunRecord(
+        run_id=run_id,
+        model=target.model,
+        method=method,
+        queue_name=pq.name,
+        results_prefix=prefix,
+        item_count=len(items),
+        claims=claims,
+        workload_digest=workload_digest,
+        submitted_at=now,
+    )
+    refs = []
+    for claim_id, chunk in zip(claims, chunks, strict=True):
+        m = Manifest(run_id=run_id, claim_id=claim_id, model=target.model, method=method, items=chunk)
+        uri = store.put_manifest(prefix, m)
+        refs.append(
+            ClaimRef(
+                run_id=run_id,
+                claim_id=claim_id,
+                model=target.model,
+                method=method,
+                manifest_uri=uri,
+                results_prefix=prefix,
+                workload_digest=workload_digest,
+                item_count=len(chunk),
+                submitted_at=now,
+            )
+        )
+    store.put_run(record)
+    for ref in refs:
+        pq.send(ref)
+    return record
+
+
+def load_run(target: PoolTarget, run_id: str) -> tuple[RunStore, RunRecord]:
+    pq_name = target.queue_name or PoolQueue(None, target.model).name
+    store = target.store(pq_name)
+    record = store.get_run(run_id)
+    if record is None:
+        raise UsageError(
+            f"no run {run_id!r} for model {target.model!r} under s3://{target.bucket}/{store.base}/runs/: "
+            "check the run id, --model and --bucket"
+        )
+    return store, record
+
+
+def report(record: RunRecord, summaries: dict[str, Summary]) -> RunReport:
+    """Fold a run's Summaries into its report (a partial report while claims are missing)."""
+    done = [summaries[c] for c in record.claims if c in summaries]
+    items_done = sum(s.items for s in done)
+    failed = sum(s.failed for s in done)
+    wall = 0.0
+    if done:
+        wall = max(0.0, (max(s.finished_at for s in done) - record.submitted_at).total_seconds())
+    return RunReport(
+        run_id=record.run_id,
+        model=record.model,
+        method=record.method,
+        queue_name=record.queue_name,
+        finished=len(done) == len(record.claims),
+        claims=len(record.claims),
+        claims_done=len(done),
+        claims_failed=sum(1 for s in done if not s.ok),
+        items=record.item_count,
+        items_ok=items_done - failed,
+        items_failed=failed,
+        warm_hits=sum(1 for s in done if s.warm_hit),
+        enter_seconds_paid=round(sum(s.enter_seconds_paid for s in done), 6),
+        wall_seconds=round(wall, 6),
+        items_per_second=round(items_done / wall, 3) if wall > 0 else None,
+        cost=run_cost(done),
+        errors=[f"{s.claim_id}: {s.error}" for s in done if s.error],
+    )
+
+
+def wait(
+    store: RunStore,
+    record: RunRecord,
+    *,
+    timeout_s: float,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> RunReport:
+    """Poll until every claim has a Summary or ``timeout_s`` passes; returns the (maybe partial) report."""
+    deadline = time.monotonic() + timeout_s
+    interval = 0.1
+    total = len(record.claims)
+    while True:
+        count = store.summary_count(record.results_prefix)
+        if on_progress:
+            on_progress(min(count, total), total)
+        if count >= total or time.monotonic() >= deadline:
+            break
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 2.0)
+    return report(record, store.summaries(record.results_prefix))
+
+
+def results(store: RunStore, record: RunRecord, *, failed_only: bool = False) -> list[ItemResult]:
+    out = store.results(record)
+    return [r for r in out if not r.ok] if failed_only else out
+
+
+def check_finished(rep: RunReport, timeout_s: float) -> None:
+    if not rep.finished:
+        raise InfrastructureError(
+            f"run {rep.run_id} not finished after {timeout_s:g}s: {rep.claims_done} of {rep.claims} claims have a "
+            f"Summary. Are workers serving queue {rep.queue_name}? (calque pool status --model ...)"
+        )
