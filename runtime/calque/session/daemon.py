@@ -32,6 +32,7 @@ log = logging.getLogger("calque.session")
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 512  # a burst of clients must queue in the kernel, not get EAGAIN
     daemon: Daemon
 
     def handle_error(self, request: object, client_address: object) -> None:

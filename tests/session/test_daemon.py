@@ -1,0 +1,193 @@
+"""The daemon under abuse: garbage on the socket, races for slices, kill -9, restarts."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+from calque.errors import CalqueError
+from calque.session.client import NoFreeSliceError
+
+from .conftest import Host, User, wait_for
+
+
+def _raw(host: Host, payload: bytes, *, close_write: bool = False, pause: float = 0.0) -> dict[str, object] | None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(host.socket))
+        # The daemon may hang up on an oversized request before reading it all.
+        with contextlib.suppress(OSError):
+            s.sendall(payload)
+        if close_write:
+            s.shutdown(socket.SHUT_WR)
+        if pause:
+            time.sleep(pause)
+        try:
+            data = s.recv(65536)
+        except OSError:
+            return None
+    return json.loads(data) if data else None
+
+
+def _ping(host: Host) -> bool:
+    return host.client(retry_for=0).call("ping") == {"pong": True}
+
+
+def test_garbage_truncated_oversized_and_slow_requests_get_errors_and_daemon_keeps_serving(host: Host) -> None:
+    host.start(max_request_bytes=4096, request_timeout=0.5)
+    cases = {
+        "garbage": _raw(host, b"\x00\xffnot json at all\n"),
+        "not an object": _raw(host, b"[1, 2, 3]\n"),
+        "unknown op": _raw(host, b'{"version": 1, "op": "format_disk"}\n'),
+        "unknown field": _raw(host, b'{"version": 1, "op": "ping", "user": "root"}\n'),
+        "future version": _raw(host, b'{"version": 99, "op": "ping"}\n'),
+        "truncated": _raw(host, b'{"version": 1, "op": "che', close_write=True),
+        "oversized": _raw(host, b'{"version": 1, "op": "ping", "args": {"x": "' + b"A" * 100_000 + b'"}}\n'),
+        "slow": _raw(host, b'{"version": 1, ', pause=1.5),
+        "bad args": _raw(host, b'{"version": 1, "op": "checkout", "args": {"ttl": "forever"}}\n'),
+    }
+    for name, resp in cases.items():
+        assert resp is not None, name
+        assert resp["ok"] is False, name
+        assert isinstance(resp["error"], dict) and resp["error"]["message"], name
+    assert cases["future version"]["error"]["message"].startswith("protocol version 99")  # type: ignore[index]
+    assert "larger than 4096" in cases["oversized"]["error"]["message"]  # type: ignore[index]
+    assert "within" in cases["slow"]["error"]["message"]  # type: ignore[index]
+    # A client that connects and vanishes, and a crowd of slow ones, do not stop anyone else.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(host.socket))
+    slow = [socket.socket(socket.AF_UNIX) for _ in range(20)]
+    try:
+        for s in slow:
+            s.connect(str(host.socket))
+        assert _ping(host)
+        got = host.client().call("checkout", ttl="5m")
+        assert got["slice_id"].startswith("MIG-")
+    finally:
+        for s in slow:
+            s.close()
+    assert host.proc is not None and host.proc.poll() is None
+    assert _ping(host)
+
+
+def _race(host: Host, n: int, results: list[object], barrier: threading.Barrier) -> list[threading.Thread]:
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = host.client(retry_for=30).call("checkout", profile="1g.5gb", ttl="1h")
+        except NoFreeSliceError as exc:
+            results[i] = exc
+        except CalqueError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+@pytest.mark.slow
+def test_64_clients_racing_for_7_slices_exactly_7_win(host: Host) -> None:
+    host.start()
+    results: list[object] = [None] * 64
+    barrier = threading.Barrier(64)
+    for t in _race(host, 64, results, barrier):
+        t.join(60)
+    wins = [r for r in results if isinstance(r, dict)]
+    losses = [r for r in results if isinstance(r, NoFreeSliceError)]
+    assert len(wins) == 7 and len(losses) == 57, [r for r in results if not isinstance(r, (dict, NoFreeSliceError))]
+    assert len({w["slice_id"] for w in wins}) == 7
+    assert {w["slice_id"] for w in wins} == {m.uuid for m in host.migs}
+    listing = host.client().call("list")
+    busy = {r["slice"]["id"]: r["session_id"] for r in listing if r["busy"]}
+    assert busy == {w["slice_id"]: w["id"] for w in wins}
+
+
+@pytest.mark.slow
+def test_race_through_kill9_and_restart_keeps_every_granted_session(host: Host) -> None:
+    host.start()
+    results: list[object] = [None] * 64
+    barrier = threading.Barrier(65)
+    threads = _race(host, 64, results, barrier)
+    barrier.wait()
+    time.sleep(0.02)
+    host.kill9()  # mid-run: some requests are in flight, some clients are still connecting
+    host.start()
+    for t in threads:
+        t.join(90)
+    wins = [r for r in results if isinstance(r, dict)]
+    assert len(wins) <= 7
+    assert len({w["slice_id"] for w in wins}) == len(wins), "a slice was granted twice"
+    live = {r["slice"]["id"]: r for r in host.client().call("list") if r["busy"]}
+    for w in wins:
+        row = live[w["slice_id"]]
+        assert row["session_id"] == w["id"]
+        assert row["busy_until"].replace("Z", "+00:00")[:19] == w["expires_at"].replace("Z", "+00:00")[:19]
+    # Clients retry on a lost connection with the same request id, so nobody lost a slice they were given.
+    assert len(wins) == 7
+    assert len(live) == 7
+
+
+@pytest.mark.slow
+def test_restart_after_kill9_keeps_sessions_deadlines_and_nodes(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start()
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "45m", "--json", check=True).stdout)
+    host.kill9()
+    host.start()
+    mine = json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)
+    assert [(m["id"], m["slice_id"], m["expires_at"]) for m in mine] == [(s["id"], s["slice_id"], s["expires_at"])]
+    mig = next(m for m in host.migs if m.uuid == s["slice_id"])
+    for node in host.sim.capability_devices(mig):
+        assert host.run_as(alice, ["/usr/bin/test", "-r", node]).returncode == 0
+
+
+def test_wait_gets_the_slice_when_it_is_checked_in(host: Host, make_user: Callable[..., User]) -> None:
+    host.start()
+    held = [host.client().call("checkout", ttl="1h") for _ in range(7)]
+    out: dict[str, object] = {}
+
+    def waiter() -> None:
+        res = host.cli(None, "session", "checkout", "--wait", "--wait-timeout", "60s", "--json", timeout=90)
+        out["res"] = res
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(1.0)
+    host.client().call("checkin", id=held[3]["id"])
+    t.join(90)
+    res = out["res"]
+    assert res.returncode == 0, res.stderr  # type: ignore[attr-defined]
+    assert json.loads(res.stdout)["slice_id"] == held[3]["slice_id"]  # type: ignore[attr-defined]
+    assert "waiting for a free slice" in res.stderr  # type: ignore[attr-defined]
+
+
+def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) -> None:
+    import socket as so
+
+    with so.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    alice = make_user()
+    host.start(metrics_port=port)
+    s1 = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    host.cli(alice, "session", "extend", "--by", "5m", check=True)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'calque_session_slices{kind="mig",profile="1g.5gb",state="busy"} 1' in text
+    assert 'calque_session_slices{kind="mig",profile="1g.5gb",state="free"} 6' in text
+    assert f'calque_session_sessions{{user="{alice.name}"}} 1' in text
+    host.cli(alice, "session", "checkin", check=True)
+    events = [e["event"] for e in host.audit_events() if e["session"] == s1["id"]]
+    assert events == ["checkout", "extend", "checkin"]
+    rep = json.loads(host.cli(alice, "session", "report", "--since", "1d", "--json", check=True).stdout)
+    assert [(r["user"], r["profile"], r["sessions"]) for r in rep["rows"]] == [(alice.name, "1g.5gb", 1)]
+    assert rep["rows"][0]["gpu_hours"] >= 0
+    human = host.cli(alice, "session", "report", check=True).stdout
+    assert alice.name in human and "GPU-HOURS" in human
+    assert wait_for(lambda: _ping(host))

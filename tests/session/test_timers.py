@@ -1,0 +1,111 @@
+"""Time limits the daemon enforces itself, on real processes the holder runs on the slice."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from .conftest import Host, User, as_user, wait_for
+
+pytestmark = pytest.mark.slow
+
+# A workload that writes down every signal it gets; with "ignore-term" it survives SIGTERM.
+WORKLOAD = textwrap.dedent(
+    """
+    import signal, sys, time
+    log = open(sys.argv[1], "a", buffering=1)
+    def on(sig, frame):
+        log.write(f"{signal.Signals(sig).name} {time.time()}\\n")
+        if sig == signal.SIGTERM and sys.argv[2] != "ignore-term":
+            sys.exit(0)
+    signal.signal(signal.SIGUSR1, on)
+    signal.signal(signal.SIGTERM, on)
+    log.write("started\\n")
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def _spawn(host: Host, user: User, log: Path, mode: str) -> subprocess.Popen[bytes]:
+    script = host.dir / "workload.py"
+    script.write_text(WORKLOAD)
+    script.chmod(0o644)
+    log.touch()
+    log.chmod(0o666)
+    p = subprocess.Popen(as_user(user, ["/usr/bin/python3", str(script), str(log), mode]))
+    assert wait_for(lambda: "started" in log.read_text(), 15)
+    return p
+
+
+def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice = make_user()
+    host.start(notice_before=2.0, kill_grace=0.4)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "5s", "--json", check=True).stdout)
+    polite_log, stubborn_log = host.dir / "polite.log", host.dir / "stubborn.log"
+    polite = _spawn(host, alice, polite_log, "exit-on-term")
+    stubborn = _spawn(host, alice, stubborn_log, "ignore-term")
+    try:
+        # The processes are "on the slice" the way NVML would say so: the backend lists them there.
+        host.sim.add_process(s["slice_id"], polite.pid)
+        host.sim.add_process(s["slice_id"], stubborn.pid)
+        deadline = datetime.fromisoformat(s["expires_at"]).timestamp()
+        assert polite.wait(20) == 0
+        assert stubborn.wait(20) == -signal.SIGKILL
+    finally:
+        for p in (polite, stubborn):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    polite_events = [line.split() for line in polite_log.read_text().splitlines()[1:]]
+    stubborn_events = [line.split() for line in stubborn_log.read_text().splitlines()[1:]]
+    assert [e[0] for e in polite_events] == ["SIGUSR1", "SIGTERM"]
+    assert [e[0] for e in stubborn_events] == ["SIGUSR1", "SIGTERM"]
+    # The notice came before the deadline, the termination at it.
+    assert float(polite_events[0][1]) < deadline <= float(polite_events[1][1]) + 0.05
+
+    assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")), 10)
+    ends = [e for e in host.audit_events() if e["session"] == s["id"] and e["event"] == "expiry"]
+    assert len(ends) == 1
+    freed = datetime.fromisoformat(ends[0]["ts"]).timestamp()
+    assert freed - deadline <= 1.0, f"slice freed {freed - deadline:.2f} s after the deadline"
+    notices = [e for e in host.audit_events() if e["session"] == s["id"] and e["event"] == "notice"]
+    assert len(notices) == 1 and sorted(notices[0]["pids"]) == sorted([polite.pid, stubborn.pid])
+    mig = next(m for m in host.migs if m.uuid == s["slice_id"])
+    for node in host.sim.capability_devices(mig):
+        assert host.run_as(alice, ["/usr/bin/test", "-r", node]).returncode != 0
+
+
+def test_other_users_processes_on_the_slice_are_never_signalled(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(notice_before=1.0, kill_grace=0.3)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "2s", "--json", check=True).stdout)
+    log = host.dir / "bob.log"
+    bob_proc = _spawn(host, bob, log, "exit-on-term")
+    try:
+        host.sim.add_process(s["slice_id"], bob_proc.pid)
+        assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")), 15)
+        time.sleep(0.3)
+        assert bob_proc.poll() is None
+        assert log.read_text().splitlines() == ["started"]
+    finally:
+        bob_proc.kill()
+        bob_proc.wait()
+
+
+def test_idle_session_expires(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(idle_expiry=1.0)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
+    assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()), 15)
+    assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
