@@ -5,10 +5,14 @@ from __future__ import annotations
 import click
 
 from calque.cli.options import json_option
-from calque.cli.output import emit, table
+from calque.cli.output import emit, table, warn
 from calque.errors import PartialFailure
+from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
+from calque.gpu.hostconfig import load_gpu_config, open_backend
+from calque.gpu.layout import load_layout
 from calque.gpu.nvml import NvmlBackend
+from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
 
@@ -122,3 +126,132 @@ def verify(strict: bool, as_json: bool) -> None:
     emit(report, as_json, _render_verify)
     if strict and report.differences:
         raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
+
+
+host_config_option = click.option(
+    "--host-config",
+    type=click.Path(dir_okay=False),
+    envvar="CALQUE_HOST_CONFIG",
+    default=None,
+    help="Host configuration (gpu.backend: nvml | sim); default /etc/calque/host.yaml.",
+)
+
+
+def _backend(host_config: str | None) -> GpuBackend:
+    return open_backend(load_gpu_config(host_config))
+
+
+def _progress(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@gpu.group()
+def mig() -> None:
+    """Declarative MIG layouts: show the current one, plan a change, apply it."""
+
+
+def _render_state(s: MigState) -> str:
+    rows = []
+    for g in s.gpus:
+        mode = "on" if g.mig_current else "off"
+        if g.mig_pending != g.mig_current:
+            mode += f" (pending {'on' if g.mig_pending else 'off'}: reset needed)"
+        rows.append([g.index, g.card or g.name, mode, " ".join(g.layout.instances) or "-"])
+    return table(["gpu", "card", "MIG", "instances (profile@start [CI split])"], rows)
+
+
+def _render_plan(p: MigPlan) -> str:
+    if not p.gpus:
+        return "the layout selects no GPU on this host"
+    lines = []
+    for g in p.gpus:
+        before = " ".join(g.before.instances) or ("MIG on, empty" if g.before.mig_enabled else "MIG off")
+        after = " ".join(g.after.instances) or ("MIG on, empty" if g.after.mig_enabled else "MIG off")
+        lines.append(f"GPU {g.index} ({g.card}): {before}  ->  {after}")
+        if not g.ops:
+            lines.append("  already satisfied")
+        lines += [f"  {op.describe()}" for op in g.ops]
+        for b in g.busy_destroyed:
+            lines.append(f"  force: stops pids {b.pids} on {b.profile}@{b.start} (GI {b.gi_id})")
+        if g.needs_reset:
+            lines.append("  needs a GPU reset (apply with --allow-reset, or reboot)")
+    return "\n".join(lines)
+
+
+def _render_apply(r: MigApplyResult) -> str:
+    lines = []
+    for g in r.gpus:
+        lines.append(f"GPU {g.index}: {len(g.done)} operation(s)" + (f"; {g.blocked}" if g.blocked else ""))
+        if g.reset_required and not g.blocked:
+            lines.append("  MIG mode change pending: reset the GPU (--allow-reset) or reboot, then apply again")
+        if g.reboot_required:
+            lines.append("  reboot the host, then apply again")
+    if r.mig_devices:
+        lines.append("")
+        lines.append(
+            table(
+                ["gpu", "profile", "start", "gi", "ci", "uuid"],
+                [
+                    [d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid]
+                    for d in r.mig_devices
+                ],
+            )
+        )
+    lines.append("changed" if r.changed else "no change")
+    return "\n".join(lines)
+
+
+@mig.command("show")
+@host_config_option
+@json_option
+def mig_show(host_config: str | None, as_json: bool) -> None:
+    """Show every GPU's MIG mode and instances."""
+    emit(current_layout(_backend(host_config)), as_json, _render_state)
+
+
+config_option = click.option(
+    "--config", "config_file", required=True, type=click.Path(exists=True, dir_okay=False), help="Layout file (YAML)."
+)
+select_option = click.option(
+    "--select", default=None, help="Name of the config in the file (needed when it has several)."
+)
+force_option = click.option(
+    "--force", is_flag=True, help="Allow destroying instances that have running processes (they are stopped)."
+)
+
+
+@mig.command("plan")
+@config_option
+@select_option
+@force_option
+@host_config_option
+@json_option
+def mig_plan(config_file: str, select: str | None, force: bool, host_config: str | None, as_json: bool) -> None:
+    """Show what applying a layout would change (changes nothing)."""
+    name, entries = load_layout(config_file).select(select)
+    emit(MigPlanner(_backend(host_config)).plan(entries, force=force, config=name), as_json, _render_plan)
+
+
+@mig.command("apply")
+@config_option
+@select_option
+@force_option
+@click.option(
+    "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
+)
+@host_config_option
+@json_option
+def mig_apply(
+    config_file: str, select: str | None, force: bool, allow_reset: bool, host_config: str | None, as_json: bool
+) -> None:
+    """Apply a layout with the fewest changes; a satisfied layout changes nothing."""
+    name, entries = load_layout(config_file).select(select)
+    planner = MigPlanner(_backend(host_config))
+    plan = planner.plan(entries, force=force, config=name)
+    result = planner.apply(plan, allow_reset=allow_reset, progress=_progress)
+    emit(result, as_json, _render_apply)
+    blocked = [g for g in result.gpus if g.blocked]
+    if blocked:
+        raise PartialFailure("; ".join(f"GPU {g.index}: {g.blocked}" for g in blocked))
+    if result.reset_required:
+        warn("a MIG mode change is pending a GPU reset: rerun with --allow-reset or reboot, then apply again")

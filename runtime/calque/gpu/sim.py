@@ -562,6 +562,12 @@ class SimGpu:
             keep = [p for p in st.processes if not (replace and p.device_uuid == device_uuid)]
             st.processes = keep + procs
 
+    def stop_processes(self, processes: Sequence[GpuProcess]) -> None:
+        """The listed processes exit (what the MIG applier's ``force`` does on a simulated host)."""
+        gone = {(p.pid, p.device_uuid) for p in processes}
+        with self._change(driver_call=False) as st:
+            st.processes = [p for p in st.processes if (p.pid, p.device_uuid) not in gone]
+
     def clear_processes(self, device_uuid: str | None = None) -> None:
         """Remove the processes of one device, or of every device."""
         with self._change(driver_call=False) as st:

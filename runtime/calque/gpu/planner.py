@@ -1,0 +1,493 @@
+"""Plan, then apply, a MIG layout: minimal changes, busy instances protected, resets only when allowed.
+
+``MigPlanner.plan`` compares each selected GPU with its target and lists the operations (the plan is
+what check mode shows). Within a GPU it keeps the instances the target still contains at their
+placements (as many as possible, never a busy one unless ``force``) and places the rest with a
+backtracking search over the card's grid, largest profiles first. A layout that cannot fit fails
+before anything changes, naming what is valid on that card. ``apply`` executes a plan; a satisfied
+plan does nothing. A MIG mode change needs a GPU reset: ``apply`` performs it only with
+``allow_reset`` and when nothing holds the GPU (persistence mode and the ``nvidia_drm`` module both
+hold it); where the platform cannot reset, it reports that a reboot is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from calque.gpu.backend import GpuBackend
+from calque.gpu.catalog import Card, GiProfile
+from calque.gpu.errors import BusyInstancesError, GpuDriverError, GpuInUse, GpuNotSupported, LayoutError
+from calque.gpu.layout import LayoutEntry, card_of
+from calque.gpu.placement import Placed, place, problems
+from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
+from calque.models.base import CalqueModel
+
+OpKind = Literal["destroy_ci", "destroy_gi", "set_mig_mode", "reset", "create_gi", "create_ci"]
+
+
+class MigOp(CalqueModel):
+    """One driver operation of a plan."""
+
+    kind: OpKind
+    gpu_index: int
+    profile: str | None = None
+    profile_id: int | None = None
+    start: int | None = None
+    gi_id: int | None = None
+    ci_id: int | None = None
+    enabled: bool | None = None
+    compute_slices: list[int] = Field(default_factory=list, description="CIs to create in a new or kept GI")
+
+    def describe(self) -> str:
+        where = f"GPU {self.gpu_index}"
+        if self.kind == "set_mig_mode":
+            return f"{where}: set MIG mode {'on' if self.enabled else 'off'} (pending until reset)"
+        if self.kind == "reset":
+            return f"{where}: reset the GPU"
+        if self.kind == "create_gi":
+            split = "+".join(f"{n}c" for n in self.compute_slices)
+            return f"{where}: create {self.profile} at {self.start} with CIs {split}"
+        if self.kind == "create_ci":
+            return f"{where}: create CIs {'+'.join(f'{n}c' for n in self.compute_slices)} in GI {self.gi_id}"
+        if self.kind == "destroy_gi":
+            return f"{where}: destroy {self.profile} at {self.start} (GI {self.gi_id})"
+        return f"{where}: destroy CI {self.ci_id} of GI {self.gi_id} ({self.profile})"
+
+
+class GpuLayout(CalqueModel):
+    """A GPU's MIG layout as a person reads it: mode and instances as ``profile@start`` [CI split]."""
+
+    mig_enabled: bool
+    instances: list[str] = Field(default_factory=list)
+
+
+class BusyInstance(CalqueModel):
+    gpu_index: int
+    gi_id: int
+    profile: str
+    start: int
+    pids: list[int]
+
+
+class GpuPlan(CalqueModel):
+    index: int
+    card: str
+    before: GpuLayout
+    after: GpuLayout
+    ops: list[MigOp] = Field(default_factory=list)
+    needs_reset: bool = False
+    busy_destroyed: list[BusyInstance] = Field(default_factory=list, description="only with force")
+
+
+class MigPlan(CalqueModel):
+    """What ``apply`` will do (what check mode shows)."""
+
+    version: int = 1
+    config: str | None = None
+    force: bool = False
+    gpus: list[GpuPlan] = Field(default_factory=list)
+
+    @property
+    def changes(self) -> bool:
+        return any(g.ops for g in self.gpus)
+
+
+class GpuApplyResult(CalqueModel):
+    index: int
+    done: list[MigOp] = Field(default_factory=list)
+    reset_required: bool = False
+    reboot_required: bool = False
+    blocked: str | None = Field(None, description="why the reset could not run")
+
+
+class MigApplyResult(CalqueModel):
+    """What ``apply`` did, and what is still needed (a reset or a reboot)."""
+
+    version: int = 1
+    config: str | None = None
+    changed: bool
+    gpus: list[GpuApplyResult]
+    mig_devices: list[MigDevice]
+    reset_required: bool = False
+    reboot_required: bool = False
+
+
+def _view(mig: bool, instances: Sequence[tuple[str, int, list[int], int]]) -> GpuLayout:
+    """instances: (profile, start, ci slices, gi compute slices)."""
+    out = []
+    for name, start, cis, g in sorted(instances, key=lambda x: (x[1], x[0])):
+        split = "" if cis == [g] else " [" + "+".join(f"{n}c" for n in cis) + "]"
+        out.append(f"{name}@{start}{split}")
+    return GpuLayout(mig_enabled=mig, instances=out)
+
+
+def valid_profiles(card: Card) -> str:
+    return ", ".join(f"{p.name} (max {p.max_count})" for p in card.profiles)
+
+
+class MigPlanner:
+    """Plans and applies MIG layouts on one host's backend."""
+
+    def __init__(self, backend: GpuBackend) -> None:
+        self.backend = backend
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def plan(self, entries: Sequence[LayoutEntry], *, force: bool = False, config: str | None = None) -> MigPlan:
+        """The operations that bring the selected GPUs to ``entries``; raises before any change when the
+        layout cannot fit or would destroy busy instances without ``force``."""
+        gpus = self.backend.gpus()
+        procs = self.backend.processes()
+        migs = self.backend.mig_devices()
+        out = MigPlan(config=config, force=force)
+        for gpu in gpus:
+            card = card_of(gpu)
+            chosen = [e for e in entries if e.selects(gpu, card)]
+            if not chosen:
+                continue
+            if len(chosen) > 1:
+                raise LayoutError(f"GPU {gpu.index} is selected by {len(chosen)} layout entries; make them disjoint")
+            if card is None:
+                raise LayoutError(f"GPU {gpu.index} ({gpu.name}) is not in the catalog; calque cannot plan MIG for it")
+            out.gpus.append(self._plan_gpu(gpu, card, chosen[0], procs, migs, force))
+        return out
+
+    def _plan_gpu(
+        self,
+        gpu: GpuDevice,
+        card: Card,
+        entry: LayoutEntry,
+        procs: list[GpuProcess],
+        migs: list[MigDevice],
+        force: bool,
+    ) -> GpuPlan:
+        i = gpu.index
+        if entry.mig_enabled and not card.mig:
+            raise LayoutError(f"GPU {i} ({card.key}) does not support MIG; share it with MPS instead (calque gpu mps)")
+        wanted = self._wanted(card, entry, i)
+        existing = self.backend.gpu_instances(i) if gpu.mig_current else []
+        by_uuid: dict[str, list[int]] = {}
+        for proc in procs:
+            by_uuid.setdefault(proc.device_uuid, []).append(proc.pid)
+        uuid_of = {(d.gi_id, d.ci_id): d.uuid for d in migs if d.gpu_index == i}
+
+        def pids(gi: GpuInstance) -> list[int]:
+            return sorted(
+                pid for ci in gi.compute_instances for pid in by_uuid.get(uuid_of.get((gi.gi_id, ci.ci_id), ""), [])
+            )
+
+        def gi_view(gi: GpuInstance) -> tuple[str, int, list[int], int]:
+            g = card.profile(gi.profile).compute_slices
+            return gi.profile, gi.placement_start, [c.compute_slices for c in gi.compute_instances] or [g], g
+
+        before = GpuLayout(
+            mig_enabled=gpu.mig_current, instances=_view(gpu.mig_current, [gi_view(g) for g in existing]).instances
+        )
+        plan = GpuPlan(index=i, card=card.key, before=before, after=before)
+        ops = plan.ops
+
+        def split_for(p: GiProfile) -> list[int]:
+            return list(entry.compute_instances.get(p.name) or [p.compute_slices])
+
+        if not entry.mig_enabled:
+            busy = [gi for gi in existing if pids(gi)]
+            self._guard_busy(i, busy, pids, force, plan)
+            for gi in existing:
+                ops += self._destroy(i, gi)
+            if gpu.mig_pending:
+                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=False))
+            if gpu.mig_current:
+                ops.append(MigOp(kind="reset", gpu_index=i))
+                plan.needs_reset = True
+            plan.after = GpuLayout(mig_enabled=False)
+            return plan
+
+        if not gpu.mig_current:
+            if not gpu.mig_pending:
+                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True))
+            ops.append(MigOp(kind="reset", gpu_index=i))
+            plan.needs_reset = True
+            placed = place(card, [], wanted)
+            assert placed is not None  # _wanted checked that it fits an empty card
+            ops += [self._create(i, p, s, split_for(p)) for p, s in placed]
+            plan.after = _view(True, [(p.name, s, split_for(p), p.compute_slices) for p, s in placed])
+            return plan
+        if not gpu.mig_pending:  # a disable is pending: cancel it
+            ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True))
+
+        keep, placed = self._choose(card, existing, wanted, pids, force, i)
+        dropped = [gi for gi in existing if gi not in keep]
+        self._guard_busy(i, [gi for gi in dropped if pids(gi)], pids, force, plan)
+        for gi in dropped:
+            ops += self._destroy(i, gi)
+        after: list[tuple[str, int, list[int], int]] = []
+        for gi in keep:
+            p = card.profile(gi.profile)
+            have = [c.compute_slices for c in gi.compute_instances]
+            want = split_for(p)
+            if sorted(have) != sorted(want):
+                if have and pids(gi):
+                    self._guard_busy(i, [gi], pids, force, plan)
+                ops += [
+                    MigOp(kind="destroy_ci", gpu_index=i, gi_id=gi.gi_id, ci_id=c.ci_id, profile=gi.profile)
+                    for c in gi.compute_instances
+                ]
+                ops.append(
+                    MigOp(kind="create_ci", gpu_index=i, gi_id=gi.gi_id, profile=gi.profile, compute_slices=want)
+                )
+            after.append((gi.profile, gi.placement_start, want, p.compute_slices))
+        for p, s in placed:
+            ops.append(self._create(i, p, s, split_for(p)))
+            after.append((p.name, s, split_for(p), p.compute_slices))
+        plan.after = _view(True, after)
+        return plan
+
+    def _wanted(self, card: Card, entry: LayoutEntry, i: int) -> list[GiProfile]:
+        if not entry.mig_enabled:
+            return []
+        wanted: list[GiProfile] = []
+        for name, n in entry.mig_devices.items():
+            try:
+                wanted += [card.profile(name)] * n
+            except Exception as exc:
+                raise LayoutError(f"GPU {i} ({card.key}): {exc}") from exc
+        for name, split in entry.compute_instances.items():
+            p = card.profile(name)
+            if sum(split) > p.compute_slices or any(n < 1 for n in split):
+                raise LayoutError(
+                    f"GPU {i} ({card.key}): compute-instances {split} for {name} exceed its "
+                    f"{p.compute_slices} compute slices"
+                )
+        if place(card, [], wanted) is None:
+            counts = Counter(p.name for p in wanted)
+            asked = ", ".join(f"{n}x {name}" for name, n in counts.items())
+            why = problems(card, [(p, p.placements.starts[0]) for p in wanted])
+            reason = "; ".join(w for w in why if "overlap" not in w) or "no placement on the grid fits them together"
+            raise LayoutError(
+                f"GPU {i} ({card.key}): {asked} does not fit ({reason}). Valid profiles on {card.key}: "
+                f"{valid_profiles(card)}; at most {card.max_instances} instances and {card.compute_slices} compute "
+                f"slices on a {card.placement_units}-slice grid"
+            )
+        return wanted
+
+    def _choose(
+        self,
+        card: Card,
+        existing: list[GpuInstance],
+        wanted: list[GiProfile],
+        pids: Callable[[GpuInstance], list[int]],
+        force: bool,
+        i: int,
+    ) -> tuple[list[GpuInstance], list[Placed]]:
+        """The largest set of existing instances to keep (busy ones first) and placements for the rest."""
+        want = Counter(p.name for p in wanted)
+        candidates = [gi for gi in existing if want[gi.profile]]
+        busy = [gi for gi in existing if pids(gi)]
+        # busy instances first, then by placement: deterministic and protective
+        candidates.sort(key=lambda gi: (not pids(gi), gi.placement_start))
+        for size in range(len(candidates), -1, -1):
+            for keep in itertools.combinations(candidates, size):
+                counts = Counter(gi.profile for gi in keep)
+                if any(counts[n] > want[n] for n in counts):
+                    continue
+                if not force and any(b not in keep for b in busy):
+                    continue
+                rest = list(wanted)
+                for gi in keep:
+                    rest.remove(next(p for p in rest if p.name == gi.profile))
+                fixed = [(card.profile(gi.profile), gi.placement_start) for gi in keep]
+                placed = place(card, fixed, rest)
+                if placed is not None:
+                    return list(keep), placed
+        names = ", ".join(f"{gi.profile}@{gi.placement_start} (pids {pids(gi)})" for gi in busy)
+        raise BusyInstancesError(
+            f"GPU {i}: the layout cannot be reached without destroying busy instances {names}; stop those "
+            "processes or pass force (which stops them)"
+        )
+
+    @staticmethod
+    def _guard_busy(
+        i: int, busy: list[GpuInstance], pids: Callable[[GpuInstance], list[int]], force: bool, plan: GpuPlan
+    ) -> None:
+        if not busy:
+            return
+        if not force:
+            names = "; ".join(f"{gi.profile}@{gi.placement_start} (GI {gi.gi_id}) runs pids {pids(gi)}" for gi in busy)
+            raise BusyInstancesError(
+                f"GPU {i}: the layout would destroy busy instances: {names}. Stop those processes first, or pass "
+                "force to stop them"
+            )
+        plan.busy_destroyed += [
+            BusyInstance(gpu_index=i, gi_id=gi.gi_id, profile=gi.profile, start=gi.placement_start, pids=pids(gi))
+            for gi in busy
+        ]
+
+    @staticmethod
+    def _destroy(i: int, gi: GpuInstance) -> list[MigOp]:
+        ops = [
+            MigOp(kind="destroy_ci", gpu_index=i, gi_id=gi.gi_id, ci_id=c.ci_id, profile=gi.profile)
+            for c in gi.compute_instances
+        ]
+        ops.append(MigOp(kind="destroy_gi", gpu_index=i, gi_id=gi.gi_id, profile=gi.profile, start=gi.placement_start))
+        return ops
+
+    @staticmethod
+    def _create(i: int, p: GiProfile, start: int, split: list[int]) -> MigOp:
+        return MigOp(
+            kind="create_gi", gpu_index=i, profile=p.name, profile_id=p.profile_id, start=start, compute_slices=split
+        )
+
+    # -- applying -----------------------------------------------------------------------------
+
+    def apply(
+        self,
+        plan: MigPlan,
+        *,
+        allow_reset: bool = False,
+        stop_processes: Callable[[list[GpuProcess]], None] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> MigApplyResult:
+        """Execute ``plan``. Operations after a needed reset wait for it (``allow_reset``)."""
+        say = progress or (lambda _m: None)
+        results = []
+        for gp in plan.gpus:
+            res = GpuApplyResult(index=gp.index)
+            results.append(res)
+            if gp.busy_destroyed:
+                pids = {pid for b in gp.busy_destroyed for pid in b.pids}
+                victims = [p for p in self.backend.processes() if p.pid in pids]
+                stopper = stop_processes or getattr(self.backend, "stop_processes", None) or terminate_processes
+                say(f"GPU {gp.index}: stopping pids {sorted(pids)} (force)")
+                stopper(victims)
+            for op in gp.ops:
+                if op.kind == "reset":
+                    if not allow_reset:
+                        res.reset_required = True
+                        break
+                    say(op.describe())
+                    try:
+                        self.backend.reset_gpu(gp.index)
+                    except GpuNotSupported:
+                        res.reboot_required = True
+                        res.blocked = "this platform cannot reset the GPU: reboot the host to finish"
+                        break
+                    except GpuInUse as exc:
+                        res.reset_required = True
+                        res.blocked = (
+                            f"{exc}. Persistence mode (nvidia-smi -pm 0, stop nvidia-persistenced) and the nvidia_drm "
+                            "module (modprobe -r nvidia_drm) hold the GPU; or reboot the host"
+                        )
+                        break
+                    res.done.append(op)
+                    continue
+                say(op.describe())
+                self._run(op)
+                res.done.append(op)
+        return MigApplyResult(
+            config=plan.config,
+            changed=any(r.done for r in results),
+            gpus=results,
+            mig_devices=self.backend.mig_devices(),
+            reset_required=any(r.reset_required for r in results),
+            reboot_required=any(r.reboot_required for r in results),
+        )
+
+    def _run(self, op: MigOp) -> None:
+        b, i = self.backend, op.gpu_index
+        if op.kind == "destroy_ci":
+            assert op.gi_id is not None and op.ci_id is not None
+            b.destroy_compute_instance(i, op.gi_id, op.ci_id)
+        elif op.kind == "destroy_gi":
+            assert op.gi_id is not None
+            b.destroy_gpu_instance(i, op.gi_id)
+        elif op.kind == "set_mig_mode":
+            b.set_mig_mode(i, bool(op.enabled))
+        elif op.kind == "create_gi":
+            assert op.profile_id is not None and op.start is not None
+            gi = b.create_gpu_instance(i, op.profile_id, op.start)
+            for n in op.compute_slices:
+                b.create_compute_instance(i, gi.gi_id, n)
+        elif op.kind == "create_ci":
+            assert op.gi_id is not None
+            for n in op.compute_slices:
+                b.create_compute_instance(i, op.gi_id, n)
+
+
+class GpuMigState(CalqueModel):
+    index: int
+    name: str
+    card: str | None
+    mig_current: bool
+    mig_pending: bool
+    layout: GpuLayout
+    instances: list[GpuInstance] = Field(default_factory=list)
+
+
+class MigState(CalqueModel):
+    """The MIG layout of every GPU on the host (``calque gpu mig show``)."""
+
+    version: int = 1
+    gpus: list[GpuMigState]
+
+
+def current_layout(backend: GpuBackend) -> MigState:
+    out = []
+    for g in backend.gpus():
+        card = card_of(g)
+        insts = backend.gpu_instances(g.index) if g.mig_current else []
+        view = []
+        for gi in insts:
+            total = card.profile(gi.profile).compute_slices if card else 0
+            view.append(
+                (gi.profile, gi.placement_start, [c.compute_slices for c in gi.compute_instances] or [total], total)
+            )
+        out.append(
+            GpuMigState(
+                index=g.index,
+                name=g.name,
+                card=card.key if card else None,
+                mig_current=g.mig_current,
+                mig_pending=g.mig_pending,
+                layout=_view(g.mig_current, view),
+                instances=insts,
+            )
+        )
+    return MigState(gpus=out)
+
+
+def terminate_processes(procs: list[GpuProcess], timeout_s: float = 10.0) -> None:
+    """Stop processes on a real host: SIGTERM, wait up to ``timeout_s``, then SIGKILL."""
+    pids = {p.pid for p in procs}
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            raise GpuDriverError(4, f"cannot stop pid {pid} on the GPU: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _alive(pid)}
+        time.sleep(0.1)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
