@@ -26,7 +26,7 @@ def test_durations(text: str | int, seconds: int) -> None:
     ("change", "message"),
     [
         ({"min_viable": 3}, "min_viable (3) is more than count (2)"),
-        ({"instance_types": []}, "at least 1 item"),
+        ({"instance_types": []}, "list at least one EC2 instance type"),
         ({"instance_types": ["g6.xlarge", "g6.xlarge"]}, "lists a type twice"),
         ({"tags": {"calque:cohort": "x"}}, "reserved calque: prefix"),
         ({"ttl_seconds": "3 hours"}, "not a duration"),

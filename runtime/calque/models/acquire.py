@@ -79,7 +79,7 @@ class CohortSpec(CalqueModel):
     name: str = Field(pattern=COHORT_NAME_RE, description="cohort name, the value of the calque:cohort tag")
     count: int = Field(ge=0, le=1000, description="instances the cohort should have")
     min_viable: int | None = Field(None, ge=0, description="fewest instances that count as success (default: count)")
-    instance_types: list[str] = Field(min_length=1, description="instance types in order of preference")
+    instance_types: list[str] = Field(description="instance types in order of preference (at least one)")
     subnets: list[str] = Field(default_factory=list, description="subnet ids (one per AZ) in order of preference")
     market: Market = "on-demand"
     spot_max_price: float | None = Field(None, gt=0, description="$/hour cap for spot; None caps at on-demand")
@@ -107,6 +107,8 @@ class CohortSpec(CalqueModel):
     @field_validator("instance_types")
     @classmethod
     def _types(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("instance_types is empty: list at least one EC2 instance type, most preferred first")
         if len(set(v)) != len(v):
             raise ValueError("instance_types lists a type twice; list each once, in order of preference")
         return v

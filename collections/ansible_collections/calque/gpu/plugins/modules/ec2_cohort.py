@@ -1,0 +1,491 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, calque developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ec2_cohort
+short_description: A named cohort of EC2 GPU instances, acquired across types and AZs behind a spend gate
+version_added: 0.1.0
+description:
+  - Brings the cohort O(name) (the EC2 instances tagged C(calque:cohort=<name>)) to O(count)
+    instances, or terminates all of them with O(state=absent).
+  - Idempotent by count - it counts the cohort's live instances and launches only the difference; a lower
+    O(count) terminates the newest instances first. Only instances carrying the cohort's tag are ever
+    terminated.
+  - Launches sweep O(instance_types) and O(subnets) in the order given, in parallel across subnets,
+    moving on when EC2 has no capacity (C(InsufficientInstanceCapacity), C(Unsupported), spot price and
+    count errors) or the vCPU quota is reached. With O(market=spot-then-on-demand) spot is tried
+    everywhere first.
+  - Every instance gets IMDSv2 required (hop limit 2), an encrypted root volume, shutdown behaviour
+    C(terminate) and a hard TTL - a boot hook powers it off at the time in its C(calque:expires-at) tag,
+    and powering off terminates it.
+  - Launching requires O(i_understand_this_spends_money=true); terminating requires
+    O(i_understand_this_terminates_instances=true). A cohort whose worst-case hourly cost (O(count) times
+    the on-demand rate of the dearest listed type) exceeds O(max_hourly_usd) is refused, with the
+    arithmetic in the message.
+  - A thin face over C(calque.aws.acquire.Acquirer), the only code in calque that launches or
+    terminates instances.
+author: calque developers (@calque)
+options:
+  name:
+    description:
+      - The cohort's name, the value of its C(calque:cohort) tag. Letters, digits, C(.), C(_) and C(-),
+        at most 63 characters.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) brings the cohort to O(count) instances; V(absent) terminates all of them.
+    type: str
+    choices: [present, absent]
+    default: present
+  count:
+    description:
+      - Instances the cohort should have. Required with O(state=present).
+    type: int
+  min_viable:
+    description:
+      - Fewest instances that count as success when capacity is short. The module fails below it (and,
+        with O(cleanup_on_failure=true), terminates what the failed attempt launched). Defaults to O(count).
+      - Must not be more than O(count).
+    type: int
+  instance_types:
+    description:
+      - EC2 instance types in order of preference. Must not be empty; each must be in calque's rates table.
+    type: list
+    elements: str
+  subnets:
+    description:
+      - Subnet ids in order of preference, typically one per availability zone. Empty uses the default VPC.
+    type: list
+    elements: str
+    default: []
+  market:
+    description:
+      - V(on-demand), V(spot), or V(spot-then-on-demand) (spot in every candidate first, then on-demand).
+    type: str
+    choices: [on-demand, spot, spot-then-on-demand]
+    default: on-demand
+  spot_max_price:
+    description:
+      - Highest spot price in USD per hour. Unset caps spot at the on-demand price.
+    type: float
+  ami:
+    description:
+      - AMI id. Mutually exclusive with O(ami_ssm_parameter).
+    type: str
+  ami_ssm_parameter:
+    description:
+      - SSM parameter whose value is the AMI id, for example the AWS Deep Learning Base AMI's
+        C(/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id),
+        which is used when neither this nor O(ami) is given.
+    type: str
+  root_volume:
+    description:
+      - The root EBS volume. It is always encrypted and deleted with the instance.
+    type: dict
+    default: {}
+    suboptions:
+      size_gib:
+        description: Size in GiB, C(8..16384).
+        type: int
+        default: 100
+      type:
+        description: EBS volume type.
+        type: str
+        choices: [gp3, gp2, io1, io2]
+        default: gp3
+      kms_key_id:
+        description: KMS key for the encryption. Unset uses the account's default EBS key.
+        type: str
+  instance_profile:
+    description:
+      - IAM instance profile, by name or ARN.
+    type: str
+  security_groups:
+    description:
+      - Security group ids.
+    type: list
+    elements: str
+    default: []
+  key_name:
+    description:
+      - EC2 key pair name.
+    type: str
+  user_data:
+    description:
+      - Extra user-data, a shell script or a C(#cloud-config) document. It runs after calque's TTL boot
+        hook (calque builds the MIME multipart, so do not give one).
+    type: str
+  ttl:
+    description:
+      - Hard lifetime of each instance, in seconds or as V(90m), V(3h), V(1d). At most 14 days.
+    type: str
+    default: 3h
+  tags:
+    description:
+      - Extra tags for the instances and their volumes. Keys starting C(calque:) are reserved.
+    type: dict
+    default: {}
+  pool:
+    description:
+      - Value of the C(calque:pool) tag, naming the warm pool the instances serve.
+    type: str
+  owner:
+    description:
+      - Value of the C(calque:owner) tag. Defaults to the user running the module.
+    type: str
+  max_hourly_usd:
+    description:
+      - Refuse a cohort whose worst-case on-demand cost per hour is more than this.
+    type: float
+  i_understand_this_spends_money:
+    description:
+      - Must be V(true) for the module to launch instances; they bill until they end.
+    type: bool
+    default: false
+  i_understand_this_terminates_instances:
+    description:
+      - Must be V(true) for the module to terminate instances (a lower O(count), or O(state=absent)).
+    type: bool
+    default: false
+  cleanup_on_failure:
+    description:
+      - When a launch attempt fails (fewer than O(min_viable), an EC2 error, a wait timeout), terminate
+        the instances that attempt launched.
+    type: bool
+    default: true
+  wait:
+    description:
+      - Wait until launched instances are running (or, with O(state=absent), terminated).
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - Seconds to wait, C(1..3600).
+    type: int
+    default: 600
+notes:
+  - Rates come from the C(calque) runtime's table of us-east-1 on-demand list prices; spot cohorts are
+    gated at the on-demand rate, the most they can cost.
+  - The vCPU quota is read from Service Quotas where the credentials allow; otherwise the module warns
+    and lets EC2 enforce it.
+  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
+    loopback, so offline runs can never reach a real AWS account.
+extends_documentation_fragment:
+  - calque.gpu.runtime
+  - calque.gpu.attributes
+  - amazon.aws.common.modules
+  - amazon.aws.region.modules
+  - amazon.aws.boto3
+attributes:
+  check_mode:
+    support: full
+    details: Reports the instances that would be launched or terminated and the hourly cost, calling no write API.
+  diff_mode:
+    support: full
+    details: Shows the cohort's instance count (and instance ids) before and after.
+  idempotent:
+    support: full
+    details: A second run with the same options finds the cohort at O(count) and reports RV(ignore:changed=false).
+"""
+
+EXAMPLES = r"""
+- name: Four L4 instances for the llama pool, across three AZs, L40S if L4 is short
+  calque.gpu.ec2_cohort:
+    name: llama-pool
+    count: 4
+    min_viable: 2
+    instance_types: [g6.xlarge, g6e.xlarge]
+    subnets: [subnet-0aaa, subnet-0bbb, subnet-0ccc]
+    market: spot-then-on-demand
+    instance_profile: calque-worker
+    security_groups: [sg-0123]
+    ttl: 8h
+    pool: meta-llama/Llama-3.1-8B-Instruct
+    max_hourly_usd: 10
+    i_understand_this_spends_money: true
+  register: cohort
+
+- name: Scale the cohort down to one (the newest instances end first)
+  calque.gpu.ec2_cohort:
+    name: llama-pool
+    count: 1
+    instance_types: [g6.xlarge, g6e.xlarge]
+    i_understand_this_terminates_instances: true
+
+- name: Terminate the whole cohort
+  calque.gpu.ec2_cohort:
+    name: llama-pool
+    state: absent
+    i_understand_this_terminates_instances: true
+"""
+
+RETURN = r"""
+instances:
+  description: The cohort's live instances after the run (before it, in check mode).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    instance_id:
+      description: EC2 instance id.
+      type: str
+      sample: i-0123456789abcdef0
+    instance_type:
+      description: Instance type.
+      type: str
+      sample: g6.xlarge
+    availability_zone:
+      description: Availability zone.
+      type: str
+      sample: us-east-1a
+    subnet_id:
+      description: Subnet id.
+      type: str
+    private_ip:
+      description: Private IPv4 address.
+      type: str
+    public_ip:
+      description: Public IPv4 address, if any.
+      type: str
+    lifecycle:
+      description: V(spot) or V(on-demand).
+      type: str
+    state:
+      description: EC2 state name.
+      type: str
+    launch_time:
+      description: Launch time, ISO 8601.
+      type: str
+    expires_at:
+      description: When the instance powers itself off (its C(calque:expires-at) tag), ISO 8601.
+      type: str
+hourly_usd:
+  description:
+    - On-demand USD per hour of the cohort after the run. In check mode, of the planned cohort at the
+      dearest listed type (the figure the spend gate checks).
+  returned: always
+  type: float
+  sample: 3.2192
+launched:
+  description: Ids of the instances this run launched.
+  returned: always
+  type: list
+  elements: str
+terminated:
+  description: Ids of the instances this run terminated.
+  returned: always
+  type: list
+  elements: str
+shortfall:
+  description: Instances short of O(count) (non-zero only when O(min_viable) allowed a partial cohort).
+  returned: always
+  type: int
+  sample: 0
+plan:
+  description: What the run does or, in check mode, would do.
+  returned: always
+  type: dict
+  contains:
+    current:
+      description: Live instances before the run.
+      type: int
+    target:
+      description: Instances wanted (0 for O(state=absent)).
+      type: int
+    launch:
+      description: Instances to launch.
+      type: int
+    terminate:
+      description: Ids of instances to terminate, newest first.
+      type: list
+      elements: str
+    spend:
+      description: The spend gate's arithmetic as a sentence.
+      type: str
+      sample: 4 x g6e.xlarge at $1.8610/h = $7.44/h <= max_hourly_usd $10.00/h
+attempts:
+  description: The RunInstances calls of the capacity sweep and their outcomes.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
+    HAS_CALQUE,
+    fail_on_calque_error,
+    require_calque,
+)
+
+if HAS_CALQUE:
+    from pydantic import ValidationError
+
+    from calque.aws.acquire import Acquirer, Consent
+    from calque.aws.acquire.gate import SPEND_FLAGS, TERMINATE_FLAGS
+    from calque.aws.clients import check_offline_endpoint, resolve_endpoint, retry_config
+    from calque.errors import CalqueError
+    from calque.models.acquire import CohortSpec
+
+# module option -> CohortSpec field, where they differ
+RENAMED = {"ttl": "ttl_seconds", "wait_timeout": "wait_timeout_s"}
+SPEC_OPTIONS = (
+    "name", "count", "min_viable", "instance_types", "subnets", "market", "spot_max_price", "ami",
+    "ami_ssm_parameter", "root_volume", "instance_profile", "security_groups", "key_name", "user_data",
+    "ttl", "tags", "pool", "owner", "max_hourly_usd", "cleanup_on_failure", "wait", "wait_timeout",
+)
+
+
+def spec_error(exc):
+    """One sentence per bad option, naming the option and the value given."""
+    back = dict((v, k) for k, v in RENAMED.items())
+    parts = []
+    for err in exc.errors():
+        loc = [back.get(str(p), str(p)) for p in err.get("loc", ())]
+        msg = err.get("msg", "").replace("Value error, ", "")
+        if loc:
+            parts.append("%s=%r: %s; change %s" % (".".join(loc), err.get("input"), msg, loc[0]))
+        else:
+            parts.append(msg)
+    return "invalid ec2_cohort options: " + "; ".join(parts)
+
+
+def aws_client(module, service):
+    """A client from amazon.aws's connection options with standard retries, refused offline unless loopback."""
+    conn = module.client(service, config=retry_config())
+    explicit = resolve_endpoint(service, module.params.get("endpoint_url"))
+    check_offline_endpoint(service, conn.meta.endpoint_url if explicit else None)
+    return conn
+
+
+def build_spec(module):
+    params = module.params
+    given = dict((RENAMED.get(k, k), params[k]) for k in SPEC_OPTIONS if params[k] is not None)
+    given["root_volume"] = dict((k, v) for k, v in (params["root_volume"] or {}).items() if v is not None)
+    try:
+        return CohortSpec(**given)
+    except ValidationError as exc:
+        module.fail_json(msg=spec_error(exc))
+
+
+def instances_of(result):
+    return [i.model_dump(mode="json") for i in result.instances]
+
+
+def run(module, acquirer):
+    params = module.params
+    consent = Consent(
+        spend=params["i_understand_this_spends_money"],
+        terminate=params["i_understand_this_terminates_instances"],
+    )
+    if params["state"] == "absent":
+        status = acquirer.status(params["name"])
+        ids = [i.instance_id for i in status.instances]
+        plan = dict(current=len(ids), target=0, launch=0, terminate=ids, spend="")
+        out = dict(changed=bool(ids), instances=instances_of(status), hourly_usd=0.0, launched=[],
+                   terminated=ids, shortfall=0, plan=plan, attempts=[])
+        if ids and not module.check_mode:
+            done = acquirer.release(params["name"], consent, wait=params["wait"],
+                                    wait_timeout_s=params["wait_timeout"])
+            out.update(changed=done.changed, instances=instances_of(done), terminated=done.terminated)
+        elif ids and not consent.terminate:
+            module.warn("the real run will be refused: pass %s" % TERMINATE_FLAGS)
+        if module._diff:
+            out["diff"] = dict(before=dict(count=len(ids), instances=ids), after=dict(count=0, instances=[]))
+        return out
+
+    if params["count"] is None:
+        module.fail_json(msg="count is required with state=present: give the number of instances the cohort should have")
+    spec = build_spec(module)
+    plan = acquirer.plan(spec)
+    plan_out = dict(current=plan.current, target=plan.target, launch=plan.launch, terminate=plan.terminate,
+                    spend=plan.spend.sentence())
+    before = acquirer.status(spec.name)
+    before_ids = [i.instance_id for i in before.instances]
+    if module.check_mode:
+        if plan.launch and not consent.spend:
+            module.warn("the real run will be refused: pass %s" % SPEND_FLAGS)
+        if plan.terminate and not consent.terminate:
+            module.warn("the real run will be refused: pass %s" % TERMINATE_FLAGS)
+        out = dict(changed=plan.changes, instances=instances_of(before), hourly_usd=plan.spend.hourly_usd,
+                   launched=[], terminated=[], shortfall=0, plan=plan_out, attempts=[])
+        after_ids = [i for i in before_ids if i not in plan.terminate]
+        after_count = plan.target
+    else:
+        result = acquirer.apply(spec, consent)
+        for warning in result.warnings:
+            module.warn(warning)
+        out = dict(changed=result.changed, instances=instances_of(result), hourly_usd=result.hourly_usd,
+                   launched=result.launched, terminated=result.terminated, shortfall=result.shortfall,
+                   plan=plan_out, attempts=[a.model_dump(mode="json") for a in result.attempts])
+        after_ids = [i.instance_id for i in result.instances]
+        after_count = len(after_ids)
+    if module._diff:
+        out["diff"] = dict(before=dict(count=len(before_ids), instances=before_ids),
+                           after=dict(count=after_count, instances=after_ids))
+    return out
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        count=dict(type="int"),
+        min_viable=dict(type="int"),
+        instance_types=dict(type="list", elements="str"),
+        subnets=dict(type="list", elements="str", default=[]),
+        market=dict(type="str", choices=["on-demand", "spot", "spot-then-on-demand"], default="on-demand"),
+        spot_max_price=dict(type="float"),
+        ami=dict(type="str"),
+        ami_ssm_parameter=dict(type="str"),
+        root_volume=dict(
+            type="dict",
+            default={},
+            options=dict(
+                size_gib=dict(type="int", default=100),
+                type=dict(type="str", choices=["gp3", "gp2", "io1", "io2"], default="gp3"),
+                kms_key_id=dict(type="str"),
+            ),
+        ),
+        instance_profile=dict(type="str"),
+        security_groups=dict(type="list", elements="str", default=[]),
+        key_name=dict(type="str", no_log=False),
+        user_data=dict(type="str"),
+        ttl=dict(type="str", default="3h"),
+        tags=dict(type="dict", default={}),
+        pool=dict(type="str"),
+        owner=dict(type="str"),
+        max_hourly_usd=dict(type="float"),
+        i_understand_this_spends_money=dict(type="bool", default=False),
+        i_understand_this_terminates_instances=dict(type="bool", default=False),
+        cleanup_on_failure=dict(type="bool", default=True),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=600),
+    )
+    module = AnsibleAWSModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        required_if=[("state", "present", ("count", "instance_types"))],
+        mutually_exclusive=[("ami", "ami_ssm_parameter")],
+    )
+    require_calque(module)
+    try:
+        acquirer = Acquirer(
+            ec2=aws_client(module, "ec2"),
+            ssm=aws_client(module, "ssm"),
+            service_quotas=aws_client(module, "service-quotas"),
+        )
+        module.exit_json(**run(module, acquirer))
+    except CalqueError as exc:
+        fail_on_calque_error(module, exc, instances=[], launched=[], terminated=[])
+
+
+if __name__ == "__main__":
+    main()
