@@ -42,7 +42,7 @@ def default_socket() -> Path:
 
 
 class SessionClient:
-    def __init__(self, socket_path: Path | None = None, timeout: float = 30.0, retry_for: float = 10.0) -> None:
+    def __init__(self, socket_path: Path | None = None, timeout: float = 30.0, retry_for: float = 3.0) -> None:
         self.path = socket_path or default_socket()
         self.timeout = timeout
         self.retry_for = retry_for

@@ -107,6 +107,15 @@ class SessionConfig(CalqueModel):
     def _dur(cls, v: object) -> object:
         return parse_duration(v) if isinstance(v, str) else v
 
+    @field_validator("notice_signal")
+    @classmethod
+    def _signal(cls, v: str) -> str:
+        import signal
+
+        if not v.startswith("SIG") or not isinstance(getattr(signal, v, None), signal.Signals):
+            raise ValueError(f"notice_signal {v!r} is not a signal name; use e.g. SIGUSR1 or SIGHUP")
+        return v
+
     @field_validator("version")
     @classmethod
     def _version(cls, v: int) -> int:

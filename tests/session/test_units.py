@@ -1,0 +1,155 @@
+"""Pieces of the session service that need no daemon: durations, the registry's guarantees, the
+wire format, the usage report, the installed files and the CLI's help."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sqlite3
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from calque.cli.main import cli, run
+from calque.errors import UsageError
+from calque.models.session import Slice
+from calque.session.assets import example_config, systemd_unit
+from calque.session.audit import usage_report
+from calque.session.config import SessionConfig, parse_duration
+from calque.session.protocol import RequestError, parse_request, read_line
+from calque.session.registry import NoFreeSlice, Registry, TooManySessions
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("7d", 604800)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2x", "h", "1h 30", "-5m", "forever"])
+def test_bad_durations_say_how_to_write_one(text: str) -> None:
+    with pytest.raises(UsageError, match=r"e\.g\."):
+        parse_duration(text)
+
+
+def _slices(n: int) -> list[Slice]:
+    return [
+        Slice(id=f"MIG-{i}", kind="mig", gpu_index=0, gpu_uuid="GPU-0", profile="1g.5gb", mig_uuid=f"MIG-{i}")
+        for i in range(n)
+    ]
+
+
+def test_registry_refuses_a_second_live_session_on_a_slice_even_in_raw_sql(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "s.db")
+    kw = {"gid": 0, "user": "u", "now": 0.0, "ttl": 60.0, "max_sessions": None, "request_id": None, "env_for": {}}
+    held, created = reg.checkout(_slices(1), session_id="s-1", uid=1000, **kw)  # type: ignore[arg-type]
+    assert created and held.session.slice_id == "MIG-0"
+    with pytest.raises(NoFreeSlice) as exc:
+        reg.checkout(_slices(1), session_id="s-2", uid=1001, **kw)  # type: ignore[arg-type]
+    assert [h.session.id for h in exc.value.busy] == ["s-1"]
+    db = sqlite3.connect(tmp_path / "s.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with pytest.raises(sqlite3.IntegrityError):
+        db.execute(
+            "INSERT INTO sessions(id, slice_id, uid, gid, user, created_at, expires_at, last_active, slice_json,"
+            " env_json) VALUES ('s-x', 'MIG-0', 2, 2, 'x', 0, 1, 0, '{}', '{}')"
+        )
+    db.rollback()
+    db.close()
+    reg.end("s-1", "checkin", 1.0)
+    held2, _ = reg.checkout(_slices(1), session_id="s-3", uid=1001, **kw)  # type: ignore[arg-type]
+    assert held2.session.uid == 1001
+
+
+def test_registry_limits_sessions_and_replays_a_request_id(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "s.db")
+    kw = {"gid": 0, "user": "u", "now": 0.0, "ttl": 60.0, "env_for": {}}
+    a, created = reg.checkout(_slices(3), session_id="s-a", uid=7, max_sessions=1, request_id="r1", **kw)  # type: ignore[arg-type]
+    again, created2 = reg.checkout(_slices(3), session_id="s-b", uid=7, max_sessions=1, request_id="r1", **kw)  # type: ignore[arg-type]
+    assert created and not created2 and again.session.id == a.session.id
+    with pytest.raises(TooManySessions):
+        reg.checkout(_slices(3), session_id="s-c", uid=7, max_sessions=1, request_id="r2", **kw)  # type: ignore[arg-type]
+
+
+def test_read_line_limits_size_and_time() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b'{"version": 1, "op": "ping"}\nextra')
+        assert parse_request(read_line(a, 1024, 1.0)).op == "ping"
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b"x" * 2000)
+        with pytest.raises(RequestError, match="larger than 1024"):
+            read_line(a, 1024, 1.0)
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(b'{"version"')
+        with pytest.raises(RequestError, match="within"):
+            read_line(a, 1024, 0.2)
+
+
+def test_usage_report_sums_hours_per_user_and_profile() -> None:
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+    def ev(event: str, sid: str, at: timedelta, uid: int = 1000, profile: str = "1g.5gb") -> dict[str, object]:
+        return {"event": event, "session": sid, "ts": (t0 + at).isoformat(), "uid": uid, "user": f"u{uid}",
+                "profile": profile, "kind": "mig"}  # fmt: skip
+
+    events = [
+        ev("checkout", "a", timedelta(0)),
+        ev("extend", "a", timedelta(minutes=30)),
+        ev("checkin", "a", timedelta(hours=2)),
+        ev("checkout", "b", timedelta(hours=1), uid=1001, profile="3g.20gb"),
+        ev("expiry", "b", timedelta(hours=1, minutes=30), uid=1001, profile="3g.20gb"),
+        ev("checkout", "c", timedelta(hours=3)),  # still live at the end of the window
+    ]
+    rep = usage_report(events, t0, t0 + timedelta(hours=4), None)
+    rows = {(r.user, r.profile): (r.sessions, r.gpu_hours) for r in rep.rows}
+    assert rows == {("u1000", "1g.5gb"): (2, 3.0), ("u1001", "3g.20gb"): (1, 0.5)}
+    mine = usage_report(events, t0, t0 + timedelta(hours=4), 1001)
+    assert [r.user for r in mine.rows] == ["u1001"]
+
+
+def test_example_config_is_valid_and_unknown_keys_are_rejected() -> None:
+    data = yaml.safe_load(example_config().read_text())
+    assert SessionConfig.model_validate(data).socket == Path("/run/calque/session.sock")
+    with pytest.raises(ValueError, match="extra"):
+        SessionConfig.model_validate({**data, "sockett": "/tmp/x"})
+    with pytest.raises(ValueError, match="signal name"):
+        SessionConfig.model_validate({**data, "notice_signal": "USR1"})
+
+
+def test_systemd_unit_runs_the_daemon_and_verifies(tmp_path: Path) -> None:
+    text = systemd_unit().read_text()
+    assert "ExecStart=" in text and "session serve --config /etc/calque/session.yaml" in text
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed")
+    unit = tmp_path / "calque-session.service"
+    unit.write_text(text.replace("/opt/calque/venv/bin/calque", "/bin/true"))
+    res = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    problems = [line for line in res.stderr.splitlines() if "calque-session.service" in line]
+    assert not problems, problems
+
+
+def test_every_session_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    group = cli.commands["session"]
+    assert group.help
+    names = set(group.commands)  # type: ignore[attr-defined]
+    assert names >= {"checkout", "checkin", "extend", "status", "list", "release", "report", "serve"}
+    for name in sorted(names):
+        assert group.commands[name].help, name  # type: ignore[attr-defined]
+        assert run(["session", name, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--i-understand-shared-gpu-has-no-isolation" in out and "--shell" in out
+
+
+def test_mps_checkout_without_consent_is_refused_before_any_daemon(tmp_path: Path) -> None:
+    assert run(["session", "checkout", "--mps", "--socket", str(tmp_path / "none.sock")]) == 4
+
+
+def test_no_daemon_is_exit_3_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["session", "status", "--socket", str(tmp_path / "none.sock")]) == 3
+    assert "calque-session.service" in capsys.readouterr().err
