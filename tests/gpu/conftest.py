@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,3 +23,25 @@ def make_sim(tmp_path: Path) -> Callable[..., SimGpu]:
         return SimGpu.create(tmp_path / "gpus.json", cards, **kw)  # type: ignore[arg-type]
 
     return make
+
+
+FAKE_BIN = Path(__file__).resolve().parent / "bin"
+
+
+@pytest.fixture
+def mps_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The fake nvidia-cuda-mps-control first on PATH and a short root for pipe/log dirs (unix socket
+    paths are limited to 108 bytes); every daemon it started is stopped afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="mps", dir="/tmp"))
+    # same program, run by this interpreter directly (a pyenv shim would add ~0.3 s per call)
+    (root / "bin").mkdir()
+    fake = root / "bin" / "nvidia-cuda-mps-control"
+    body = (FAKE_BIN / "nvidia-cuda-mps-control").read_text().split("\n", 1)[1]
+    fake.write_text(f"#!{sys.executable}\n{body}")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    yield root
+    for pidfile in root.glob("pipe/*/nvidia-cuda-mps-control.pid"):
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pidfile.read_text()), signal.SIGTERM)
+    shutil.rmtree(root, ignore_errors=True)

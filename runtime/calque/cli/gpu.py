@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
-from calque.cli.options import json_option
+from calque.cli.options import json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
 from calque.errors import PartialFailure
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.layout import load_layout
+from calque.gpu.mps import (
+    DEFAULT_LOG_ROOT,
+    DEFAULT_PIPE_ROOT,
+    SYSTEMD_UNIT,
+    MpsControl,
+    MpsResult,
+    MpsSettings,
+    MpsStatus,
+)
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
 from calque.gpu.verify import VerifyReport
@@ -255,3 +266,114 @@ def mig_apply(
         raise PartialFailure("; ".join(f"GPU {g.index}: {g.blocked}" for g in blocked))
     if result.reset_required:
         warn("a MIG mode change is pending a GPU reset: rerun with --allow-reset or reboot, then apply again")
+
+
+@gpu.group()
+def mps() -> None:
+    """MPS control daemons for cooperative GPU sharing (no isolation between clients)."""
+
+
+def _gpu_list(value: str | None) -> list[int] | None:
+    if value is None or value == "all":
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give GPU indices like 0,1 or all", param_hint="--gpus") from None
+
+
+def _mps_options(f: Callable[..., None]) -> Callable[..., None]:
+    for opt in (
+        click.option("--gpus", default=None, help="GPU indices, e.g. 0,2 (default: all)."),
+        click.option("--per-mig", is_flag=True, help="One daemon per MIG device instead of per GPU."),
+        click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="Pipe directories root."),
+        click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="Log directories root."),
+        host_config_option,
+        json_option,
+    ):
+        f = opt(f)
+    return f
+
+
+def _render_mps_status(s: MpsStatus) -> str:
+    rows = [
+        [d.target, d.gpu_index, "running" if d.running else "stopped", d.active_thread_percentage or "-",
+         d.pinned_memory_limit or "-", d.compute_mode or "-", d.pipe_dir]
+        for d in s.daemons
+    ]  # fmt: skip
+    out = table(["daemon", "gpu", "state", "threads %", "pinned limit", "compute mode", "pipe dir"], rows)
+    if s.user_model:
+        out += f"\nusers: {s.user_model.mode} ({s.user_model.evidence}); {s.user_model.slot_policy}"
+    return out
+
+
+def _render_mps_result(r: MpsResult) -> str:
+    lines = r.actions or ["nothing to do"]
+    lines.append("")
+    lines.append(_render_mps_status(MpsStatus(daemons=r.daemons)))
+    return "\n".join(lines)
+
+
+@mps.command("status")
+@_mps_options
+def mps_status(
+    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, host_config: str | None, as_json: bool
+) -> None:
+    """Show each MPS control daemon, its limits and the GPU's compute mode."""
+    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    emit(ctl.status(_gpu_list(gpus), per_mig), as_json, _render_mps_status)
+
+
+@mps.command("start")
+@click.option("--active-thread-percentage", type=click.IntRange(1, 100), default=None, help="Default client SM share.")
+@click.option("--pinned-memory-limit", default=None, help="Default per-client pinned device memory, e.g. 8G.")
+@click.option("--check", is_flag=True, help="Show what would change, change nothing.")
+@shared_gpu_consent_option
+@_mps_options
+def mps_start(
+    active_thread_percentage: int | None,
+    pinned_memory_limit: str | None,
+    check: bool,
+    shared_gpu_consent: bool,
+    gpus: str | None,
+    per_mig: bool,
+    pipe_root: str,
+    log_root: str,
+    host_config: str | None,
+    as_json: bool,
+) -> None:
+    """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
+    settings = MpsSettings(active_thread_percentage=active_thread_percentage, pinned_memory_limit=pinned_memory_limit)
+    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    result = ctl.start(
+        settings, consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
+    )
+    emit(result, as_json, _render_mps_result)
+
+
+@mps.command("stop")
+@click.option("--check", is_flag=True, help="Show what would change, change nothing.")
+@shared_gpu_consent_option
+@_mps_options
+def mps_stop(
+    check: bool,
+    shared_gpu_consent: bool,
+    gpus: str | None,
+    per_mig: bool,
+    pipe_root: str,
+    log_root: str,
+    host_config: str | None,
+    as_json: bool,
+) -> None:
+    """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
+    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    result = ctl.stop(
+        consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
+    )
+    emit(result, as_json, _render_mps_result)
+
+
+@mps.command("unit")
+def mps_unit() -> None:
+    """Print the systemd unit template (calque-mps@.service) that runs a daemon per GPU."""
+    click.echo(SYSTEMD_UNIT, nl=False)

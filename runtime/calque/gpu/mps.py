@@ -1,0 +1,368 @@
+"""MPS control daemons: one per GPU (or per MIG device), each with its own pipe and log directory.
+
+Starting a daemon puts its GPU in EXCLUSIVE_PROCESS compute mode (so only the MPS server holds a
+context), runs ``nvidia-cuda-mps-control -d`` with ``CUDA_VISIBLE_DEVICES`` set to that device and
+``CUDA_MPS_PIPE_DIRECTORY`` / ``CUDA_MPS_LOG_DIRECTORY`` set to the daemon's own directories, then
+sends the default client limits (``set_default_active_thread_percentage``,
+``set_default_device_pinned_mem_limit``) on the control program's stdin. Status asks the daemon
+(``get_server_list``, ``get_default_*``); stop sends ``quit`` and restores DEFAULT compute mode.
+
+MPS gives no isolation between clients (memory, faults): every change requires the caller's
+explicit consent. Clients of different Unix users are serialised by the control daemon (one MPS
+server, of one user, at a time): see docs/gpu-mps.md and ``user_model``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from calque.errors import InfrastructureError, RefusedError, UsageError
+from calque.gpu.backend import GpuBackend
+from calque.models.base import CalqueModel
+
+CONTROL_PROGRAM = "nvidia-cuda-mps-control"
+DEFAULT_PIPE_ROOT = Path("/run/calque/mps")
+DEFAULT_LOG_ROOT = Path("/var/log/calque/mps")
+_TIMEOUT_S = 15.0
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+CONSENT_MESSAGE = (
+    "MPS shares one GPU between processes with no memory or fault isolation: a client can read or crash "
+    "another's work. Pass --i-understand-shared-gpu-has-no-isolation (module: "
+    "i_understand_shared_gpu_has_no_isolation: true) to go ahead, or use MIG slices for isolation"
+)
+
+
+def require_consent(consent: bool) -> None:
+    """The MPS safety gate (exit code 4 without consent)."""
+    if not consent:
+        raise RefusedError(CONSENT_MESSAGE)
+
+
+def _bytes(limit: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)B?\s*", limit.upper())
+    if m is None:
+        raise UsageError(f"pinned memory limit {limit!r}: write a size like 4G, 512M or 1024 (bytes)")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+class MpsSettings(CalqueModel):
+    """Default limits for every client of a daemon."""
+
+    active_thread_percentage: int | None = Field(None, ge=1, le=100)
+    pinned_memory_limit: str | None = Field(None, description="per-client pinned device memory, e.g. 8G")
+
+    @field_validator("pinned_memory_limit")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None:
+            _bytes(v)
+        return v
+
+
+class MpsUserModel(CalqueModel):
+    """How the installed MPS treats clients of different Unix users."""
+
+    mode: Literal["serialised-per-user", "multi-user"]
+    evidence: str
+    slot_policy: str
+
+
+class MpsDaemon(CalqueModel):
+    """One control daemon and what it reports."""
+
+    target: str = Field(description="gpu<index> or mig-<uuid>")
+    gpu_index: int
+    device_uuid: str
+    pipe_dir: str
+    log_dir: str
+    running: bool
+    servers: list[int] = Field(default_factory=list, description="MPS server pids")
+    active_thread_percentage: int | None = None
+    pinned_memory_limit: str | None = None
+    compute_mode: str | None = None
+
+
+class MpsStatus(CalqueModel):
+    version: int = 1
+    daemons: list[MpsDaemon]
+    user_model: MpsUserModel | None = None
+
+
+class MpsResult(CalqueModel):
+    """What start or stop did (or, in check mode, would do)."""
+
+    version: int = 1
+    changed: bool
+    actions: list[str]
+    daemons: list[MpsDaemon]
+
+
+class MpsControl:
+    """Start, stop and inspect MPS control daemons on one host."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        *,
+        pipe_root: Path | str = DEFAULT_PIPE_ROOT,
+        log_root: Path | str = DEFAULT_LOG_ROOT,
+        program: str = CONTROL_PROGRAM,
+    ) -> None:
+        self.backend = backend
+        self.pipe_root = Path(pipe_root)
+        self.log_root = Path(log_root)
+        self.program = program
+
+    # -- targets and the control program ------------------------------------------------------
+
+    def targets(self, gpus: list[int] | None = None, per_mig: bool = False) -> list[tuple[str, int, str]]:
+        """(name, gpu index, device uuid) for each daemon: every GPU, or every MIG device of the GPUs."""
+        all_gpus = self.backend.gpus()
+        known = {g.index for g in all_gpus}
+        unknown = sorted(set(gpus or []) - known)
+        if unknown:
+            raise UsageError(f"no GPU {unknown} on this host; it has GPUs {sorted(known)}")
+        chosen = [g for g in all_gpus if gpus is None or g.index in gpus]
+        if not per_mig:
+            return [(f"gpu{g.index}", g.index, g.uuid) for g in chosen]
+        idx = {g.index for g in chosen}
+        migs = [d for d in self.backend.mig_devices() if d.gpu_index in idx]
+        if not migs:
+            raise UsageError("per-MIG daemons were asked for but the selected GPUs have no MIG devices")
+        return [(f"mig-{d.uuid}", d.gpu_index, d.uuid) for d in migs]
+
+    def env(self, target: str) -> dict[str, str]:
+        """The variables a client needs to reach this daemon (the session service hands them out)."""
+        return {
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_root / target),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_root / target),
+        }
+
+    def _binary(self) -> str:
+        found = shutil.which(self.program)
+        if found is None:
+            raise InfrastructureError(
+                f"{self.program} is not on PATH: install the NVIDIA driver's CUDA MPS tools (nvidia-compute-utils)"
+            )
+        return found
+
+    def _control(self, target: str, *commands: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self._binary()],
+            input="".join(c + "\n" for c in commands),
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env(target)},
+            timeout=_TIMEOUT_S,
+        )
+
+    def _ask(self, target: str, command: str) -> str | None:
+        """One command's reply, or None when no daemon answers."""
+        proc = self._control(target, command)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def _describe(self, target: str, index: int, uuid: str) -> MpsDaemon:
+        servers = self._ask(target, "get_server_list")
+        pct = self._ask(target, "get_default_active_thread_percentage") if servers is not None else None
+        pinned = self._ask(target, "get_default_device_pinned_mem_limit 0") if servers is not None else None
+        gpu = next((g for g in self.backend.gpus() if g.index == index), None)
+        env = self.env(target)
+        return MpsDaemon(
+            target=target,
+            gpu_index=index,
+            device_uuid=uuid,
+            pipe_dir=env["CUDA_MPS_PIPE_DIRECTORY"],
+            log_dir=env["CUDA_MPS_LOG_DIRECTORY"],
+            running=servers is not None,
+            servers=[int(x) for x in (servers or "").split() if x.isdigit()],
+            active_thread_percentage=int(float(pct)) if pct and re.fullmatch(r"[\d.]+", pct) else None,
+            pinned_memory_limit=pinned if pinned and pinned not in ("0", "") else None,
+            compute_mode=gpu.compute_mode if gpu else None,
+        )
+
+    # -- the three verbs ----------------------------------------------------------------------
+
+    def status(self, gpus: list[int] | None = None, per_mig: bool = False) -> MpsStatus:
+        return MpsStatus(
+            daemons=[self._describe(*t) for t in self.targets(gpus, per_mig)],
+            user_model=self.user_model(),
+        )
+
+    def start(
+        self,
+        settings: MpsSettings,
+        *,
+        consent: bool,
+        gpus: list[int] | None = None,
+        per_mig: bool = False,
+        check: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> MpsResult:
+        """Ensure a daemon runs per target with ``settings``; a satisfied host changes nothing."""
+        require_consent(consent)
+        say = progress or (lambda _m: None)
+        actions: list[str] = []
+        for target, index, uuid in self.targets(gpus, per_mig):
+            d = self._describe(target, index, uuid)
+            todo: list[str] = []
+            if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS":
+                todo.append(f"{target}: set compute mode EXCLUSIVE_PROCESS")
+            if not d.running:
+                todo.append(f"{target}: start {self.program} -d")
+            cmds = self._setting_commands(settings, d)
+            todo += [f"{target}: {c}" for c in cmds]
+            actions += todo
+            if check or not todo:
+                continue
+            for a in todo:
+                say(a)
+            if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS":
+                self.backend.set_compute_mode(index, "EXCLUSIVE_PROCESS")
+            if not d.running:
+                self._launch(target, uuid)
+            if cmds:
+                proc = self._control(target, *cmds)
+                if proc.returncode != 0:
+                    raise InfrastructureError(f"{target}: MPS refused {cmds}: {(proc.stdout + proc.stderr).strip()}")
+        return MpsResult(
+            changed=bool(actions),
+            actions=actions,
+            daemons=[self._describe(*t) for t in self.targets(gpus, per_mig)],
+        )
+
+    def stop(
+        self,
+        *,
+        consent: bool,
+        gpus: list[int] | None = None,
+        per_mig: bool = False,
+        check: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> MpsResult:
+        """Ensure no daemon runs for the targets, and their GPUs are back in DEFAULT compute mode."""
+        require_consent(consent)
+        say = progress or (lambda _m: None)
+        actions: list[str] = []
+        targets = self.targets(gpus, per_mig)
+        for target, index, uuid in targets:
+            d = self._describe(target, index, uuid)
+            todo = []
+            if d.running:
+                todo.append(f"{target}: quit the control daemon")
+            if not per_mig and d.compute_mode == "EXCLUSIVE_PROCESS":
+                todo.append(f"{target}: set compute mode DEFAULT")
+            actions += todo
+            if check or not todo:
+                continue
+            for a in todo:
+                say(a)
+            if d.running:
+                self._control(target, "quit")
+                self._wait(target, running=False)
+            if not per_mig and d.compute_mode == "EXCLUSIVE_PROCESS":
+                self.backend.set_compute_mode(index, "DEFAULT")
+        return MpsResult(changed=bool(actions), actions=actions, daemons=[self._describe(*t) for t in targets])
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _setting_commands(settings: MpsSettings, d: MpsDaemon) -> list[str]:
+        cmds = []
+        pct = settings.active_thread_percentage
+        if pct is not None and (not d.running or d.active_thread_percentage != pct):
+            cmds.append(f"set_default_active_thread_percentage {pct}")
+        lim = settings.pinned_memory_limit
+        if lim is not None:
+            have = d.pinned_memory_limit
+            if not d.running or have is None or _bytes(have) != _bytes(lim):
+                cmds.append(f"set_default_device_pinned_mem_limit 0 {lim}")
+        return cmds
+
+    def _launch(self, target: str, uuid: str) -> None:
+        env = self.env(target)
+        for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+            Path(env[key]).mkdir(parents=True, exist_ok=True, mode=0o755)
+        proc = subprocess.run(
+            [self._binary(), "-d"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": uuid},
+            timeout=_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode != 0:
+            raise InfrastructureError(
+                f"{target}: {self.program} -d failed: {(proc.stdout + proc.stderr).strip()}; "
+                f"see {env['CUDA_MPS_LOG_DIRECTORY']}"
+            )
+        self._wait(target, running=True)
+
+    def _wait(self, target: str, running: bool) -> None:
+        deadline = time.monotonic() + _TIMEOUT_S
+        while time.monotonic() < deadline:
+            if (self._ask(target, "get_server_list") is not None) == running:
+                return
+            time.sleep(0.05)
+        state = "answer" if running else "exit"
+        raise InfrastructureError(
+            f"{target}: the MPS control daemon did not {state} within {_TIMEOUT_S:.0f}s; "
+            f"see {self.env(target)['CUDA_MPS_LOG_DIRECTORY']}"
+        )
+
+    def user_model(self) -> MpsUserModel | None:
+        """Detect whether the installed MPS advertises a multi-user mode (otherwise: serialised per user)."""
+        binary = shutil.which(self.program)
+        if binary is None:
+            return None
+        try:
+            proc = subprocess.run(
+                [binary, "-h"], capture_output=True, text=True, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = proc.stdout + proc.stderr
+        if re.search(r"multi-?user", text, re.IGNORECASE):
+            return MpsUserModel(
+                mode="multi-user",
+                evidence=f"{self.program} -h advertises a multi-user option",
+                slot_policy="slots of one daemon may go to different Unix users at once",
+            )
+        return MpsUserModel(
+            mode="serialised-per-user",
+            evidence=f"{self.program} -h advertises no multi-user option: one MPS server (one user) at a time",
+            slot_policy=(
+                "give all slots of one daemon to one Unix user at a time, or run every tenant's clients under "
+                "one service account; a second user's client otherwise waits until the first user's clients exit"
+            ),
+        )
+
+
+SYSTEMD_UNIT = """\
+# calque MPS control daemon for one GPU: systemctl enable --now calque-mps@0 (the instance is the GPU index).
+# MPS gives no isolation between clients; enabling this unit is the consent.
+[Unit]
+Description=calque MPS control daemon for GPU %i
+After=nvidia-persistenced.service
+ConditionPathExists=/usr/bin/nvidia-cuda-mps-control
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+Environment=CALQUE_HOST_CONFIG=/etc/calque/host.yaml
+EnvironmentFile=-/etc/calque/mps.env
+ExecStart=/usr/bin/env calque gpu mps start --gpus %i $CALQUE_MPS_OPTIONS --i-understand-shared-gpu-has-no-isolation
+ExecStop=/usr/bin/env calque gpu mps stop --gpus %i --i-understand-shared-gpu-has-no-isolation
+
+[Install]
+WantedBy=multi-user.target
+"""
