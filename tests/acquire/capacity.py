@@ -9,7 +9,7 @@ capacity: a MinCount=1 call is filled up to what is left (as EC2 does), then the
 EC2 launches as many as it can up to MaxCount (at least MinCount); moto launches exactly MinCount.
 Every RunInstances call that passes through here is rewritten to MinCount=MaxCount=<what EC2
 would launch>, so moto answers the way EC2 would. ``ServiceQuotaValues`` answers GetServiceQuota with chosen values.
-``CallCounter`` counts API calls and can add latency per HTTP request (for benchmarks).
+``CallCounter`` counts API calls and can add latency per call (for benchmarks).
 """
 
 from __future__ import annotations
@@ -95,21 +95,20 @@ class ServiceQuotaValues:
 
 
 class CallCounter:
-    """Counts API calls per operation on a client and optionally adds ``latency_s`` per HTTP request."""
+    """Counts API calls per operation on a client and optionally adds ``latency_s`` to each."""
 
     def __init__(self, client: Any, latency_s: float = 0.0) -> None:
         self.calls: Counter[str] = Counter()
         self.latency_s = latency_s
         self._lock = threading.Lock()
+        # before-parameter-build fires once per API call, before any before-call hook can answer it
+        # (a CapacityFaults error still costs the caller a round trip, so it gets the latency too)
         service = client.meta.service_model.service_id.hyphenize()
-        client.meta.events.register(f"before-call.{service}", self._count)
-        client.meta.events.register(f"before-send.{service}", self._delay)
+        client.meta.events.register(f"before-parameter-build.{service}", self._count)
 
     def _count(self, model: Any, **_: Any) -> None:
         with self._lock:
             self.calls[model.name] += 1
-
-    def _delay(self, **_: Any) -> None:
         if self.latency_s:
             time.sleep(self.latency_s)
 
