@@ -11,6 +11,7 @@ from calque.cli.output import emit, table, warn
 from calque.errors import PartialFailure
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
+from calque.gpu.facts import HostGpuFacts, gather
 from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.layout import load_layout
 from calque.gpu.mps import (
@@ -377,3 +378,40 @@ def mps_stop(
 def mps_unit() -> None:
     """Print the systemd unit template (calque-mps@.service) that runs a daemon per GPU."""
     click.echo(SYSTEMD_UNIT, nl=False)
+
+
+def _render_facts(f: HostGpuFacts) -> str:
+    lines = [f"backend {f.backend}, driver {f.driver_version}"]
+    for g in f.gpus:
+        d = g.gpu
+        mig = "MIG on" if d.mig_current else "MIG off"
+        if d.mig_pending != d.mig_current:
+            mig += f" (pending {'on' if d.mig_pending else 'off'})"
+        lines.append(
+            f"GPU {d.index}: {d.name} {d.uuid} {d.memory_mib} MiB, {mig}, compute mode {d.compute_mode}"
+            + (f", catalog {g.catalog.key}" if g.catalog else ", not in catalog")
+        )
+        for m in g.mig_devices:
+            busy = [p.pid for p in g.processes if p.device_uuid == m.uuid]
+            lines.append(
+                f"  {m.ci_profile or m.profile}@{m.placement_start} GI {m.gi_id} CI {m.ci_id} {m.uuid}"
+                + (f" pids {busy}" if busy else "")
+            )
+        direct = [p.pid for p in g.processes if p.device_uuid == d.uuid]
+        if direct:
+            lines.append(f"  pids {direct}")
+    if f.mps is not None:
+        running = [d.target for d in f.mps.daemons if d.running]
+        lines.append(f"MPS daemons running: {', '.join(running) or 'none'}")
+    return "\n".join(lines)
+
+
+@gpu.command()
+@click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="MPS pipe directories root.")
+@click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="MPS log directories root.")
+@host_config_option
+@json_option
+def info(pipe_root: str, log_root: str, host_config: str | None, as_json: bool) -> None:
+    """Show GPUs, MIG instances and devices, processes, MPS daemons and each card's catalog entry."""
+    backend = _backend(host_config)
+    emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
