@@ -100,6 +100,22 @@ class MigPlan(CalqueModel):
     def changes(self) -> bool:
         return any(g.ops for g in self.gpus)
 
+    def would_change(self, allow_reset: bool) -> bool:
+        """Whether ``apply`` would run any operation (without ``allow_reset`` it stops at a reset)."""
+        return any(runnable(g.ops, allow_reset) for g in self.gpus)
+
+
+def runnable(ops: Sequence[MigOp], allow_reset: bool) -> list[MigOp]:
+    """The operations apply runs: all of them, or those before the first reset when resets are not allowed."""
+    if allow_reset:
+        return list(ops)
+    out = []
+    for op in ops:
+        if op.kind == "reset":
+            break
+        out.append(op)
+    return out
+
 
 class GpuApplyResult(CalqueModel):
     index: int

@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, calque developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: mig
+short_description: Lay out MIG slices on a host's GPUs declaratively, with the fewest changes
+version_added: 0.1.0
+description:
+  - Brings the host's GPUs to a MIG layout given as a layout file (O(config) and O(select)) or inline
+    (O(layout)), in the spirit of mig-parted's C(mig-configs).
+  - Plans first, then applies the plan. Only GPUs whose layout differs are touched; on a GPU, instances
+    the new layout still contains are kept at their placements, and the others are placed on the card's
+    grid by a search (largest profiles first), so no working instance is destroyed needlessly.
+  - A layout that cannot fit a card fails before anything changes, naming the profiles and counts valid
+    on that card.
+  - Instances with running processes are never destroyed unless O(force=true), which stops those
+    processes first (they are listed in the plan).
+  - A MIG mode change takes effect at a GPU reset. The reset runs only with O(allow_reset=true) and when
+    nothing holds the GPU; persistence mode (C(nvidia-persistenced)) and the C(nvidia_drm) module hold
+    it. Otherwise the module returns RV(reset_required=true) and a later run (after a reset or a
+    reboot) finishes the layout. Where the platform cannot reset a GPU, RV(reboot_required) is true.
+  - A thin face over C(calque.gpu.planner.MigPlanner); the C(calque gpu mig plan|apply) commands run
+    the same code.
+author: calque developers (@calque)
+options:
+  config:
+    description:
+      - Path of a layout file on the managed host (C(version: 1), C(mig-configs:) of named configs).
+      - Mutually exclusive with O(layout).
+    type: path
+  select:
+    description:
+      - Name of the config in O(config) to apply; may be left out when the file has exactly one.
+    type: str
+  layout:
+    description:
+      - An inline layout, the list one named config holds. Each entry has C(mig-enabled) (bool) and
+        optionally C(devices) (V(all), an index or a list of indices), C(device-filter) (catalog card,
+        NVML name or PCI id), C(mig-devices) (profile name to count) and C(compute-instances)
+        (profile name to a list of compute-slice sizes that split each GPU instance of that profile).
+      - Mutually exclusive with O(config).
+    type: list
+    elements: dict
+  force:
+    description:
+      - Allow destroying instances that have running processes; those processes are stopped first.
+    type: bool
+    default: false
+  allow_reset:
+    description:
+      - Reset GPUs whose MIG mode must change, when nothing holds them.
+    type: bool
+    default: false
+  host_config:
+    description:
+      - Host configuration file that selects the GPU backend (C(gpu.backend) V(nvml) or V(sim));
+        defaults to E(CALQUE_HOST_CONFIG) or C(/etc/calque/host.yaml), and to NVML without a file.
+    type: path
+  sim_state:
+    description:
+      - State file of a simulated GPU host; when given, the module uses the simulator instead of NVML
+        (tests and the sandbox).
+    type: path
+extends_documentation_fragment:
+  - calque.gpu.runtime
+  - calque.gpu.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Computes the plan and returns it with the MIG devices as they are; nothing is changed.
+  diff_mode:
+    support: full
+    details: Shows each selected GPU's MIG mode and instances (profile@start) before and after.
+  idempotent:
+    support: full
+    details: A second run with the same layout plans no operation and reports RV(ignore:changed=false).
+"""
+
+EXAMPLES = r"""
+- name: Seven 1g slices on every A100
+  calque.gpu.mig:
+    layout:
+      - devices: all
+        device-filter: A100-40GB
+        mig-enabled: true
+        mig-devices:
+          1g.5gb: 7
+    allow_reset: true
+
+- name: Apply a named config from a layout file
+  calque.gpu.mig:
+    config: /etc/calque/mig-layouts.yaml
+    select: balanced
+
+- name: Mixed layout on GPU 3 only; stop processes on instances that must go
+  calque.gpu.mig:
+    layout:
+      - devices: [3]
+        mig-enabled: true
+        mig-devices: {3g.40gb: 1, 1g.10gb: 4}
+        compute-instances: {3g.40gb: [1, 2]}
+    force: true
+"""
+
+RETURN = r"""
+mig_devices:
+  description: The MIG devices after the run (as they are, in check mode).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - gpu_index: 0
+      profile: 3g.20gb
+      profile_id: 9
+      placement_start: 4
+      placement_size: 4
+      gi_id: 2
+      ci_id: 0
+      ci_profile: null
+      uuid: MIG-8a1f7a4e-3c2b-5d6e-9f00-112233445566
+reset_required:
+  description: A MIG mode change waits for a GPU reset (rerun with O(allow_reset=true), or reboot).
+  returned: always
+  type: bool
+reboot_required:
+  description: The platform cannot reset the GPU; reboot the host, then run again.
+  returned: always
+  type: bool
+plan:
+  description: The operations planned, one sentence each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 0: destroy 1g.5gb at 4 (GI 11)", "GPU 0: create 3g.20gb at 4 with CIs 3c"]
+stopped_processes:
+  description: With O(force=true), the processes stopped because their instances were destroyed.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS, dump, gpu_backend
+from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
+    HAS_CALQUE,
+    fail_on_calque_error,
+    require_calque,
+)
+
+if HAS_CALQUE:
+    from calque.errors import CalqueError
+    from calque.gpu.layout import load_layout, parse_entries
+    from calque.gpu.planner import MigPlanner, current_layout, runnable
+
+
+def _views(state, indices):
+    return dict(
+        ("gpu%d" % g.index, dict(mig_enabled=g.layout.mig_enabled, instances=g.layout.instances))
+        for g in state.gpus
+        if g.index in indices
+    )
+
+
+def run(module):
+    p = module.params
+    if p["config"]:
+        name, entries = load_layout(p["config"]).select(p["select"])
+    else:
+        name, entries = None, parse_entries(p["layout"])
+    backend = gpu_backend(module)
+    planner = MigPlanner(backend)
+    plan = planner.plan(entries, force=p["force"], config=name)
+    touched = set(g.index for g in plan.gpus)
+    result = dict(
+        plan=[op.describe() for g in plan.gpus for op in g.ops],
+        stopped_processes=dump([b for g in plan.gpus for b in g.busy_destroyed]),
+    )
+    before = _views(current_layout(backend), touched)
+    if module.check_mode:
+        after = dict(
+            ("gpu%d" % g.index, dict(mig_enabled=g.after.mig_enabled, instances=g.after.instances)) for g in plan.gpus
+        )
+        result.update(
+            changed=plan.would_change(p["allow_reset"]),
+            mig_devices=dump(backend.mig_devices()),
+            reset_required=any(g.needs_reset for g in plan.gpus),
+            reboot_required=False,
+        )
+    else:
+        applied = planner.apply(plan, allow_reset=p["allow_reset"])
+        after = _views(current_layout(backend), touched)
+        result.update(
+            changed=applied.changed,
+            mig_devices=dump(applied.mig_devices),
+            reset_required=applied.reset_required,
+            reboot_required=applied.reboot_required,
+        )
+        blocked = [g for g in applied.gpus if g.blocked and not g.reboot_required]
+        if blocked:
+            module.fail_json(msg="; ".join("GPU %d: %s" % (g.index, g.blocked) for g in blocked), **result)
+    if module._diff:
+        result["diff"] = dict(before=before, after=after)
+    return result
+
+
+def main():
+    argument_spec = dict(
+        config=dict(type="path"),
+        select=dict(type="str"),
+        layout=dict(type="list", elements="dict"),
+        force=dict(type="bool", default=False),
+        allow_reset=dict(type="bool", default=False),
+    )
+    argument_spec.update(GPU_BACKEND_ARGS)
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        mutually_exclusive=[("config", "layout")],
+        required_one_of=[("config", "layout")],
+    )
+    require_calque(module)
+    try:
+        module.exit_json(**run(module))
+    except CalqueError as exc:
+        fail_on_calque_error(module, exc)
+
+
+if __name__ == "__main__":
+    main()
