@@ -212,3 +212,34 @@ class CohortResult(CalqueModel):
     hourly_usd: float = Field(0.0, description="on-demand $/h of the instances now in the cohort")
     attempts: list[LaunchAttempt] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+
+# --- ramp ---------------------------------------------------------------------------------------
+
+
+class RampRung(CalqueModel):
+    """One rung of a ramp: N items through the one warm worker."""
+
+    rung: int = Field(ge=0, description="position in the ramp, from 0")
+    items: int = Field(ge=0)
+    ok: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    wall_s: float = Field(ge=0)
+    items_per_s: float = Field(ge=0)
+    enter_seconds_paid: float = Field(ge=0, description="model load paid by this rung: only the first pays")
+
+
+class RampReport(CalqueModel):
+    """What ``calque ramp`` did: the instance it held, each rung, and how it ended."""
+
+    version: int = SCHEMA_VERSION
+    workload: str
+    method: str | None = None
+    cohort: str
+    instance: CohortInstance | None = None
+    hourly_usd: float = 0.0
+    enter_seconds: float = Field(0.0, description="what @enter cost, once")
+    enter_count: int = Field(0, description="times @enter ran: 1 across all rungs")
+    rungs: list[RampRung] = Field(default_factory=list)
+    terminated: list[str] = Field(default_factory=list)
+    error: str | None = None

@@ -1,0 +1,159 @@
+"""``calque ramp`` end to end against the moto server, with Modal-shaped scripts run locally."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from calque.aws.acquire import Acquirer, Consent
+from calque.aws.acquire.ramp import RampOptions, run_ramp
+from calque.cli.main import run
+
+from .conftest import AL2023, Network
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent / "corpus"
+SLOW = HERE / "workloads" / "slow_items.py"
+
+
+def ramp_cohorts(ec2: Any) -> dict[str, list[str]]:
+    """State names of every instance a ramp launched, per instance id."""
+    res = ec2.describe_instances(Filters=[{"Name": "tag:calque-ramp", "Values": ["*"]}])
+    return {i["InstanceId"]: i["State"]["Name"] for r in res["Reservations"] for i in r["Instances"]}
+
+
+def base_args(network: Network, workload: Path | str, rungs: str) -> list[str]:
+    args = ["ramp", "--workload", str(workload), "--rungs", rungs, "--instance-type", "g6.xlarge"]
+    args += ["--ami-ssm-parameter", AL2023, "--ttl", "1h", "--wait-timeout", "30"]
+    for s in network.subnets:
+        args += ["--subnet", s]
+    return args
+
+
+def test_ramp_pays_enter_once_and_terminates_at_the_end(
+    ec2: Any, network: Network, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = tmp_path / "prompts.jsonl"
+    items.write_text(
+        '{"args": ["the quick brown fox jumps"]}\n{"args": ["hello there"], "kwargs": {"max_tokens": 1}}\n'
+    )
+    args = base_args(network, CORPUS / "llm_loader.py", "1,5,20")
+    rc = run([*args, "--items", str(items), "--i-understand-this-spends-money", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    report = json.loads(out.out)
+
+    assert [r["items"] for r in report["rungs"]] == [1, 5, 20]
+    assert [r["ok"] for r in report["rungs"]] == [1, 5, 20]
+    assert report["enter_count"] == 1
+    paid = [r["enter_seconds_paid"] for r in report["rungs"]]
+    assert paid[0] >= 0.25 and paid[1:] == [0.0, 0.0]  # llm_loader's @enter sleeps 0.3 s
+    assert report["method"] == "generate"
+    iid = report["instance"]["instance_id"]
+    assert report["terminated"] == [iid]
+    assert ramp_cohorts(ec2) == {iid: "terminated"}
+    assert "ramp: terminating cohort" in out.err
+
+
+def test_ramp_human_view_prints_a_table_per_rung(
+    ec2: Any, network: Network, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = run([*base_args(network, SLOW, "2,3"), "--i-understand-this-spends-money"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count("enter s paid") == 3  # one table per rung, then the summary table
+    assert "@enter ran 1 time(s)" in out and "terminated: i-" in out
+
+
+def test_ramp_without_consent_is_refused_and_launches_nothing(
+    ec2: Any, network: Network, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = run(base_args(network, SLOW, "1"))
+    assert rc == 4
+    assert "--i-understand-this-spends-money" in capsys.readouterr().err
+    assert ramp_cohorts(ec2) == {}
+
+
+def test_ramp_with_a_failing_enter_still_terminates(
+    ec2: Any, network: Network, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = run([*base_args(network, CORPUS / "failing_enter.py", "1,10"), "--i-understand-this-spends-money"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "weights not found" in err
+    states = ramp_cohorts(ec2)
+    assert len(states) == 1 and set(states.values()) == {"terminated"}
+
+
+def test_a_failure_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp_path: Path) -> None:
+    marker = tmp_path / "exit.txt"
+    os.environ["SLOW_EXIT_MARKER"] = str(marker)
+    seen: list[int] = []
+
+    def fail_on_the_fourth(result: Any) -> None:
+        seen.append(result.index)
+        if len(seen) == 4:
+            raise RuntimeError("injected: the display broke mid-rung")
+
+    opts = RampOptions(
+        workload=str(SLOW),
+        rungs=[2, 10],
+        instance_type="g6.xlarge",
+        subnets=network.subnets,
+        ami_ssm_parameter=AL2023,
+        wait_timeout_s=30,
+    )
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            run_ramp(opts, Acquirer(ec2=ec2, waiter_delay_s=1), Consent(spend=True), on_result=fail_on_the_fourth)
+    finally:
+        os.environ.pop("SLOW_EXIT_MARKER", None)
+    states = ramp_cohorts(ec2)
+    assert len(states) == 1 and set(states.values()) == {"terminated"}
+    assert marker.read_text() == "exit\n"  # the warm worker was closed once, @exit ran
+
+
+def test_unknown_method_and_bad_rungs_say_what_to_change(
+    ec2: Any, network: Network, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run([*base_args(network, SLOW, "1,x"), "--i-understand-this-spends-money"]) == 2
+    assert "e.g. 1,100,1000" in capsys.readouterr().err
+    several = CORPUS / "several_methods.py"
+    assert run([*base_args(network, several, "1"), "--i-understand-this-spends-money"]) == 2
+    assert "--method" in capsys.readouterr().err
+    assert set(ramp_cohorts(ec2).values()) <= {"terminated"}
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp_path: Path) -> None:
+    items = tmp_path / "slow.jsonl"
+    items.write_text('{"args": [1], "kwargs": {"delay": 0.5}}\n')
+    args = [*base_args(network, SLOW, "1,60"), "--items", str(items), "--i-understand-this-spends-money"]
+    calque = Path(sys.executable).parent / "calque"
+    proc = subprocess.Popen([str(calque), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        seen = ""
+        while "rung 1:" not in seen and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen += line
+        assert "rung 1:" in seen, seen
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "terminating cohort" in seen + err
+    states = ramp_cohorts(ec2)
+    assert len(states) == 1 and set(states.values()) == {"terminated"}
