@@ -1,0 +1,236 @@
+"""Real worker processes against the session moto server: warm hits, crashes, signals, poison."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections import defaultdict
+
+import pytest
+from calque.aws.clients import client
+from calque.models import ClaimRef, Manifest
+
+from pool.conftest import Pool, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_workers_thirty_claims_each_enter_once_and_every_result_once(make_pool) -> None:
+    pool: Pool = make_pool()
+    a, b = pool.start(), pool.start()
+    record = pool.submit([{"args": [i], "kwargs": {"delay": 0.02}} for i in range(30)], batch_size=1)
+    summaries = pool.wait_run(record)
+    assert len(summaries) == 30
+    results = pool.store.results(record)
+    assert [r.index for r in results] == list(range(30))
+    assert all(r.ok and r.value["x"] == r.index for r in results)
+    by_worker: dict[str, list] = defaultdict(list)
+    for s in summaries.values():
+        assert s.ok and s.enter_count == 1 and s.attempt == 1
+        by_worker[s.worker_id].append(s)
+    for claims in by_worker.values():
+        claims.sort(key=lambda s: s.started_at)
+        assert [s.warm_hit for s in claims] == [False] + [True] * (len(claims) - 1)
+        assert claims[0].enter_seconds_paid > 0 and all(s.enter_seconds_paid == 0 for s in claims[1:])
+    pool.stop_all()
+    for w in (a, b):
+        assert w.proc.returncode == 0, w.stderr()
+        assert "STEADY-EXIT" in w.stdout()  # @exit ran, and the script's stdout is kept
+        assert "stderr from the script" in w.stderr()
+        assert w.stdout().count("STEADY-EXIT") == 1
+
+
+def test_kill_9_mid_claim_is_redelivered_and_completed_once(make_pool) -> None:
+    pool: Pool = make_pool(vt=2)
+    a = pool.start()
+    record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(4)], batch_size=4)
+    a.wait_log("start 1", stream="stdout")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    b = pool.start()
+    (summary,) = pool.wait_run(record, timeout=60).values()
+    assert summary.ok and summary.attempt == 2 and summary.worker_id.endswith(str(b.proc.pid))
+    results = pool.store.results(record)
+    assert [r.index for r in results] == [0, 1, 2, 3]
+
+
+def _claim_release_test(pool: Pool, stop_a) -> None:  # type: ignore[no-untyped-def]
+    a = pool.start()
+    record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(6)], batch_size=6)
+    a.wait_log("start 0", stream="stdout")
+    b = pool.start()
+    b.wait_log("serving")
+    stop_a(a)
+    assert a.proc.wait(timeout=30) == 0, a.stderr()
+    assert "released message" in a.stderr()
+    assert "STEADY-EXIT" in a.stdout()
+    # the visibility timeout is 120 s: only an immediate release lets b finish within this wait
+    (summary,) = pool.wait_run(record, timeout=40).values()
+    assert summary.ok and summary.worker_id.endswith(str(b.proc.pid)) and summary.attempt == 2
+    assert [r.index for r in pool.store.results(record)] == list(range(6))
+
+
+def test_sigterm_mid_claim_releases_it_to_another_worker_at_once(make_pool) -> None:
+    pool: Pool = make_pool(vt=120)
+    _claim_release_test(pool, lambda a: a.proc.send_signal(signal.SIGTERM))
+
+
+def test_spot_notice_over_imdsv2_releases_the_claim(make_pool, fake_imds) -> None:
+    pool: Pool = make_pool(vt=120)
+    first = {"spot_watch": True, "imds_endpoint": fake_imds.url, "spot_poll_s": 0.3}
+    a = pool.start(**first)
+    record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(6)], batch_size=6)
+    a.wait_log("start 0", stream="stdout")
+    b = pool.start()  # no spot watch on b: the notice is for a's instance only
+    b.wait_log("serving")
+    fake_imds.notice = True
+    assert a.proc.wait(timeout=30) == 0, a.stderr()
+    assert "spot interruption notice" in a.stderr() and "released message" in a.stderr()
+    (summary,) = pool.wait_run(record, timeout=40).values()
+    assert summary.ok and summary.worker_id.endswith(str(b.proc.pid))
+    assert fake_imds.tokenless == 0 and fake_imds.token_puts >= 1 and fake_imds.authorised_gets >= 1
+
+
+def test_poison_claims_fail_with_a_clear_summary_and_the_worker_keeps_serving(make_pool) -> None:
+    pool: Pool = make_pool(max_manifest_bytes=1024)
+    store = pool.store
+    good = pool.submit([1, 2], batch_size=2)
+    prefix = good.results_prefix
+    sqs, url = client("sqs"), pool.queue.url()
+    base = json.loads(ClaimRef(
+        run_id=good.run_id, claim_id="x", model=pool.model, method="work", manifest_uri=prefix + "manifests/x.json",
+        results_prefix=prefix, item_count=1, submitted_at=good.submitted_at,
+    ).model_dump_json())  # fmt: skip
+
+    def send(claim_id: str, **changes: object) -> None:
+        body = {**base, "claim_id": claim_id, "manifest_uri": f"{prefix}manifests/{claim_id}.json", **changes}
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+
+    def stage(claim_id: str, body: bytes) -> None:
+        store.put(f"{prefix}manifests/{claim_id}.json", body)
+
+    def manifest(claim_id: str, method: str = "work", size: int = 1) -> bytes:
+        m = Manifest(run_id=good.run_id, claim_id=claim_id, model=pool.model, method=method, items=[])
+        m.items = [{"index": 100 + i, "args": ["x" * 10]} for i in range(size)]  # type: ignore[list-item]
+        return m.model_dump_json().encode()
+
+    send("missing")
+    stage("invalid", b'{"version": 1, "run_id": 3}')
+    send("invalid")
+    stage("huge", manifest("huge", size=40))
+    send("huge")
+    stage("nomethod", manifest("nomethod", method="does_not_exist"))
+    send("nomethod")
+    stage("digest", manifest("digest"))
+    send("digest", workload_digest="sha256:0000")
+    stage("model", manifest("model"))
+    send("model", model="org/another-model")
+    send("broken", version="not-a-number")
+    sqs.send_message(QueueUrl=url, MessageBody="this is not json")
+    w = pool.start()
+    want = {
+        "missing": "does not exist",
+        "invalid": "is invalid at",
+        "huge": "over the pool's limit of 1024",
+        "nomethod": "method 'does_not_exist' does not exist on Steady",
+        "digest": "claim wants workload sha256:0000",
+        "model": "claim is for model 'org/another-model'",
+        "broken": "unparseable ClaimRef",
+    }
+
+    def all_there() -> bool:
+        return len(store.summaries(prefix)) >= len(want) + 1
+
+    wait_until(all_there, 60, "every poison Summary and the good one")
+    summaries = store.summaries(prefix)
+    for claim_id, text in want.items():
+        s = summaries[claim_id]
+        assert not s.ok and s.error and text in s.error, (claim_id, s.error)
+    assert summaries["c00000"].ok and [r.value["x"] for r in store.results(good)] == [1, 2]
+    poison_keys = wait_until(
+        lambda: client("s3").list_objects_v2(Bucket=pool.bucket, Prefix=store.base + "/poison/").get("Contents"),
+        10, "the poison record of the non-JSON message",
+    )  # fmt: skip
+    assert len(poison_keys) == 1
+    wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, 20, "an empty queue")
+    after = pool.submit([3], batch_size=1)
+    pool.wait_run(after)
+    assert w.proc.poll() is None
+
+
+def test_receive_count_over_the_limit_fails_the_claim(make_pool) -> None:
+    pool: Pool = make_pool(max_receive_count=1)
+    record = pool.submit([1], batch_size=1)
+    sqs, url = client("sqs"), pool.queue.url()
+    msg = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"][0]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"], VisibilityTimeout=0)
+    pool.start()
+    (s,) = pool.wait_run(record).values()
+    assert not s.ok and s.error and "received 2 times, over the pool's max_receive_count 1" in s.error
+
+
+def test_a_claim_whose_summary_exists_is_deleted_without_rerunning(make_pool) -> None:
+    pool: Pool = make_pool()
+    w = pool.start()
+    record = pool.submit([1], batch_size=1)
+    (first,) = pool.wait_run(record).values()
+    # resend the same ClaimRef, as SQS does after a lost delete
+    ref = ClaimRef(
+        run_id=record.run_id, claim_id="c00000", model=pool.model, method="work",
+        manifest_uri=record.results_prefix + "manifests/c00000.json", results_prefix=record.results_prefix,
+        item_count=1, submitted_at=record.submitted_at,
+    )  # fmt: skip
+    pool.queue.send(ref)
+    w.wait_log("already has a Summary")
+    wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, 20, "the duplicate deleted")
+    (again,) = pool.summaries(record).values()
+    assert again == first
+    assert w.stdout().count("start 1") == 1
+
+
+def test_metrics_on_a_port_count_claims_and_enters(make_pool) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool: Pool = make_pool(metrics_port=port)
+    w = pool.start()
+    pool.wait_run(pool.submit([1, 2, 3], batch_size=1))
+    w.wait_log("metrics on")
+
+    def scrape() -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    ok_claims = re.compile(r'^calque_pool_claims_total\{[^}]*outcome="ok"[^}]*\} 3$', re.M)
+    text = wait_until(lambda: (t := scrape()) and ok_claims.search(t) and t, 10, "three ok claims in the metrics")
+    assert re.search(r"^calque_pool_enter_count\{[^}]*\} 1$", text, re.M)
+    assert re.search(r"^calque_pool_warm_hits_total\{[^}]*\} 2$", text, re.M)
+    assert "# TYPE calque_pool_claims_total counter" in text
+
+
+def test_idle_timeout_runs_exit_and_stops(make_pool) -> None:
+    pool: Pool = make_pool(idle_timeout_s=1.0)
+    w = pool.start()
+    assert w.proc.wait(timeout=30) == 0
+    assert "STEADY-EXIT" in w.stdout() and "stopping (idle)" in w.stderr()
+
+
+def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, modal\napp = modal.App('p')\n@app.cls()\nclass P:\n"
+        "    @modal.method()\n    def dev(self, x):\n        return os.environ.get('CUDA_VISIBLE_DEVICES')\n"
+    )
+    pool: Pool = make_pool(workload=probe, workers=2, cuda_visible_devices=["0", "1"])
+    parent = pool.start()
+    record = pool.submit([{"args": [i]} for i in range(20)], method="dev", batch_size=1)
+    pool.wait_run(record)
+    devices = {r.value for r in pool.store.results(record)}
+    assert devices <= {"0", "1"}
+    workers = {s.worker_id for s in pool.summaries(record).values()}
+    assert all(w.endswith(("/0", "/1")) for w in workers)
+    parent.proc.send_signal(signal.SIGTERM)
+    assert parent.proc.wait(timeout=30) == 0
