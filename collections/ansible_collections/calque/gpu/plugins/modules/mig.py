@@ -32,7 +32,7 @@ author: calque developers (@calque)
 options:
   config:
     description:
-      - Path of a layout file on the managed host (C(version: 1), C(mig-configs:) of named configs).
+      - "Path of a layout file on the managed host: C(version: 1) and C(mig-configs:), a mapping of named configs."
       - Mutually exclusive with O(layout).
     type: path
   select:
@@ -157,7 +157,7 @@ from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
 if HAS_CALQUE:
     from calque.errors import CalqueError
     from calque.gpu.layout import load_layout, parse_entries
-    from calque.gpu.planner import MigPlanner, current_layout, runnable
+    from calque.gpu.planner import MigPlanner, current_layout
 
 
 def _views(state, indices):

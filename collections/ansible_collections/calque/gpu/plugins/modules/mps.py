@@ -62,7 +62,7 @@ options:
     default: /var/log/calque/mps
   i_understand_shared_gpu_has_no_isolation:
     description:
-      - Required to be V(true): MPS tenants share GPU memory and faults with no isolation.
+      - Must be V(true) for the module to run, because MPS tenants share GPU memory and faults with no isolation.
     type: bool
     default: false
   host_config:
