@@ -5,6 +5,19 @@ nothing re-declares a model. Every model forbids unknown fields; those that cros
 network boundary carry a ``version``.
 """
 
+from calque.models.acquire import (
+    CohortInstance,
+    CohortPlan,
+    CohortResult,
+    CohortSpec,
+    InstanceRate,
+    LaunchAttempt,
+    RampReport,
+    RampRung,
+    RatesTable,
+    RootVolume,
+    SpendArithmetic,
+)
 from calque.models.base import CalqueModel
 from calque.models.gpu import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.pool import (
@@ -28,19 +41,30 @@ __all__ = [
     "CalqueModel",
     "ClaimCost",
     "ClaimRef",
+    "CohortInstance",
+    "CohortPlan",
+    "CohortResult",
+    "CohortSpec",
     "ComputeInstance",
     "GpuDevice",
     "GpuInstance",
     "GpuProcess",
+    "InstanceRate",
     "Item",
     "ItemError",
     "ItemResult",
+    "LaunchAttempt",
     "Manifest",
     "MigDevice",
     "PoolSpec",
     "QueueDepth",
     "QueueSettings",
+    "RampReport",
+    "RampRung",
+    "RatesTable",
+    "RootVolume",
     "RunRecord",
     "RunReport",
+    "SpendArithmetic",
     "Summary",
 ]
