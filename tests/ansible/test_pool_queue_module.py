@@ -83,6 +83,9 @@ def test_check_mode_create_creates_nothing(moto: str, tmp_path: Path) -> None:
 
 def test_absent_deletes_both_queues_and_twice_is_unchanged(moto: str, tmp_path: Path) -> None:
     run_playbook(tmp_path, [_task()])
+    plan = run_playbook(tmp_path, [_task(state="absent")], check=True)
+    assert plan.task("queue")["changed"] is True
+    assert PoolQueue(client("sqs"), MODEL).state().exists  # check mode deleted nothing
     gone = run_playbook(tmp_path, [_task(state="absent")])
     assert gone.rc == 0, gone.stdout + gone.stderr
     assert gone.task("queue")["changed"] is True
