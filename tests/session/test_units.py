@@ -44,7 +44,15 @@ def _slices(n: int) -> list[Slice]:
 
 def test_registry_refuses_a_second_live_session_on_a_slice_even_in_raw_sql(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "s.db")
-    kw = {"gid": 0, "user": "u", "now": 0.0, "ttl": 60.0, "max_sessions": None, "request_id": None, "env_for": {}}
+    kw = {
+        "gid": 0,
+        "user": "u",
+        "now": 0.0,
+        "ttl": 60.0,
+        "max_sessions": None,
+        "request_id": None,
+        "env_for": lambda s: {},
+    }
     held, created = reg.checkout(_slices(1), session_id="s-1", uid=1000, **kw)  # type: ignore[arg-type]
     assert created and held.session.slice_id == "MIG-0"
     with pytest.raises(NoFreeSlice) as exc:
@@ -66,7 +74,7 @@ def test_registry_refuses_a_second_live_session_on_a_slice_even_in_raw_sql(tmp_p
 
 def test_registry_limits_sessions_and_replays_a_request_id(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "s.db")
-    kw = {"gid": 0, "user": "u", "now": 0.0, "ttl": 60.0, "env_for": {}}
+    kw = {"gid": 0, "user": "u", "now": 0.0, "ttl": 60.0, "env_for": lambda s: {}}
     a, created = reg.checkout(_slices(3), session_id="s-a", uid=7, max_sessions=1, request_id="r1", **kw)  # type: ignore[arg-type]
     again, created2 = reg.checkout(_slices(3), session_id="s-b", uid=7, max_sessions=1, request_id="r1", **kw)  # type: ignore[arg-type]
     assert created and not created2 and again.session.id == a.session.id

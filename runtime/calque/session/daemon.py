@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import signal
 import socket
 import socketserver
@@ -29,29 +30,58 @@ from calque.session.service import Service
 log = logging.getLogger("calque.session")
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+WORKERS = 64
+
+
+class _Server(socketserver.UnixStreamServer):
+    """Accepts on one thread and hands connections to a fixed pool of workers (no thread per request).
+
+    At most ``max_connections`` connections wait or run at once; beyond that a caller is told to
+    retry. A slow client holds one worker for at most ``request_timeout``.
+    """
+
     allow_reuse_address = True
     request_queue_size = 512  # a burst of clients must queue in the kernel, not get EAGAIN
     daemon: Daemon
 
-    def handle_error(self, request: object, client_address: object) -> None:
-        log.exception("unexpected error serving a connection")
+    def start_workers(self) -> None:
+        self.pending: queue.Queue[socket.socket | None] = queue.Queue()
+        self.workers = [
+            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True) for i in range(WORKERS)
+        ]
+        for t in self.workers:
+            t.start()
+
+    def stop_workers(self) -> None:
+        for _ in self.workers:
+            self.pending.put(None)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not self.daemon.slots.acquire(blocking=False):
+            _Handler.send(request, error("busy", "the session daemon is at its connection limit; retry in a moment"))
+            self.shutdown_request(request)
+            return
+        self.pending.put(request)
+
+    def _work(self) -> None:
+        while True:
+            request = self.pending.get()
+            if request is None:
+                return
+            try:
+                _Handler(request, "", self)
+            except Exception:
+                log.exception("unexpected error serving a connection")
+            finally:
+                self.daemon.slots.release()
+                self.shutdown_request(request)
 
 
 class _Handler(socketserver.BaseRequestHandler):
     server: _Server
 
     def handle(self) -> None:
-        d = self.server.daemon
-        sock: socket.socket = self.request
-        if not d.slots.acquire(blocking=False):
-            self._send(sock, error("busy", "the session daemon is at its connection limit; retry in a moment"))
-            return
-        try:
-            self._serve(d, sock)
-        finally:
-            d.slots.release()
+        self._serve(self.server.daemon, self.request)
 
     def _serve(self, d: Daemon, sock: socket.socket) -> None:
         cfg = d.config
@@ -67,10 +97,10 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as exc:
             log.exception("request failed")
             reply = error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
-        self._send(sock, reply)
+        self.send(sock, reply)
 
     @staticmethod
-    def _send(sock: socket.socket, data: bytes) -> None:
+    def send(sock: socket.socket, data: bytes) -> None:
         try:
             sock.settimeout(5)
             sock.sendall(data)
@@ -108,6 +138,7 @@ class Daemon:
         server.server_bind()
         os.chmod(path, 0o666)  # world-connectable: SO_PEERCRED says who is calling
         server.server_activate()
+        server.start_workers()
         self._server = server
 
     def serve_forever(self) -> None:
@@ -125,6 +156,7 @@ class Daemon:
             self._server.serve_forever(poll_interval=0.2)
         finally:
             self.enforcer.stop()
+            self._server.stop_workers()
             if metrics_server is not None:
                 metrics_server.shutdown()
             self._server.server_close()

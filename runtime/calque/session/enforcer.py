@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -93,6 +94,8 @@ class Enforcer:
         self._reclaiming: set[str] = set()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-timers", daemon=True)
+        self._cleanup: queue.Queue[Held | None] = queue.Queue()
+        self._cleaner = threading.Thread(target=self._cleanup_loop, name="session-cleanup", daemon=True)
         self._last_reassert = 0.0
         try:
             self._notice_sig = int(getattr(signal, self.cfg.notice_signal))
@@ -101,8 +104,10 @@ class Enforcer:
 
     def start(self) -> None:
         self._thread.start()
+        self._cleaner.start()
 
     def stop(self) -> None:
+        self._cleanup.put(None)
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=5)
@@ -183,8 +188,18 @@ class Enforcer:
                 self._reclaiming.discard(h.session.id)
 
     def reclaim_after_end(self, h: Held) -> None:
-        """After a check-in or release: stop what the holder left running on the slice."""
-        threading.Thread(target=self.terminate, args=(h,), name=f"cleanup-{h.session.id}", daemon=True).start()
+        """After a check-in or release: stop what the holder left running on the slice (off the request path)."""
+        self._cleanup.put(h)
+
+    def _cleanup_loop(self) -> None:
+        while True:
+            h = self._cleanup.get()
+            if h is None:
+                return
+            try:
+                self.terminate(h)
+            except Exception:
+                log.exception("cleaning up after %s failed", h.session.id)
 
     def terminate(self, h: Held) -> list[int]:
         """SIGTERM the holder's processes on the slice, SIGKILL after the grace; returns the pids hit."""

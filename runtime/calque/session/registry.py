@@ -8,14 +8,17 @@ A commit happens before any answer goes out, so a client that was told "granted"
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 from calque.models.session import EndReason, Session, Slice
 
@@ -40,6 +43,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_i
 CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS live_by_uid ON sessions(uid) WHERE ended_at IS NULL;
 """
+
+
+T = TypeVar("T")
+MAX_BATCH = 256
 
 
 def ts(epoch: float) -> datetime:
@@ -77,35 +84,88 @@ class TooManySessions(Exception):
 
 
 class Registry:
-    """Thread-safe; one connection guarded by a lock (SQLite serialises writers anyway)."""
+    """Thread-safe. Writes go to one writer thread that runs every waiting change in one transaction
+    (each in its own savepoint) and commits once: one fsync for a burst of clients instead of one
+    each, and no caller is answered before its change is durable. Reads use a second connection."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db = self._connect(path)
         self._db.executescript(_SCHEMA)
         path.chmod(0o600)
+        self._rdb = self._connect(path)
+        self._rlock = threading.Lock()
+        self._queue: queue.Queue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]] | None] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_loop, name="registry-writer", daemon=True)
+        self._writer.start()
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA busy_timeout=30000")
+        return db
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._queue.put(None)
+        self._writer.join(timeout=10)
+        with self._rlock:
+            self._rdb.close()
+        self._db.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        fut: Future[T] = Future()
+        self._queue.put((fn, fut))
+        return fut.result()
+
+    def _write_loop(self) -> None:
+        db = self._db
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                db.execute("BEGIN IMMEDIATE")
+                for fn, fut in batch:
+                    db.execute("SAVEPOINT op")
+                    try:
+                        result = fn(db)
+                    except Exception as exc:
+                        db.execute("ROLLBACK TO op")
+                        db.execute("RELEASE op")
+                        outcomes.append((fut, None, exc))
+                    else:
+                        db.execute("RELEASE op")
+                        outcomes.append((fut, result, None))
+                db.execute("COMMIT")
+            except Exception as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                for _, fut in batch:
+                    fut.set_exception(exc)
             else:
-                self._db.execute("COMMIT")
+                for fut, result, err in outcomes:
+                    if err is not None:
+                        fut.set_exception(err)
+                    else:
+                        fut.set_result(result)
+            if stop:
+                return
 
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
@@ -129,18 +189,18 @@ class Registry:
         return Held(session=s, slice=sl, last_active=row["last_active"])
 
     def live(self, uid: int | None = None) -> list[Held]:
-        with self._lock:
+        with self._rlock:
             if uid is None:
-                rows = self._db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY created_at").fetchall()
+                rows = self._rdb.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY created_at").fetchall()
             else:
-                rows = self._db.execute(
+                rows = self._rdb.execute(
                     "SELECT * FROM sessions WHERE ended_at IS NULL AND uid=? ORDER BY created_at", (uid,)
                 ).fetchall()
         return [self._held(r) for r in rows]
 
     def get(self, session_id: str) -> Held | None:
-        with self._lock:
-            row = self._db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+        with self._rlock:
+            row = self._rdb.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
         return self._held(row) if row else None
 
     def checkout(
@@ -155,10 +215,11 @@ class Registry:
         ttl: float,
         max_sessions: int | None,
         request_id: str | None,
-        env_for: dict[str, dict[str, str]],
+        env_for: Callable[[Slice], dict[str, str]],
     ) -> tuple[Held, bool]:
         """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions."""
-        with self._tx() as db:
+
+        def op(db: sqlite3.Connection) -> tuple[Held, bool]:
             if request_id:
                 row = db.execute("SELECT * FROM sessions WHERE uid=? AND request_id=?", (uid, request_id)).fetchone()
                 if row is not None:
@@ -170,12 +231,11 @@ class Registry:
             for sl in candidates:
                 if sl.id in busy:
                     continue
-                sid = session_id
                 db.execute(
                     "INSERT INTO sessions(id, slice_id, uid, gid, user, request_id, created_at, expires_at,"
                     " last_active, slice_json, env_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (
-                        sid,
+                        session_id,
                         sl.id,
                         uid,
                         gid,
@@ -185,42 +245,42 @@ class Registry:
                         now + ttl,
                         now,
                         sl.model_dump_json(),
-                        json.dumps(env_for.get(sl.id, {})),
+                        json.dumps(env_for(sl)),
                     ),
                 )
-                row = db.execute("SELECT * FROM sessions WHERE id=?", (sid,)).fetchone()
+                row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
                 return self._held(row), True
             cand = {c.id for c in candidates}
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
             raise NoFreeSlice([h for h in map(self._held, rows) if h.session.slice_id in cand])
 
+        return self._write(op)
+
+    def _update(self, session_id: str, sql: str, params: tuple[Any, ...]) -> Held | None:
+        def op(db: sqlite3.Connection) -> Held | None:
+            if db.execute(sql, params).rowcount != 1:
+                return None
+            return self._held(db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+
+        return self._write(op)
+
     def end(self, session_id: str, reason: EndReason, now: float) -> Held | None:
         """End a live session; None when it was not live (already ended or unknown)."""
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL",
-                (now, reason, session_id),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
-        return self._held(row)
+        return self._update(
+            session_id,
+            "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL",
+            (now, reason, session_id),
+        )
 
     def extend(self, session_id: str, new_expiry: float) -> Held | None:
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE sessions SET expires_at=?, notice_sent=0 WHERE id=? AND ended_at IS NULL",
-                (new_expiry, session_id),
-            )
-            if cur.rowcount != 1:
-                return None
-            row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
-        return self._held(row)
+        return self._update(
+            session_id,
+            "UPDATE sessions SET expires_at=?, notice_sent=0 WHERE id=? AND ended_at IS NULL",
+            (new_expiry, session_id),
+        )
 
     def mark_notice(self, session_id: str) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
+        self._update(session_id, "UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
 
     def touch(self, session_id: str, now: float) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE sessions SET last_active=? WHERE id=? AND ended_at IS NULL", (now, session_id))
+        self._update(session_id, "UPDATE sessions SET last_active=? WHERE id=? AND ended_at IS NULL", (now, session_id))

@@ -35,6 +35,9 @@ log = logging.getLogger("calque.session")
 INVENTORY_MAX_AGE_S = 2.0
 
 
+IDENTITY_CACHE_S = 5.0
+
+
 @dataclass(frozen=True)
 class Caller:
     pid: int
@@ -42,6 +45,7 @@ class Caller:
     gid: int
     user: str
     admin: bool
+    groups: frozenset[str] = frozenset()
 
 
 def user_name(uid: int) -> str:
@@ -82,23 +86,30 @@ class Service:
     _slices: list[Slice] = field(default_factory=list)
     _slices_at: float = 0.0
     _inv_lock: threading.Lock = field(default_factory=threading.Lock)
+    _warned: set[str] = field(default_factory=set)
+    _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
 
     # -- who is calling ---------------------------------------------------------------------------
 
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
-        name = user_name(uid)
-        admin = uid == 0
+        # Names and groups from NSS, cached briefly: a group change applies within IDENTITY_CACHE_S.
+        now = time.monotonic()
+        hit = self._identities.get((uid, gid))
+        if hit is None or now - hit[0] > IDENTITY_CACHE_S:
+            name = user_name(uid)
+            hit = (now, name, frozenset(_groups_of(name, gid)))
+            self._identities[(uid, gid)] = hit
+        _, name, groups = hit
         ag = self.config.policy.admin_group
-        if not admin and ag:
-            admin = ag in _groups_of(name, gid)
-        return Caller(pid=pid, uid=uid, gid=gid, user=name, admin=admin)
+        admin = uid == 0 or (ag is not None and ag in groups)
+        return Caller(pid=pid, uid=uid, gid=gid, user=name, admin=admin, groups=groups)
 
     def limits(self, c: Caller) -> Limits:
         p = self.config.policy
         if c.user in p.users:
             own = p.users[c.user]
         else:
-            groups = [p.groups[g] for g in sorted(_groups_of(c.user, c.gid)) if g in p.groups]
+            groups = [p.groups[g] for g in sorted(c.groups) if g in p.groups]
             sessions = [g.max_sessions for g in groups if g.max_sessions is not None]
             ttls = [g.max_ttl for g in groups if g.max_ttl is not None]
             own = Limits(max_sessions=max(sessions) if sessions else None, max_ttl=max(ttls) if ttls else None)
@@ -182,7 +193,6 @@ class Service:
         now = time.time()
         sid = "s-" + secrets.token_hex(5)
         expires = ts(now + ttl)
-        env_for = {s.id: isolation.environment(s, sid, expires) for s in cands}
         request_id = args.get("request_id")
         if request_id is not None and (not isinstance(request_id, str) or len(request_id) > 128):
             raise RequestError("usage", "request_id must be a string of at most 128 characters")
@@ -197,7 +207,7 @@ class Service:
                 ttl=ttl,
                 max_sessions=lim.max_sessions,
                 request_id=request_id,
-                env_for=env_for,
+                env_for=lambda s: isolation.environment(s, sid, expires),
             )
         except TooManySessions as exc:
             raise RequestError(
@@ -221,7 +231,9 @@ class Service:
     def _grant(self, held: Held) -> None:
         try:
             for w in isolation.grant(self.host_root, held.slice, held.session.uid):
-                log.warning("%s", w)
+                if w not in self._warned:  # once per node, not once per checkout
+                    self._warned.add(w)
+                    log.warning("%s", w)
         except (OSError, ValueError) as exc:
             # A session whose isolation failed must not stand: undo it and tell the caller.
             self.registry.end(held.session.id, "vanished", time.time())
@@ -277,7 +289,6 @@ class Service:
             log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
         self.audit.record(event, ended, by_uid=by_uid, reason=reason)
         self.count(event)
-        self.wake()
         return ended
 
     def op_checkin(self, c: Caller, args: dict[str, Any]) -> Any:

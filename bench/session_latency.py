@@ -1,0 +1,212 @@
+"""Session check-out + check-in latency and throughput: the daemon vs. the Go original's shape.
+
+Runs, in one go and on this machine:
+
+* calque: a real ``calque session serve`` process (SQLite WAL, synchronous=FULL) on a unix socket,
+  on a simulated host with 8 A100-40GB cards cut into 56 x 1g.5gb MIG slices; each client is a
+  separate process doing checkout + checkin round trips through ``SessionClient``.
+* baseline: the Go original's registry shape, a JSON file read-modified-written under ``flock``
+  (fsync'd, so every write is as durable as ours), by the same number of client processes, with no
+  daemon round trip.
+
+Prints p50/p99 of one checkout+checkin round trip and round trips per second at 1 and 32 clients,
+side by side with ratios. Targets from the issue: p99 < 10 ms at 1 client, < 50 ms at 32 clients,
+and at 32 clients at least the baseline's throughput.
+
+    .venv/bin/python bench/session_latency.py [--seconds 3] [--clients 1,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = "import sys; sys.argv[0] = 'calque'; from calque.cli.main import main; main()"
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+# -- calque: real daemon -------------------------------------------------------------------------
+
+
+def _calque_worker(sock: str, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    from calque.session.client import NoFreeSliceError, SessionClient
+
+    client = SessionClient(Path(sock))
+    lat: list[float] = []
+    busy = 0
+    while time.time() < start:
+        time.sleep(0.001)
+    end = start + seconds
+    while time.time() < end:
+        t0 = time.perf_counter()
+        try:
+            s = client.call("checkout", ttl="10m")
+        except NoFreeSliceError:
+            busy += 1
+            continue
+        client.call("checkin", id=s["id"])
+        lat.append(time.perf_counter() - t0)
+    out.put((lat, busy))
+
+
+def start_daemon(d: Path) -> subprocess.Popen[bytes]:
+    from calque.gpu.sim import SimGpu
+
+    sim = SimGpu.create(d / "gpus.json", ["A100-40GB"] * 8, mig=True, root=d / "root")
+    for i in range(8):
+        sim.create_instances(i, ["1g.5gb"] * 7)
+    cfg = {
+        "version": 1,
+        "socket": str(d / "s.sock"),
+        "db": str(d / "sessions.db"),
+        "audit_log": str(d / "audit.jsonl"),
+        "gpu_backend": "sim",
+        "gpu_state": str(d / "gpus.json"),
+        "policy": {"default": {"max_sessions": 1000, "max_ttl": "8h"}},
+    }
+    (d / "session.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, "session", "serve", "--config", str(d / "session.yaml")],
+        stdout=subprocess.DEVNULL,
+        stderr=(d / "daemon.log").open("wb"),
+    )
+    from calque.session.client import SessionClient
+
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            SessionClient(d / "s.sock", retry_for=0).call("ping")
+            return proc
+        except Exception:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"daemon did not start: {(d / 'daemon.log').read_text()[-2000:]}")
+
+
+# -- baseline: JSON file under flock --------------------------------------------------------------
+
+
+def _locked_update(path: Path, fn: object) -> object:
+    with path.open("r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            reg = json.loads(f.read() or "{}")
+            result = fn(reg)  # type: ignore[operator]
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(reg))
+            f.flush()
+            os.fsync(f.fileno())
+            return result
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _baseline_worker(path: str, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    p = Path(path)
+    me = os.getpid()
+    lat: list[float] = []
+    busy = 0
+
+    def take(reg: dict[str, object]) -> str | None:
+        for sid, holder in reg.items():
+            if holder is None:
+                reg[sid] = {"pid": me, "at": time.time()}
+                return sid
+        return None
+
+    while time.time() < start:
+        time.sleep(0.001)
+    end = start + seconds
+    while time.time() < end:
+        t0 = time.perf_counter()
+        sid = _locked_update(p, take)
+        if sid is None:
+            busy += 1
+            continue
+        _locked_update(p, lambda reg, s=sid: reg.__setitem__(s, None))
+        lat.append(time.perf_counter() - t0)
+    out.put((lat, busy))
+
+
+# -- driver ---------------------------------------------------------------------------------------
+
+
+def run(kind: str, target: str, clients: int, seconds: float) -> dict[str, float]:
+    ctx = mp.get_context("fork")
+    q: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    fn = _calque_worker if kind == "calque" else _baseline_worker
+    start = time.time() + 0.5 + 0.02 * clients
+    procs = [ctx.Process(target=fn, args=(target, seconds, start, q)) for _ in range(clients)]
+    for p in procs:
+        p.start()
+    lat: list[float] = []
+    busy = 0
+    for _ in procs:
+        part, b = q.get(timeout=seconds + 120)
+        lat += part
+        busy += b
+    for p in procs:
+        p.join(30)
+    return {
+        "p50_ms": statistics.median(lat) * 1000 if lat else float("nan"),
+        "p99_ms": _pct(lat, 0.99) * 1000,
+        "ops_s": len(lat) / seconds,
+        "n": len(lat),
+        "busy": busy,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--clients", default="1,32")
+    args = ap.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    d = Path(tempfile.mkdtemp(prefix="calque-bench-"))
+    daemon = start_daemon(d)
+    baseline = d / "registry.json"
+    baseline.write_text(json.dumps({f"slice-{i}": None for i in range(56)}))
+    try:
+        print(f"checkout+checkin round trip, {args.seconds:g} s per run, 56 slices, durable writes on both sides")
+        print(f"{'clients':>7}  {'':8}{'p50 ms':>8} {'p99 ms':>8} {'trips/s':>9}  | {'baseline':8}{'p50 ms':>8} "
+              f"{'p99 ms':>8} {'trips/s':>9}  | {'p99 ratio':>9} {'thrpt ratio':>11}")  # fmt: skip
+        for n in counts:
+            c = run("calque", str(d / "s.sock"), n, args.seconds)
+            b = run("baseline", str(baseline), n, args.seconds)
+            print(
+                f"{n:>7}  {'calque':8}{c['p50_ms']:8.2f} {c['p99_ms']:8.2f} {c['ops_s']:9.0f}  | {'':8}"
+                f"{b['p50_ms']:8.2f} {b['p99_ms']:8.2f} {b['ops_s']:9.0f}  | "
+                f"{c['p99_ms'] / b['p99_ms']:9.2f}x {c['ops_s'] / b['ops_s']:10.2f}x"
+            )
+        print("ratios: calque / baseline (p99: lower is better; throughput: higher is better)")
+        print("targets: p99 < 10 ms at 1 client, < 50 ms at 32 clients; throughput at 32 >= baseline")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
