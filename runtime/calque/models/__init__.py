@@ -35,9 +35,20 @@ from calque.models.pool import (
     RunReport,
     Summary,
 )
+from calque.models.session import (
+    SESSION_PROTOCOL_VERSION,
+    Session,
+    SessionRequest,
+    SessionResponse,
+    Slice,
+    SliceState,
+    UsageReport,
+    UsageRow,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SESSION_PROTOCOL_VERSION",
     "CalqueModel",
     "ClaimCost",
     "ClaimRef",
@@ -65,6 +76,13 @@ __all__ = [
     "RootVolume",
     "RunRecord",
     "RunReport",
+    "Session",
+    "SessionRequest",
+    "SessionResponse",
+    "Slice",
+    "SliceState",
     "SpendArithmetic",
     "Summary",
+    "UsageReport",
+    "UsageRow",
 ]
