@@ -191,3 +191,14 @@ def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) ->
     human = host.cli(alice, "session", "report", check=True).stdout
     assert alice.name in human and "GPU-HOURS" in human
     assert wait_for(lambda: _ping(host))
+
+
+def test_spot_host_warns_at_checkout_and_metrics_textfile_is_written(host: Host) -> None:
+    prom = host.dir / "calque_session.prom"
+    host.start(spot=True, metrics_textfile=str(prom))
+    res = host.cli(None, "session", "checkout", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["spot"] is True
+    assert "spot instance" in res.stderr and "every tenant" in res.stderr
+    assert wait_for(prom.exists, 10)
+    assert 'calque_session_slices{kind="mps",profile="mps",state="free"} 2' in prom.read_text()

@@ -167,11 +167,13 @@ class Daemon:
 
     def _textfile_loop(self) -> None:
         assert self.config.metrics_textfile is not None
-        while not self._stopping.wait(10):
+        while True:
             try:
                 write_textfile(self.config.metrics_textfile, self.service.metrics_text())
             except OSError as exc:
                 log.error("cannot write metrics textfile: %s", exc)
+            if self._stopping.wait(10):
+                return
 
     def stop(self) -> None:
         self._stopping.set()

@@ -155,6 +155,13 @@ class Service:
         mps = bool(args.get("mps", False))
         profile = args.get("profile")
         gpu = args.get("gpu")
+        raw_ttl = args.get("ttl")
+        if profile is not None and not isinstance(profile, str):
+            raise RequestError("usage", "profile must be a MIG profile name such as 1g.24gb")
+        if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
+            raise RequestError("usage", "gpu must be a GPU index (0, 1, ...)")
+        if raw_ttl is not None and (not isinstance(raw_ttl, (str, int, float)) or isinstance(raw_ttl, bool)):
+            raise RequestError("usage", "ttl must be a duration such as 30m or 2h")
         if mps and profile:
             raise RequestError("usage", "give either --mps or --profile, not both")
         if mps and not args.get("consent"):
@@ -166,8 +173,7 @@ class Service:
         lim = self.limits(c)
         assert lim.max_ttl is not None
         try:
-            raw_ttl = args.get("ttl")
-            ttl = parse_duration(raw_ttl if isinstance(raw_ttl, (str, int, float)) else self.config.default_ttl)
+            ttl = parse_duration(raw_ttl if raw_ttl is not None else self.config.default_ttl)
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         if ttl <= 0:
@@ -180,7 +186,7 @@ class Service:
         if profile:
             cands = [s for s in cands if s.profile == profile]
         if gpu is not None:
-            cands = [s for s in cands if s.gpu_index == int(gpu)]
+            cands = [s for s in cands if s.gpu_index == gpu]
         if not cands:
             have = sorted({f"{s.profile} (gpu {s.gpu_index})" for s in all_slices if s.kind == kind})
             raise RequestError(
