@@ -260,3 +260,14 @@ def test_transitions_reach_the_target_minimally_and_idempotently(
     after = {(gi.profile, gi.placement_start) for gi in sim.gpu_instances(0)}
     assert len(before & after) >= sum(a.values()) - destroys
     assert MigPlanner(sim).plan(layout(b)).changes is False
+
+
+def test_instances_the_catalog_does_not_know_are_shown_and_refused_clearly(make_sim: Make) -> None:
+    from calque.gpu.planner import catalog_profile, current_layout
+    from calque.models import GpuInstance
+
+    sim = make_sim(["A100-40GB"], mig=True)
+    odd = GpuInstance(gpu_index=0, gi_id=3, profile="1g.5gb+gfx", profile_id=99, placement_start=0, placement_size=1)
+    with pytest.raises(LayoutError, match="calque gpu verify"):
+        catalog_profile(CAT.cards["A100-40GB"], odd)
+    assert current_layout(sim).gpus[0].layout.mig_enabled is True

@@ -9,6 +9,7 @@ import pynvml
 import pytest
 from calque.cli.main import run
 from calque.gpu import errors as nv
+from calque.gpu.catalog import load_catalog
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.verify import verify
 
@@ -155,3 +156,32 @@ def test_verify_recognises_a_renamed_card_by_pci_id_and_reports_the_name() -> No
     report = verify(NvmlBackend(FakePynvml([card])))
     assert report.gpus[0].card == "H200-141GB"
     assert [(d.field, d.driver) for d in report.differences] == [("nvml_name", "NVIDIA H200 141GB HBM3e")]
+
+
+def test_create_with_placement_call_sequence() -> None:
+    fake = _fake("A100-40GB")
+    b = NvmlBackend(fake)
+    b.driver_profiles(0)  # the profile table is read once and cached
+    fake.calls.clear()
+    gi = b.create_gpu_instance(0, 14, 2)  # 2g.10gb at 2
+    b.create_compute_instance(0, gi.gi_id, 2)
+    assert fake.calls == [
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceGetInfo",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetGpuInstanceById",
+        "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "nvmlComputeInstanceGetInfo",
+    ]
+    assert (gi.placement_start, gi.placement_size) == (2, 2)
+
+
+def test_verify_call_sequence_reads_each_profile_and_its_placements_once() -> None:
+    fake = _fake("RTX-PRO-6000-Blackwell-Server-Edition")
+    verify(NvmlBackend(fake))
+    n = len(load_catalog().cards["RTX-PRO-6000-Blackwell-Server-Edition"].profiles)
+    assert fake.calls.count("nvmlDeviceGetGpuInstancePossiblePlacements") == n
+    assert fake.calls.count("nvmlDeviceGetGpuInstanceProfileInfo") == pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
+    assert fake.calls[0] == "nvmlInit"

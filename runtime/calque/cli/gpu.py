@@ -98,7 +98,7 @@ def catalog(card: str | None, as_json: bool) -> None:
 def _render_verify(r: VerifyReport) -> str:
     lines = [f"driver {r.driver_version}"]
     for g in r.gpus:
-        mig = "MIG on" if g.mig_current else "MIG off"
+        mig = "MIG on" if g.mig_current else ("no MIG" if g.mig_supported is False else "MIG off")
         lines.append(
             f"GPU {g.index}: {g.name} ({g.card or 'not in catalog'}, {g.memory_mib} MiB, {mig}, "
             f"{g.profiles_checked} profiles compared)"

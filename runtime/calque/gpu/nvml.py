@@ -138,7 +138,7 @@ class NvmlBackend:
                     index=i,
                     name=name,
                     uuid=_text(self._call(f"read GPU {i}'s UUID", self._nv.nvmlDeviceGetUUID, h)),
-                    minor=int(self._call(f"read GPU {i}'s minor number", self._nv.nvmlDeviceGetMinorNumber, h)),
+                    minor=self._minor(i, h),
                     memory_mib=int(self._call(f"read GPU {i}'s memory", self._nv.nvmlDeviceGetMemoryInfo, h).total)
                     >> 20,
                     card=card.key if card else None,
@@ -149,6 +149,13 @@ class NvmlBackend:
                 )
             )
         return out
+
+    def _minor(self, index: int, h: Any) -> int:
+        """/dev/nvidia<minor>; some virtualised GPUs do not report it, and there it equals the index."""
+        got = self._maybe(
+            f"read GPU {index}'s minor number", self._nv.nvmlDeviceGetMinorNumber, h, absent=(nv.NOT_SUPPORTED,)
+        )
+        return index if got is None else int(got)
 
     def driver_profiles(self, index: int) -> dict[int, DriverProfile]:
         """The GPU-instance profiles the driver offers on one GPU (needs MIG mode on), by profile id."""
@@ -167,7 +174,7 @@ class NvmlBackend:
                 self._nv.nvmlDeviceGetGpuInstanceProfileInfo,
                 h,
                 const,
-                absent=(nv.NOT_SUPPORTED, nv.INVALID_ARGUMENT),
+                absent=(nv.NOT_SUPPORTED, nv.INVALID_ARGUMENT, nv.NOT_FOUND),
             )
             if info is None:
                 continue
@@ -291,7 +298,7 @@ class NvmlBackend:
         profiles = self.driver_profiles(index)
         gis = {int(info.id): info for _, info in self._gi_handles(index, h)}
         uuid = _text(self._call(f"read GPU {index}'s UUID", self._nv.nvmlDeviceGetUUID, h))
-        minor = int(self._call(f"read GPU {index}'s minor number", self._nv.nvmlDeviceGetMinorNumber, h))
+        minor = self._minor(index, h)
         out = []
         for m in self._mig_handles(index, h):
             gi_id = int(self._call("read a MIG device's GPU instance", self._nv.nvmlDeviceGetGpuInstanceId, m))

@@ -146,6 +146,17 @@ def _view(mig: bool, instances: Sequence[tuple[str, int, list[int], int]]) -> Gp
     return GpuLayout(mig_enabled=mig, instances=out)
 
 
+def catalog_profile(card: Card, gi: GpuInstance) -> GiProfile:
+    """The catalog profile of an existing instance (by name, else by id), or a LayoutError saying why not."""
+    found = next((p for p in card.profiles if p.name == gi.profile), None) or card.profile_by_id(gi.profile_id)
+    if found is None:
+        raise LayoutError(
+            f"GPU {gi.gpu_index} has a {gi.profile} instance (profile id {gi.profile_id}) that the catalog's "
+            f"{card.key} entry does not know: run `calque gpu verify` and update the catalog"
+        )
+    return found
+
+
 def valid_profiles(card: Card) -> str:
     return ", ".join(f"{p.name} (max {p.max_count})" for p in card.profiles)
 
@@ -202,7 +213,7 @@ class MigPlanner:
             )
 
         def gi_view(gi: GpuInstance) -> tuple[str, int, list[int], int]:
-            g = card.profile(gi.profile).compute_slices
+            g = catalog_profile(card, gi).compute_slices
             return gi.profile, gi.placement_start, [c.compute_slices for c in gi.compute_instances] or [g], g
 
         before = GpuLayout(
@@ -247,7 +258,7 @@ class MigPlanner:
             ops += self._destroy(i, gi)
         after: list[tuple[str, int, list[int], int]] = []
         for gi in keep:
-            p = card.profile(gi.profile)
+            p = catalog_profile(card, gi)
             have = [c.compute_slices for c in gi.compute_instances]
             want = split_for(p)
             if sorted(have) != sorted(want):
@@ -320,7 +331,7 @@ class MigPlanner:
                 rest = list(wanted)
                 for gi in keep:
                     rest.remove(next(p for p in rest if p.name == gi.profile))
-                fixed = [(card.profile(gi.profile), gi.placement_start) for gi in keep]
+                fixed = [(catalog_profile(card, gi), gi.placement_start) for gi in keep]
                 placed = place(card, fixed, rest)
                 if placed is not None:
                     return list(keep), placed
@@ -462,10 +473,12 @@ def current_layout(backend: GpuBackend) -> MigState:
         insts = backend.gpu_instances(g.index) if g.mig_current else []
         view = []
         for gi in insts:
-            total = card.profile(gi.profile).compute_slices if card else 0
-            view.append(
-                (gi.profile, gi.placement_start, [c.compute_slices for c in gi.compute_instances] or [total], total)
-            )
+            have = [c.compute_slices for c in gi.compute_instances]
+            try:
+                total = catalog_profile(card, gi).compute_slices if card else sum(have)
+            except LayoutError:  # show what is there even when the catalog lacks the profile
+                total = sum(have)
+            view.append((gi.profile, gi.placement_start, have or [total], total))
         out.append(
             GpuMigState(
                 index=g.index,

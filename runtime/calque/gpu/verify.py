@@ -38,6 +38,7 @@ class VerifiedGpu(CalqueModel):
     card: str | None
     memory_mib: int
     mig_current: bool
+    mig_supported: bool | None = None
     profiles_checked: int = 0
     notes: list[str] = Field(default_factory=list)
 
@@ -161,6 +162,7 @@ def verify(backend: NvmlBackend) -> VerifyReport:
                 )
             )
         supported = g.mig_current or g.mig_pending or _mig_supported(backend, g.index)
+        v.mig_supported = supported
         if supported != card.mig:
             diffs.append(Difference(gpu_index=g.index, card=card.key, field="mig", catalog=card.mig, driver=supported))
         if not card.mig:
