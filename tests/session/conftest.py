@@ -75,6 +75,7 @@ class Host:
             "gpu_backend": "sim",
             "gpu_state": str(self.sim.state_path),
             "mps_pipe_root": str(self.dir / "mps"),
+            "mps_log_root": str(self.dir / "mps-log"),
             "request_timeout": 1.0,
             "notice_before": 60,
             "kill_grace": 0.5,

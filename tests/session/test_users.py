@@ -112,8 +112,10 @@ def test_eval_shell_sets_environment_in_real_bash(host: Host, make_user: Callabl
     assert [(m["id"], m["slice_id"]) for m in mine] == [(sid, cvd)]
 
 
-def test_mps_needs_consent_and_gives_limits(host: Host, make_user: Callable[..., User]) -> None:
-    alice = make_user()
+def test_mps_needs_consent_gives_limits_and_keeps_one_user_per_daemon(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice, bob = make_user(), make_user()
     host.start()
     res = host.cli(alice, "session", "checkout", "--mps")
     assert res.returncode == 4 and "i-understand-shared-gpu-has-no-isolation" in res.stderr
@@ -125,6 +127,16 @@ def test_mps_needs_consent_and_gives_limits(host: Host, make_user: Callable[...,
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
     assert env["CUDA_VISIBLE_DEVICES"] == l4.uuid
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == str(host.dir / "mps-log/gpu1")
+    # MPS serialises different users' clients on one daemon: Bob is not offered the free slot...
+    consent = "--i-understand-shared-gpu-has-no-isolation"
+    res = host.cli(bob, "session", "checkout", "--mps", consent)
+    assert res.returncode == 3 and "MPS serialises" in res.stderr, res.stderr
+    # ...while Alice may take it, and Bob gets one once Alice's are all back.
+    host.cli(alice, "session", "checkout", "--mps", consent, check=True)
+    for s in json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout):
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+    assert host.cli(bob, "session", "checkout", "--mps", consent).returncode == 0
 
 
 def test_nothing_free_exits_3_naming_what_is_busy_until_when(host: Host, make_user: Callable[..., User]) -> None:

@@ -42,6 +42,7 @@ class Slice(CalqueModel):
     active_thread_percentage: int | None = None
     pinned_mem_limit_mib: int | None = None
     pipe_directory: str | None = None
+    log_directory: str | None = None
 
 
 class Session(CalqueModel):

@@ -15,6 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from calque.errors import UsageError
+from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.models.base import CalqueModel
 
 CONFIG_VERSION = 1
@@ -72,6 +73,7 @@ class MpsGpu(CalqueModel):
     active_thread_percentage: int = Field(ge=1, le=100)
     pinned_mem_limit_mib: int = Field(ge=1)
     pipe_directory: str | None = Field(None, description="defaults to mps_pipe_root/gpu<N>")
+    log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
 class SessionConfig(CalqueModel):
@@ -87,7 +89,13 @@ class SessionConfig(CalqueModel):
     )
     gpu_state: Path | None = Field(None, description="simulator state file (gpu_backend: sim)")
     mps: list[MpsGpu] = Field(default_factory=list)
-    mps_pipe_root: Path = Path("/run/calque/mps")
+    mps_pipe_root: Path = Field(DEFAULT_PIPE_ROOT, description="as the GPU layer's MPS daemons use it")
+    mps_log_root: Path = DEFAULT_LOG_ROOT
+    mps_user_model: Literal["serialised-per-user", "multi-user"] = Field(
+        "serialised-per-user",
+        description="serialised-per-user: all slots of one MPS daemon go to one Unix user at a time "
+        "(see `calque gpu mps status`); multi-user: slots of one daemon may go to different users",
+    )
     default_ttl: float = 3600
     max_total_ttl: float = 12 * 3600
     notice_before: float = 300

@@ -78,6 +78,7 @@ def mps_slices(config: SessionConfig, gpus: list[GpuDevice]) -> list[Slice]:
                     active_thread_percentage=m.active_thread_percentage,
                     pinned_mem_limit_mib=m.pinned_mem_limit_mib,
                     pipe_directory=pipe,
+                    log_directory=m.log_directory or str(config.mps_log_root / f"gpu{m.gpu}"),
                 )
             )
     return out

@@ -100,6 +100,8 @@ def environment(sl: Slice, session_id: str, expires: datetime) -> dict[str, str]
         assert sl.pipe_directory is not None
         env["CUDA_VISIBLE_DEVICES"] = sl.gpu_uuid
         env["CUDA_MPS_PIPE_DIRECTORY"] = sl.pipe_directory
+        if sl.log_directory:
+            env["CUDA_MPS_LOG_DIRECTORY"] = sl.log_directory
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(sl.active_thread_percentage)
         # Device ordinal 0 is the one GPU CUDA_VISIBLE_DEVICES leaves visible.
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={sl.pinned_mem_limit_mib}M"

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS sessions(
   end_reason TEXT,
   last_active REAL NOT NULL,
   slice_json TEXT NOT NULL,
-  env_json TEXT NOT NULL
+  env_json TEXT NOT NULL,
+  daemon TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_id) WHERE ended_at IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
@@ -71,9 +72,10 @@ class Held:
 
 
 class NoFreeSlice(Exception):
-    def __init__(self, busy: list[Held]) -> None:
+    def __init__(self, busy: list[Held], other_users: list[Held] | None = None) -> None:
         super().__init__("no free slice")
         self.busy = busy
+        self.other_users = other_users or []  # MPS slots free but on a daemon another user holds
 
 
 class TooManySessions(Exception):
@@ -216,6 +218,7 @@ class Registry:
         max_sessions: int | None,
         request_id: str | None,
         env_for: Callable[[Slice], dict[str, str]],
+        mps_one_user_per_daemon: bool = True,
     ) -> tuple[Held, bool]:
         """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions."""
 
@@ -228,12 +231,28 @@ class Registry:
             if max_sessions is not None and live >= max_sessions:
                 raise TooManySessions(live, max_sessions)
             busy = {r[0] for r in db.execute("SELECT slice_id FROM sessions WHERE ended_at IS NULL")}
+            # MPS serialises clients of different Unix users on one control daemon: a daemon another
+            # user holds a slot of is not offered (docs/gpu-mps.md), unless the host runs multi-user MPS.
+            foreign = set()
+            if mps_one_user_per_daemon:
+                foreign = {
+                    r[0]
+                    for r in db.execute(
+                        "SELECT DISTINCT daemon FROM sessions"
+                        " WHERE ended_at IS NULL AND daemon IS NOT NULL AND uid != ?",
+                        (uid,),
+                    )
+                }
+            skipped = False
             for sl in candidates:
                 if sl.id in busy:
                     continue
+                if sl.kind == "mps" and sl.pipe_directory in foreign:
+                    skipped = True
+                    continue
                 db.execute(
                     "INSERT INTO sessions(id, slice_id, uid, gid, user, request_id, created_at, expires_at,"
-                    " last_active, slice_json, env_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    " last_active, slice_json, env_json, daemon) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         session_id,
                         sl.id,
@@ -246,13 +265,23 @@ class Registry:
                         now,
                         sl.model_dump_json(),
                         json.dumps(env_for(sl)),
+                        sl.pipe_directory if sl.kind == "mps" else None,
                     ),
                 )
                 row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
                 return self._held(row), True
             cand = {c.id for c in candidates}
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            raise NoFreeSlice([h for h in map(self._held, rows) if h.session.slice_id in cand])
+            held = list(map(self._held, rows))
+            daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if skipped else set()
+            raise NoFreeSlice(
+                [h for h in held if h.session.slice_id in cand],
+                [
+                    h
+                    for h in held
+                    if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid
+                ],
+            )
 
         return self._write(op)
 

@@ -214,6 +214,7 @@ class Service:
                 max_sessions=lim.max_sessions,
                 request_id=request_id,
                 env_for=lambda s: isolation.environment(s, sid, expires),
+                mps_one_user_per_daemon=self.config.mps_user_model == "serialised-per-user",
             )
         except TooManySessions as exc:
             raise RequestError(
@@ -226,6 +227,13 @@ class Service:
                 f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {_fmt_time(h.session.expires_at)}"
                 for h in exc.busy
             )
+            if exc.other_users:
+                daemons = sorted({h.slice.pipe_directory or "" for h in exc.other_users})
+                until = max(h.session.expires_at for h in exc.other_users)
+                busy += ("; " if busy else "") + (
+                    f"free MPS slots on {', '.join(daemons)} are not offered to you while another user holds "
+                    f"slots there (MPS serialises different users' clients), until {_fmt_time(until)} at the latest"
+                )
             raise RequestError("busy", f"every matching slice is busy: {busy}; retry later or pass --wait") from exc
         if created:
             self._grant(held)
