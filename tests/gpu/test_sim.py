@@ -209,3 +209,17 @@ def test_simulator_never_accepts_an_invalid_instance_set(tmp_path: Path, data: s
             placed.append((p.name, start))
     got = sorted((gi.profile, gi.placement_start) for gi in sim.gpu_instances(0))
     assert got == sorted(placed)
+
+
+def test_hosts_created_concurrently_from_config_end_up_as_one(tmp_path: Path) -> None:
+    cfg = tmp_path / "host.yaml"
+    cfg.write_text(f"gpu: {{backend: sim, sim: {{state: {tmp_path}/race.json, cards: [L4-24GB]}}}}\n")
+    code = (
+        "import sys; from calque.gpu.hostconfig import load_gpu_config, open_backend\n"
+        "b = open_backend(load_gpu_config(sys.argv[1]))\n"
+        "b.add_process(b.gpus()[0].uuid, int(sys.argv[2]))\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(cfg), str(n)]) for n in range(1, 5)]
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    assert sorted(p.pid for p in SimGpu(tmp_path / "race.json").processes()) == [1, 2, 3, 4]

@@ -92,7 +92,12 @@ def open_backend(config: GpuHostConfig | None = None) -> GpuBackend:
                     "nor instance_type to create it from"
                 )
             return SimGpu.create(
-                cfg.sim.state, cfg.sim.cards, instance_type=cfg.sim.instance_type, root=cfg.sim.root, mig=cfg.sim.mig
+                cfg.sim.state,
+                cfg.sim.cards,
+                instance_type=cfg.sim.instance_type,
+                root=cfg.sim.root,
+                mig=cfg.sim.mig,
+                replace=False,
             )
         return SimGpu(cfg.sim.state)
     from calque.gpu.nvml import NvmlBackend

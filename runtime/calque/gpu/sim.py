@@ -121,8 +121,12 @@ class SimGpu:
         mig: bool = False,
         persistence_mode: bool = False,
         driver_version: str = DEFAULT_DRIVER_VERSION,
+        replace: bool = True,
     ) -> SimGpu:
         """Create (or replace) a simulated host with ``cards`` (catalog keys) or an EC2 ``instance_type``.
+
+        With ``replace=False`` an existing state file is kept and opened (safe when several processes
+        race to create the same host).
 
         ``root`` (default: ``<state file>.root`` beside it) receives the proc and dev files.
         ``mig=True`` starts every MIG-capable card with MIG mode enabled and current.
@@ -160,6 +164,8 @@ class SimGpu:
         sim.state_path = state_path
         sim._lock_path = state_path.with_name(state_path.name + ".lock")
         with sim._locked(exclusive=True):
+            if not replace and state_path.exists():
+                return sim
             sim._save(st)
             sim._sync_files(st)
         return sim
