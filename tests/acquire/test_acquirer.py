@@ -184,3 +184,11 @@ def test_status_and_plan_change_nothing(ec2: Any, acquirer: Acquirer, spec_for: 
 
 def test_ssm_parameter_is_the_al2023_one_here() -> None:
     assert AL2023.startswith("/aws/service/")
+
+
+def test_a_non_capacity_error_stops_the_sweep_and_cleans_up(ec2: Any, acquirer: Acquirer, spec_for: Any) -> None:
+    CapacityFaults(ec2).out_of_capacity("g6.xlarge", "us-east-1c", "InvalidParameterValue")
+    with pytest.raises(UsageError) as err:
+        acquirer.apply(spec_for(count=3, instance_types=["g6.xlarge", "g6e.xlarge"]), SPEND)
+    assert "InvalidParameterValue" in str(err.value) and "terminated the 2 launched" in str(err.value)
+    assert live(ec2) == []
