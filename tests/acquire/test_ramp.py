@@ -131,7 +131,8 @@ def test_unknown_method_and_bad_rungs_say_what_to_change(
 
 
 @pytest.mark.slow
-def test_ctrl_c_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp_path: Path, signum: int) -> None:
     items = tmp_path / "slow.jsonl"
     items.write_text('{"args": [1], "kwargs": {"delay": 0.5}}\n')
     args = [*base_args(network, SLOW, "1,60"), "--items", str(items), "--i-understand-this-spends-money"]
@@ -148,7 +149,7 @@ def test_ctrl_c_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp
             seen += line
         assert "rung 1:" in seen, seen
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
