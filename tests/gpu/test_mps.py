@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from calque.cli.main import run
-from calque.errors import RefusedError
+from calque.errors import InfrastructureError, RefusedError, UsageError
 from calque.gpu.mps import MpsControl, MpsSettings
 from calque.gpu.sim import SimGpu
 
@@ -101,3 +101,22 @@ def test_cli_mps_requires_consent_with_exit_4_and_runs_with_it(
     assert run(["gpu", "mps", "stop", consent, *dirs]) == 0
     assert run(["gpu", "mps", "unit"]) == 0
     assert "calque gpu mps start --gpus %i" in capsys.readouterr().out
+
+
+def test_equal_limits_in_other_units_are_not_resent(make_sim: Make, mps_env: Path) -> None:
+    ctl = control(make_sim(["L4-24GB"]), mps_env)
+    ctl.start(MpsSettings(pinned_memory_limit="4096M"), consent=True)
+    assert ctl.start(MpsSettings(pinned_memory_limit="4G"), consent=True).changed is False
+    with pytest.raises(UsageError, match="size like 4G"):
+        MpsSettings(pinned_memory_limit="four gigs")
+
+
+def test_start_refuses_a_gpu_pending_a_mig_reset_or_in_mig_mode(make_sim: Make, mps_env: Path) -> None:
+    sim = make_sim(["RTX-PRO-4500-Blackwell-Server-Edition", "RTX-PRO-6000-Blackwell-Server-Edition"])
+    sim.set_mig_mode(0, True)
+    with pytest.raises(InfrastructureError, match="pending a reset"):
+        control(sim, mps_env).start(MpsSettings(), consent=True, gpus=[0])
+    sim.enable_mig(1)
+    with pytest.raises(UsageError, match="--per-mig"):
+        control(sim, mps_env).start(MpsSettings(), consent=True, gpus=[1])
+    assert not any(d.running for d in control(sim, mps_env).status().daemons)

@@ -116,8 +116,10 @@ def _render_verify(r: VerifyReport) -> str:
             )
         )
     lines.append("")
+    unsure = sum(d.uncertain for d in r.differences)
     lines.append(
-        f"{len(r.differences)} difference(s) between the catalog and the cards"
+        f"{len(r.differences)} difference(s) between the catalog and the cards "
+        f"({unsure} on values the catalog marks uncertain)"
         if r.differences
         else "the catalog matches every card"
     )

@@ -212,7 +212,9 @@ class MpsControl:
         require_consent(consent)
         say = progress or (lambda _m: None)
         actions: list[str] = []
-        for target, index, uuid in self.targets(gpus, per_mig):
+        targets = self.targets(gpus, per_mig)
+        self._check_startable({index for _, index, _ in targets}, per_mig)
+        for target, index, uuid in targets:
             d = self._describe(target, index, uuid)
             todo: list[str] = []
             if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS":
@@ -234,11 +236,7 @@ class MpsControl:
                 proc = self._control(target, *cmds)
                 if proc.returncode != 0:
                     raise InfrastructureError(f"{target}: MPS refused {cmds}: {(proc.stdout + proc.stderr).strip()}")
-        return MpsResult(
-            changed=bool(actions),
-            actions=actions,
-            daemons=[self._describe(*t) for t in self.targets(gpus, per_mig)],
-        )
+        return MpsResult(changed=bool(actions), actions=actions, daemons=[self._describe(*t) for t in targets])
 
     def stop(
         self,
@@ -274,6 +272,20 @@ class MpsControl:
         return MpsResult(changed=bool(actions), actions=actions, daemons=[self._describe(*t) for t in targets])
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _check_startable(self, indices: set[int], per_mig: bool) -> None:
+        for g in self.backend.gpus():
+            if g.index not in indices:
+                continue
+            if g.mig_pending != g.mig_current:
+                raise InfrastructureError(
+                    f"GPU {g.index} has a MIG mode change pending a reset, and MPS daemons fail to start until "
+                    "the GPU is reset (observed on g7/g7e): reset it (calque gpu mig apply --allow-reset) or reboot"
+                )
+            if g.mig_current and not per_mig:
+                raise UsageError(
+                    f"GPU {g.index} is in MIG mode: run one daemon per MIG device (--per-mig; module: per_mig: true)"
+                )
 
     @staticmethod
     def _setting_commands(settings: MpsSettings, d: MpsDaemon) -> list[str]:
