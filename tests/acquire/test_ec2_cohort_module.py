@@ -43,7 +43,7 @@ def test_check_mode_diff_apply_idempotence_scale_down_and_absent(
     spend = {"i_understand_this_spends_money": True}
     tasks = [
         {**cohort_task("plan", network, **spend), "check_mode": True, "diff": True},
-        {**cohort_task("apply", network, **spend), "diff": True},
+        {**cohort_task("apply", network, tags={"lab": "bio", "year": 2026}, **spend), "diff": True},
         cohort_task("again", network, **spend),
         cohort_task("down without consent", network, count=1),
         {**cohort_task("down", network, count=1, i_understand_this_terminates_instances=True), "diff": True},
@@ -64,6 +64,9 @@ def test_check_mode_diff_apply_idempotence_scale_down_and_absent(
     assert {i["instance_type"] for i in applied["instances"]} == {"g6.xlarge"}
     assert applied["diff"]["after"]["count"] == 2
     assert all(i["expires_at"] and i["availability_zone"].startswith("us-east-1") for i in applied["instances"])
+    first = ec2.describe_instances(InstanceIds=[applied["launched"][0]])["Reservations"][0]["Instances"][0]
+    tags = {t["Key"]: t["Value"] for t in first["Tags"]}
+    assert tags["year"] == "2026" and tags["calque:cohort"] == "mod-lab"
 
     again = run.task("again")
     assert again["changed"] is False and again["launched"] == []

@@ -172,6 +172,8 @@ options:
     type: int
     default: 600
 notes:
+  - The cohort is reconciled by count only. Changing O(instance_types), O(tags), O(ttl) or other launch
+    settings does not alter instances already running; instances launched later get the new settings.
   - Rates come from the C(calque) runtime's table of us-east-1 on-demand list prices; spot cohorts are
     gated at the on-demand rate, the most they can cost.
   - The vCPU quota is read from Service Quotas where the credentials allow; otherwise the module warns
@@ -369,6 +371,7 @@ def build_spec(module):
     params = module.params
     given = dict((RENAMED.get(k, k), params[k]) for k in SPEC_OPTIONS if params[k] is not None)
     given["root_volume"] = dict((k, v) for k, v in (params["root_volume"] or {}).items() if v is not None)
+    given["tags"] = dict((str(k), str(v)) for k, v in (params["tags"] or {}).items())  # EC2 tags are strings
     try:
         return CohortSpec(**given)
     except ValidationError as exc:
