@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pynvml
 import pytest
@@ -13,6 +15,7 @@ from calque.gpu.catalog import load_catalog
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.verify import verify
 
+from gpu.fake_libnvml import FakeLibNvml
 from gpu.fake_pynvml import MUTATING, FakePynvml, card_from_catalog
 
 
@@ -185,3 +188,44 @@ def test_verify_call_sequence_reads_each_profile_and_its_placements_once() -> No
     assert fake.calls.count("nvmlDeviceGetGpuInstancePossiblePlacements") == n
     assert fake.calls.count("nvmlDeviceGetGpuInstanceProfileInfo") == pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT
     assert fake.calls[0] == "nvmlInit"
+
+
+@pytest.fixture
+def libnvml(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeLibNvml]:
+    """Install a fake libnvidia-ml under the real pynvml wrappers."""
+
+    def install(card: str, **kw: Any) -> FakeLibNvml:
+        lib = FakeLibNvml(card, **kw)
+        monkeypatch.setattr(pynvml, "nvmlLib", lib)
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        return lib
+
+    return install
+
+
+def test_verify_through_the_real_pynvml_ctypes_layer(
+    libnvml: Callable[..., FakeLibNvml], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = libnvml("H200-141GB", count=2)
+    lib.overrides[("1g.18gb", "starts")] = [0, 1, 2, 3, 4, 5]
+    lib.overrides[("3g.71gb", "profile_id")] = 10
+    assert run(["gpu", "verify", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["driver_version"] == "595.91.07"
+    assert [g["card"] for g in report["gpus"]] == ["H200-141GB", "H200-141GB"]
+    assert [g["notes"] for g in report["gpus"]] == [[], []] and report["gpus"][0]["profiles_checked"] == 7
+    got = {(d["gpu_index"], d["profile"], d["field"]) for d in report["differences"]}
+    assert got == {(i, p, f) for i in (0, 1) for p, f in [("1g.18gb", "placements"), ("3g.71gb", "profile_id")]}
+    assert not any(n.startswith(("nvmlDeviceSet", "nvmlDeviceCreate", "nvmlGpuInstanceDestroy")) for n in lib.looked_up)
+
+
+def test_verify_through_pynvml_on_a_mig_less_card_and_with_mig_off(
+    libnvml: Callable[..., FakeLibNvml], capsys: pytest.CaptureFixture[str]
+) -> None:
+    libnvml("L40S-48GB")
+    assert run(["gpu", "verify"]) == 0
+    out = capsys.readouterr().out
+    assert "no MIG" in out and "the catalog matches every card" in out
+    libnvml("A100-40GB", mig=False)
+    assert run(["gpu", "verify"]) == 0
+    assert "MIG mode is off" in capsys.readouterr().out
