@@ -43,6 +43,9 @@ from calque.pool.submit import DEFAULT_METHOD
 from calque.warm import WarmSupervisor
 
 log = logging.getLogger("calque.pool.worker")
+# Writer threads: each claim's writes stay in order (results, Summary, delete) on one thread, while
+# several claims' writes overlap, so a fast method is not held back by S3/SQS round trips.
+_WRITERS = 3
 
 
 def _now() -> datetime:
@@ -319,10 +322,8 @@ class Worker:
         return WorkerReport(self.worker_id, self.stop_reason, self._claims, self.sup.enter_count, errors)
 
     def _start(self, hb_stop: threading.Event) -> None:
-        specs: list[tuple[str, Any, tuple[Any, ...]]] = [
-            ("calque-heartbeat", self._heartbeat_loop, (hb_stop,)),
-            ("calque-writer", self._writer_loop, ()),
-        ]
+        specs: list[tuple[str, Any, tuple[Any, ...]]] = [("calque-heartbeat", self._heartbeat_loop, (hb_stop,))]
+        specs += [("calque-writer", self._writer_loop, ()) for _ in range(_WRITERS)]
         for name, target, args in specs:
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
@@ -497,19 +498,17 @@ class Worker:
         assert lease.ref is not None
         prefix = lease.ref.results_prefix
         try:
-            if self._extend(lease):
+            # Results first (idempotent: a redelivery overwrites the same key), then confirm the
+            # lease is still ours right before the Summary: a lost lease writes no Summary, no delete.
+            if not lease.lost:
                 self.store.put_results(prefix, s.claim_id, f.results)
             if not self._extend(lease):
                 log.warning("claim %s/%s is no longer ours: no Summary, no delete", s.run_id, s.claim_id)
                 self.metrics.inc("calque_pool_claims_total", outcome="lost")
                 self._drop(lease)
                 return
-            if self.store.summary_exists(prefix, s.claim_id):
-                log.info("claim %s/%s was summarised by an earlier delivery: deleting", s.run_id, s.claim_id)
-                self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
-            else:
-                self.store.put_summary(prefix, s)
-                self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
+            self.store.put_summary(prefix, s)
+            self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
         except CalqueError as exc:
             log.error("cannot write claim %s/%s (%s): it will be redelivered", s.run_id, s.claim_id, exc)
             self._drop(lease)
@@ -534,7 +533,8 @@ class Worker:
                 self._release(self._slot.get_nowait())
             except queue_mod.Empty:
                 break
-        self._writes.put(None)
+        for _ in range(_WRITERS):
+            self._writes.put(None)
         for t in self._threads:
             if t.name == "calque-writer":
                 t.join(timeout=self.spec.shutdown_grace_s)
