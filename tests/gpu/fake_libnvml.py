@@ -30,9 +30,18 @@ class FakeLibNvml:
         self.driver = driver
         self.looked_up: list[str] = []
         self.overrides: dict[tuple[str, str], Any] = {}  # (profile name, field) -> value
+        self.old_driver = False  # True: the v2 profile-info call answers ARGUMENT_VERSION_MISMATCH
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name in ("card", "count", "mig", "driver", "looked_up", "overrides"):
+        if name.startswith(("_", "c_")) or name in (
+            "card",
+            "count",
+            "mig",
+            "driver",
+            "looked_up",
+            "overrides",
+            "old_driver",
+        ):
             raise AttributeError(name)
         self.looked_up.append(name)
         fn = getattr(self, "c_" + name, None)
@@ -41,6 +50,14 @@ class FakeLibNvml:
         return fn
 
     # -- C functions ----------------------------------------------------------------------------
+
+    class _ErrorString:
+        restype: Any = None  # pynvml sets it to c_char_p
+
+        def __call__(self, code: int) -> bytes:
+            return f"fake NVML error {code}".encode()
+
+    c_nvmlErrorString = _ErrorString()
 
     def c_nvmlInitWithFlags(self, flags: int) -> int:
         return SUCCESS
@@ -104,6 +121,8 @@ class FakeLibNvml:
         return None
 
     def c_nvmlDeviceGetGpuInstanceProfileInfoV(self, h: Any, const: int, info: Any) -> int:
+        if self.old_driver:
+            return real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         if not self.mig:
             return real.NVML_ERROR_NOT_SUPPORTED
         p = self._profile(const)
@@ -117,6 +136,18 @@ class FakeLibNvml:
         o.multiprocessorCount = self.card.profile_sms(p) or 0
         o.memorySizeMB = self.card.profile_memory_mib(p)
         o.name = b"MIG " + p.name.encode()
+        return SUCCESS
+
+    def c_nvmlDeviceGetGpuInstanceProfileInfo(self, h: Any, const: int, info: Any) -> int:
+        """v1: no version field and no name (older drivers)."""
+        if not self.mig:
+            return real.NVML_ERROR_NOT_SUPPORTED
+        p = self._profile(const)
+        if p is None:
+            return real.NVML_ERROR_NOT_SUPPORTED
+        o = info._obj
+        o.id, o.sliceCount, o.instanceCount = p.profile_id, p.compute_slices, p.max_count
+        o.multiprocessorCount, o.memorySizeMB = self.card.profile_sms(p) or 0, self.card.profile_memory_mib(p)
         return SUCCESS
 
     def c_nvmlDeviceGetGpuInstancePossiblePlacements_v2(self, h: Any, profile_id: int, arr: Any, count: Any) -> int:

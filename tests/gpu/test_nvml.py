@@ -229,3 +229,14 @@ def test_verify_through_pynvml_on_a_mig_less_card_and_with_mig_off(
     libnvml("A100-40GB", mig=False)
     assert run(["gpu", "verify"]) == 0
     assert "MIG mode is off" in capsys.readouterr().out
+
+
+def test_verify_falls_back_to_v1_profile_info_on_an_older_driver(
+    libnvml: Callable[..., FakeLibNvml], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = libnvml("A100-40GB")
+    lib.old_driver = True
+    assert run(["gpu", "verify", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["differences"] == [] and report["gpus"][0]["profiles_checked"] == 7
+    assert "nvmlDeviceGetGpuInstanceProfileInfo" in lib.looked_up

@@ -73,7 +73,11 @@ class NvmlBackend:
             return fn(*args)
         except self._nv.NVMLError as exc:
             code = int(getattr(exc, "value", nv.UNKNOWN))
-            raise nv.driver_error(code, f"NVML: could not {what}: {exc}") from exc
+            try:
+                text = str(exc)
+            except Exception:  # pynvml's __str__ asks the library, which may be what failed
+                text = nv.CODE_NAMES.get(code, f"NVML error {code}")
+            raise nv.driver_error(code, f"NVML: could not {what}: {text}") from exc
 
     def _maybe(self, what: str, fn: Callable[..., T], *args: Any, absent: tuple[int, ...]) -> T | None:
         """A call whose listed error codes mean 'not there' rather than failure."""
@@ -157,6 +161,17 @@ class NvmlBackend:
         )
         return index if got is None else int(got)
 
+    def _profile_info(self, index: int, h: Any, const: int, name: str) -> Any:
+        """GetGpuInstanceProfileInfo, v2 (with the name) or, on a driver without it, v1."""
+        what = f"read GPU {index}'s MIG profile {name}"
+        absent = (nv.NOT_SUPPORTED, nv.INVALID_ARGUMENT, nv.NOT_FOUND)
+        try:
+            return self._maybe(what, self._nv.nvmlDeviceGetGpuInstanceProfileInfo, h, const, absent=absent)
+        except nv.GpuDriverError as exc:
+            if exc.code not in (nv.ARGUMENT_VERSION_MISMATCH, nv.FUNCTION_NOT_FOUND):
+                raise
+        return self._maybe(what, self._nv.nvmlDeviceGetGpuInstanceProfileInfo, h, const, 1, absent=absent)
+
     def driver_profiles(self, index: int) -> dict[int, DriverProfile]:
         """The GPU-instance profiles the driver offers on one GPU (needs MIG mode on), by profile id."""
         if index in self._profiles:
@@ -169,13 +184,7 @@ class NvmlBackend:
         }
         table: dict[int, DriverProfile] = {}
         for const in sorted(names):
-            info = self._maybe(
-                f"read GPU {index}'s MIG profile {names[const]}",
-                self._nv.nvmlDeviceGetGpuInstanceProfileInfo,
-                h,
-                const,
-                absent=(nv.NOT_SUPPORTED, nv.INVALID_ARGUMENT, nv.NOT_FOUND),
-            )
+            info = self._profile_info(index, h, const, names[const])
             if info is None:
                 continue
             p = DriverProfile(

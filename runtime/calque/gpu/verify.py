@@ -57,7 +57,7 @@ class VerifyReport(CalqueModel):
 
 
 def _compare_profiles(i: int, card: Card, driver: dict[int, DriverProfile], out: list[Difference]) -> int:
-    by_name = {p.name: p for p in driver.values()}
+    by_name = {p.name: p for p in driver.values() if p.name}  # v1 profile info has no name
     checked = 0
     for cp in card.profiles:
         dp = by_name.get(cp.name) or driver.get(cp.profile_id)
@@ -83,7 +83,8 @@ def _compare_profiles(i: int, card: Card, driver: dict[int, DriverProfile], out:
                     )
                 )
 
-        diff("name", cp.name, dp.name)
+        if dp.name:
+            diff("name", cp.name, dp.name)
         diff("profile_id", cp.profile_id, dp.profile_id)
         diff("nvml_constant", cp.nvml_constant, dp.constant)
         diff("compute_slices", cp.compute_slices, dp.compute_slices)
