@@ -30,6 +30,7 @@ class FakeLibNvml:
         self.driver = driver
         self.looked_up: list[str] = []
         self.overrides: dict[tuple[str, str], Any] = {}  # (profile name, field) -> value
+        self.profiles_when_mig_off = False
         self.old_driver = False  # True: the v2 profile-info call answers ARGUMENT_VERSION_MISMATCH
 
     def __getattr__(self, name: str) -> Any:
@@ -123,7 +124,7 @@ class FakeLibNvml:
     def c_nvmlDeviceGetGpuInstanceProfileInfoV(self, h: Any, const: int, info: Any) -> int:
         if self.old_driver:
             return real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        if not self.mig:
+        if not self.mig and not self.profiles_when_mig_off:
             return real.NVML_ERROR_NOT_SUPPORTED
         p = self._profile(const)
         if p is None:

@@ -240,3 +240,17 @@ def test_verify_falls_back_to_v1_profile_info_on_an_older_driver(
     report = json.loads(capsys.readouterr().out)
     assert report["differences"] == [] and report["gpus"][0]["profiles_checked"] == 7
     assert "nvmlDeviceGetGpuInstanceProfileInfo" in lib.looked_up
+
+
+def test_verify_compares_profiles_with_mig_off_when_the_driver_answers(
+    libnvml: Callable[..., FakeLibNvml], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lib = libnvml("H100-80GB", mig=False)
+    lib.profiles_when_mig_off = True
+    lib.overrides[("7g.80gb", "max_count")] = 2
+    assert run(["gpu", "verify", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["gpus"][0]["profiles_checked"] == 7 and "listed its profiles anyway" in report["gpus"][0]["notes"][0]
+    assert [(d["profile"], d["field"], d["uncertain"]) for d in report["differences"]] == [
+        ("7g.80gb", "max_count", False)
+    ]

@@ -168,14 +168,18 @@ def verify(backend: NvmlBackend) -> VerifyReport:
             diffs.append(Difference(gpu_index=g.index, card=card.key, field="mig", catalog=card.mig, driver=supported))
         if not card.mig:
             continue
-        if not g.mig_current:
-            v.notes.append("MIG mode is off: profile table not compared (enable MIG to compare it)")
-            continue
-        try:
+        try:  # drivers may answer profile queries with MIG off too; only a getter, so ask
             driver = backend.driver_profiles(g.index)
         except nv.GpuDriverError as exc:
-            v.notes.append(f"profile table not readable: {exc}")
+            driver = {}
+            if g.mig_current:
+                v.notes.append(f"profile table not readable: {exc}")
+                continue
+        if not driver and not g.mig_current:
+            v.notes.append("MIG mode is off and the driver lists no profiles then: profile table not compared")
             continue
+        if not g.mig_current:
+            v.notes.append("MIG mode is off; the driver listed its profiles anyway")
         v.profiles_checked = _compare_profiles(g.index, card, driver, diffs)
     return VerifyReport(driver_version=backend.driver_version(), gpus=gpus, differences=diffs)
 
