@@ -22,6 +22,8 @@ def test_mig_module_check_diff_apply_idempotent_and_bad_layout(make_sim: Make, t
     sim.create_instances(1, ["1g.5gb"] * 7)
     before = sim.state()
     common = {"sim_state": str(sim.state_path), "layout": MIXED}
+    host_yaml = tmp_path / "host.yaml"  # the other way to select the simulator: a host configuration
+    host_yaml.write_text(f"gpu: {{backend: sim, sim: {{state: {sim.state_path}}}}}\n")
     tasks = [
         {"name": "plan", "calque.gpu.mig": common, "check_mode": True},
         {"name": "apply", "calque.gpu.mig": common},
@@ -34,7 +36,7 @@ def test_mig_module_check_diff_apply_idempotent_and_bad_layout(make_sim: Make, t
             },
             "ignore_errors": True,
         },
-        {"name": "facts", "calque.gpu.gpu_info": {"sim_state": str(sim.state_path)}},
+        {"name": "facts", "calque.gpu.gpu_info": {"host_config": str(host_yaml)}},
     ]
     run = run_playbook(tmp_path, tasks, diff=True)
     assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -53,7 +55,7 @@ def test_mig_module_check_diff_apply_idempotent_and_bad_layout(make_sim: Make, t
     assert bad["failed"] is True and "3g.20gb (max 2)" in bad["msg"] and "1g.5gb (max 7)" in bad["msg"]
     facts = run.task("facts")
     assert facts["changed"] is False and len(facts["gpus"][0]["mig_devices"]) == 4
-    assert facts["gpus"][0]["catalog"]["key"] == "A100-40GB"
+    assert facts["gpus"][0]["catalog"]["key"] == "A100-40GB" and facts["backend"] == "SimGpu"
     assert before.cards[0].gis != sim.state().cards[0].gis
 
 
