@@ -8,6 +8,7 @@ extend, delete) live here too so every SQS call of the pool goes through one pla
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -61,10 +62,11 @@ def _is_missing(exc: ClientError) -> bool:
 class PoolQueue:
     """The queue of one model's pool. ``sqs`` is a boto3 SQS client (see ``calque.aws.clients``)."""
 
-    def __init__(self, sqs: Any, model: str, queue_name: str | None = None) -> None:
+    def __init__(self, sqs: Any, model: str, queue_name: str | None = None, cloudwatch: Any = None) -> None:
         if not model:
             raise ValueError("model must be a non-empty string")
         self.sqs = sqs
+        self.cloudwatch = cloudwatch
         self.model = model
         self.name = queue_name or pool_queue_name(model)
         self.dlq = dlq_name(self.name)
@@ -133,9 +135,27 @@ class PoolQueue:
         )
 
     def _oldest_age(self) -> int | None:
-        # SQS publishes the age only as a CloudWatch metric; peeking would change receive counts,
-        # so report it only where the service exposes it as an attribute.
-        return None
+        # SQS publishes the age only as the CloudWatch metric ApproximateAgeOfOldestMessage (peeking
+        # would change receive counts): read its latest maximum when a CloudWatch client was given.
+        if self.cloudwatch is None:
+            return None
+        now = datetime.now(timezone.utc)
+        try:
+            points = self.cloudwatch.get_metric_statistics(
+                Namespace="AWS/SQS",
+                MetricName="ApproximateAgeOfOldestMessage",
+                Dimensions=[{"Name": "QueueName", "Value": self.name}],
+                StartTime=now - timedelta(minutes=15),
+                EndTime=now + timedelta(minutes=1),
+                Period=60,
+                Statistics=["Maximum"],
+            ).get("Datapoints", [])
+        except (ClientError, BotoCoreError):
+            return None
+        if not points:
+            return None
+        latest = max(points, key=lambda p: p["Timestamp"])
+        return int(latest["Maximum"])
 
     # -- changing ------------------------------------------------------------------------------
 

@@ -37,9 +37,10 @@ def _render_depth(d: QueueDepth) -> str:
 @aws_options
 @json_option
 def status(model: str, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
-    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered."""
+    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age."""
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    emit(PoolQueue(sqs, model).depth(), as_json, _render_depth)
+    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
+    emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
 
 
 # -- worker ---------------------------------------------------------------------------------------

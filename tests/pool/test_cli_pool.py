@@ -1,0 +1,87 @@
+"""`calque pool status|submit` as a user sees them, and the cost model."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from calque.aws.clients import client
+from calque.cli.main import run
+from calque.errors import UsageError
+from calque.pool.cost import claim_cost, run_cost
+
+from pool.conftest import Pool
+
+
+def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> None:
+    pool: Pool = make_pool()
+    pool.submit([1, 2, 3], batch_size=1)
+    cw = client("cloudwatch")
+    cw.put_metric_data(
+        Namespace="AWS/SQS",
+        MetricData=[{
+            "MetricName": "ApproximateAgeOfOldestMessage", "Value": 42.0, "Timestamp": datetime.now(timezone.utc),
+            "Dimensions": [{"Name": "QueueName", "Value": pool.queue.name}],
+        }],
+    )  # fmt: skip
+    capsys.readouterr()
+    assert run(["pool", "status", "--model", pool.model, "--json"]) == 0
+    depth = json.loads(capsys.readouterr().out)
+    assert depth["queue_name"] == pool.queue.name and depth["visible"] == 3 and depth["dlq_visible"] == 0
+    assert depth["oldest_message_age_s"] == 42
+    assert run(["pool", "status", "--model", pool.model]) == 0
+    human = capsys.readouterr().out
+    assert pool.queue.name in human and "42s" in human
+
+
+def test_status_of_a_missing_pool_names_the_queue(moto, capsys) -> None:
+    assert run(["pool", "status", "--model", "no/such-model"]) == 3
+    assert "looked for SQS queue 'calque-pool-no-such-model-" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_submit_prints_warm_hits_enter_paid_and_the_cost_line(make_pool, capsys, tmp_path) -> None:
+    pool: Pool = make_pool(instance_type="g5.xlarge")
+    pool.start()
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(f"{i}\n" for i in range(6)))
+    capsys.readouterr()
+    args = ["pool", "submit", "--model", pool.model, "--items", str(items), "--method", "work", "--batch-size", "2"]
+    assert run([*args, "--bucket", pool.bucket, "--timeout", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "items: 6 ok, 0 failed of 6" in out and "claims: 3/3 done" in out
+    assert "warm hits: 2/3" in out
+    assert "cost: fixed $" in out and "at g5.xlarge $1.006/h" in out
+    summaries = list(pool.store.summaries(pool.store.run_prefix(out.split()[1])).values())
+    paid = [s for s in summaries if s.cost and s.cost.fixed_usd > 0]
+    assert len(paid) == 1 and paid[0].enter_seconds_paid > 0 and not paid[0].warm_hit
+
+
+def test_claim_cost_charges_enter_only_when_paid() -> None:
+    cold = claim_cost("g5.xlarge", enter_seconds_paid=3600.0, serve_seconds=1800.0, items=10)
+    assert cold.fixed_usd == pytest.approx(1.006) and cold.variable_usd == pytest.approx(0.503)
+    assert cold.per_item_usd == pytest.approx(0.1509)
+    warm = claim_cost("g5.xlarge", enter_seconds_paid=0.0, serve_seconds=1800.0, items=10)
+    assert warm.fixed_usd == 0 and warm.total_usd == pytest.approx(0.503)
+    with pytest.raises(UsageError):
+        claim_cost("no.such-type", 1.0, 1.0, 1)
+
+
+def test_run_cost_sums_its_claims() -> None:
+    from calque.models import Summary
+
+    now = datetime.now(timezone.utc)
+
+    def s(enter: float, serve: float) -> Summary:
+        return Summary(
+            run_id="r", claim_id=f"c{enter}{serve}", model="m", method="f", ok=True, items=10, failed=0,
+            warm_hit=enter == 0, enter_seconds_paid=enter, enter_count=1, attempt=1, worker_id="w", started_at=now,
+            finished_at=now, claim_seconds=serve, method_seconds=serve,
+            cost=claim_cost("g5.xlarge", enter, serve, 10),
+        )  # fmt: skip
+
+    total = run_cost([s(3600.0, 0.0), s(0.0, 3600.0)])
+    assert total is not None
+    assert total.fixed_usd == pytest.approx(1.006) and total.variable_usd == pytest.approx(1.006)
+    assert total.per_item_usd == pytest.approx(2.012 / 20)
