@@ -271,3 +271,13 @@ def test_instances_the_catalog_does_not_know_are_shown_and_refused_clearly(make_
     with pytest.raises(LayoutError, match="calque gpu verify"):
         catalog_profile(CAT.cards["A100-40GB"], odd)
     assert current_layout(sim).gpus[0].layout.mig_enabled is True
+
+
+def test_an_invalid_compute_split_fails_before_anything_changes(make_sim: Make) -> None:
+    sim = make_sim(["A100-40GB"], mig=True)
+    converge(sim, layout({"1g.5gb": 7}))
+    with pytest.raises(LayoutError, match=r"valid sizes: \[1, 2, 3, 4, 6, 7\]"):
+        MigPlanner(sim).plan(layout({"7g.40gb": 1}, **{"compute-instances": {"7g.40gb": [5, 2]}}))
+    with pytest.raises(LayoutError, match="exceed"):
+        MigPlanner(sim).plan(layout({"3g.20gb": 2}, **{"compute-instances": {"3g.20gb": [2, 2]}}))
+    assert len(sim.mig_devices()) == 7

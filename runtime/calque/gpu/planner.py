@@ -31,6 +31,7 @@ from calque.gpu.placement import Placed, place, problems
 from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.base import CalqueModel
 
+CI_SIZES = (1, 2, 3, 4, 6, 7, 8)  # the compute-instance profiles NVML defines (NVML_COMPUTE_INSTANCE_PROFILE_*)
 OpKind = Literal["destroy_ci", "destroy_gi", "set_mig_mode", "reset", "create_gi", "create_ci"]
 
 
@@ -289,7 +290,14 @@ class MigPlanner:
                 raise LayoutError(f"GPU {i} ({card.key}): {exc}") from exc
         for name, split in entry.compute_instances.items():
             p = card.profile(name)
-            if sum(split) > p.compute_slices or any(n < 1 for n in split):
+            bad = [n for n in split if n not in CI_SIZES or n > p.compute_slices]
+            if bad:
+                sizes = [n for n in CI_SIZES if n <= p.compute_slices]
+                raise LayoutError(
+                    f"GPU {i} ({card.key}): compute-instances {split} for {name}: no {bad}-slice compute instance "
+                    f"fits a {name}; valid sizes: {sizes}"
+                )
+            if sum(split) > p.compute_slices:
                 raise LayoutError(
                     f"GPU {i} ({card.key}): compute-instances {split} for {name} exceed its "
                     f"{p.compute_slices} compute slices"
