@@ -51,11 +51,12 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
 ) -> None:
     alice = make_user()
     host.start(notice_before=2.0, kill_grace=0.4)
-    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "5s", "--json", check=True).stdout)
     polite_log, stubborn_log = host.dir / "polite.log", host.dir / "stubborn.log"
+    # Start the workloads first so that a loaded machine cannot push them past the notice.
     polite = _spawn(host, alice, polite_log, "exit-on-term")
     stubborn = _spawn(host, alice, stubborn_log, "ignore-term")
     try:
+        s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "4s", "--json", check=True).stdout)
         # The processes are "on the slice" the way NVML would say so: the backend lists them there.
         host.sim.add_process(s["slice_id"], polite.pid)
         host.sim.add_process(s["slice_id"], stubborn.pid)
@@ -69,8 +70,9 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
                 p.wait()
     polite_events = [line.split() for line in polite_log.read_text().splitlines()[1:]]
     stubborn_events = [line.split() for line in stubborn_log.read_text().splitlines()[1:]]
-    assert [e[0] for e in polite_events] == ["SIGUSR1", "SIGTERM"]
-    assert [e[0] for e in stubborn_events] == ["SIGUSR1", "SIGTERM"]
+    audit = host.audit_events()
+    assert [e[0] for e in polite_events] == ["SIGUSR1", "SIGTERM"], audit
+    assert [e[0] for e in stubborn_events] == ["SIGUSR1", "SIGTERM"], audit
     # The notice came before the deadline, the termination at it.
     assert float(polite_events[0][1]) < deadline <= float(polite_events[1][1]) + 0.05
 
