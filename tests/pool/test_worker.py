@@ -211,11 +211,15 @@ def test_metrics_on_a_port_count_claims_and_enters(make_pool) -> None:
     assert "# TYPE calque_pool_claims_total counter" in text
 
 
-def test_idle_timeout_runs_exit_and_stops(make_pool) -> None:
-    pool: Pool = make_pool(idle_timeout_s=1.0)
+def test_idle_timeout_runs_exit_and_stops_and_leaves_a_metrics_textfile(make_pool, tmp_path) -> None:
+    prom = tmp_path / "calque-pool.prom"
+    pool: Pool = make_pool(idle_timeout_s=1.0, metrics_textfile=str(prom))
     w = pool.start()
     assert w.proc.wait(timeout=30) == 0
     assert "STEADY-EXIT" in w.stdout() and "stopping (idle)" in w.stderr()
+    text = prom.read_text()
+    assert re.search(r"^calque_pool_up\{[^}]*\} 0$", text, re.M)
+    assert re.search(r"^calque_pool_enter_count\{[^}]*\} 1$", text, re.M)
 
 
 def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> None:
