@@ -178,12 +178,15 @@ def _render_plan(p: MigPlan) -> str:
     if not p.gpus:
         return "the layout selects no GPU on this host"
     lines = []
+    done = [g for g in p.gpus if not g.ops]
+    if done:
+        lines.append(f"GPU {', '.join(str(g.index) for g in done)}: already as the layout says (nothing to do)")
     for g in p.gpus:
+        if not g.ops:
+            continue
         before = " ".join(g.before.instances) or ("MIG on, empty" if g.before.mig_enabled else "MIG off")
         after = " ".join(g.after.instances) or ("MIG on, empty" if g.after.mig_enabled else "MIG off")
         lines.append(f"GPU {g.index} ({g.card}): {before}  ->  {after}")
-        if not g.ops:
-            lines.append("  already satisfied")
         lines += [f"  {op.describe()}" for op in g.ops]
         for b in g.busy_destroyed:
             lines.append(f"  force: stops pids {b.pids} on {b.profile}@{b.start} (GI {b.gi_id})")
