@@ -214,6 +214,9 @@ def test_verify_through_the_real_pynvml_ctypes_layer(
     assert report["driver_version"] == "595.91.07"
     assert [g["card"] for g in report["gpus"]] == ["H200-141GB", "H200-141GB"]
     assert [g["notes"] for g in report["gpus"]] == [[], []] and report["gpus"][0]["profiles_checked"] == 7
+    assert "1g.35gb.profile_id" in report["gpus"][0]["confirmed"]  # uncertain in the catalog, seen on the card
+    assert "3g.71gb.profile_id" not in report["gpus"][0]["confirmed"]
+    assert "card.memory_mib" in report["gpus"][0]["confirmed"]
     got = {(d["gpu_index"], d["profile"], d["field"]) for d in report["differences"]}
     assert got == {(i, p, f) for i in (0, 1) for p, f in [("1g.18gb", "placements"), ("3g.71gb", "profile_id")]}
     assert not any(n.startswith(("nvmlDeviceSet", "nvmlDeviceCreate", "nvmlGpuInstanceDestroy")) for n in lib.looked_up)

@@ -104,6 +104,8 @@ def _render_verify(r: VerifyReport) -> str:
             f"{g.profiles_checked} profiles compared)"
         )
         lines += [f"  note: {n}" for n in g.notes]
+        if g.confirmed:
+            lines.append(f"  confirmed (marked uncertain in the catalog): {', '.join(g.confirmed)}")
     if r.differences:
         lines.append("")
         lines.append(

@@ -40,6 +40,9 @@ class VerifiedGpu(CalqueModel):
     mig_current: bool
     mig_supported: bool | None = None
     profiles_checked: int = 0
+    confirmed: list[str] = Field(
+        default_factory=list, description="values the catalog marks uncertain that this card confirmed (profile.field)"
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -56,7 +59,9 @@ class VerifyReport(CalqueModel):
         return not self.differences
 
 
-def _compare_profiles(i: int, card: Card, driver: dict[int, DriverProfile], out: list[Difference]) -> int:
+def _compare_profiles(
+    i: int, card: Card, driver: dict[int, DriverProfile], out: list[Difference], confirmed: list[str]
+) -> int:
     by_name = {p.name: p for p in driver.values() if p.name}  # v1 profile info has no name
     checked = 0
     for cp in card.profiles:
@@ -69,7 +74,20 @@ def _compare_profiles(i: int, card: Card, driver: dict[int, DriverProfile], out:
             continue
         checked += 1
 
-        def diff(field: str, cat: Any, drv: Any, mark: str | None = None, p: str = cp.name, u: set[str] = u) -> None:
+        matched: set[str] = set()
+        differed: set[str] = set()
+
+        def diff(
+            field: str,
+            cat: Any,
+            drv: Any,
+            mark: str | None = None,
+            p: str = cp.name,
+            u: set[str] = u,
+            matched: set[str] = matched,
+            differed: set[str] = differed,
+        ) -> None:
+            (matched if cat == drv else differed).add(mark or field)
             if cat != drv:
                 out.append(
                     Difference(
@@ -97,6 +115,9 @@ def _compare_profiles(i: int, card: Card, driver: dict[int, DriverProfile], out:
             cat_mib = int(cp.memory_gib * 1024)
             if abs(cat_mib - dp.memory_mib) > MEMORY_TOLERANCE * max(cat_mib, 1):
                 diff("memory_mib", cat_mib, dp.memory_mib, "memory_gib")
+            else:
+                matched.add("memory_gib")
+        confirmed += [f"{cp.name}.{m}" for m in sorted((matched - differed) & u)]
     known = {p.name for p in card.profiles} | {p.profile_id for p in card.profiles}
     for dp in driver.values():
         if dp.name not in known and dp.profile_id not in known:
@@ -129,6 +150,11 @@ def verify(backend: NvmlBackend) -> VerifyReport:
             diffs.append(Difference(gpu_index=g.index, card=None, field="card", catalog=None, driver=g.name))
             v.notes.append(f"{g.name!r} is not in the catalog; known: {', '.join(cat.cards)}")
             continue
+        card_ok = {"nvml_names": g.name in card.nvml_names}
+        card_ok["memory_mib"] = abs(card.memory_mib - g.memory_mib) <= MEMORY_TOLERANCE * card.memory_mib
+        if pci is not None and card.pci_device_ids:
+            card_ok["pci_device_ids"] = pci.upper() in (x.upper() for x in card.pci_device_ids)
+        v.confirmed += [f"card.{f}" for f, ok in card_ok.items() if ok and f in card.uncertain]
         if g.name not in card.nvml_names:
             diffs.append(
                 Difference(
@@ -180,7 +206,7 @@ def verify(backend: NvmlBackend) -> VerifyReport:
             continue
         if not g.mig_current:
             v.notes.append("MIG mode is off; the driver listed its profiles anyway")
-        v.profiles_checked = _compare_profiles(g.index, card, driver, diffs)
+        v.profiles_checked = _compare_profiles(g.index, card, driver, diffs, v.confirmed)
     return VerifyReport(driver_version=backend.driver_version(), gpus=gpus, differences=diffs)
 
 
