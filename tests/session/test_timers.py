@@ -111,3 +111,20 @@ def test_idle_session_expires(host: Host, make_user: Callable[..., User]) -> Non
     s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
     assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()), 15)
     assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
+
+
+def test_checkin_stops_what_the_holder_left_running_on_the_slice(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(kill_grace=0.5)
+    log = host.dir / "left.log"
+    proc = _spawn(host, alice, log, "exit-on-term")
+    try:
+        s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
+        host.sim.add_process(s["slice_id"], proc.pid)
+        host.cli(alice, "session", "checkin", check=True)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert log.read_text().splitlines()[1].startswith("SIGTERM")

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from calque.session.inventory import owner_of, processes_on
+from calque.session.inventory import owner_of, pids_on, processes_on
 from calque.session.registry import Held
 from calque.session.service import Service
 
@@ -25,6 +25,7 @@ log = logging.getLogger("calque.session")
 
 MAX_SLEEP_S = 0.25
 REASSERT_EVERY_S = 5.0
+CLEANUP_BATCH_S = 0.1
 
 
 def _alive(pid: int, uid: int) -> bool:
@@ -192,14 +193,32 @@ class Enforcer:
         self._cleanup.put(h)
 
     def _cleanup_loop(self) -> None:
+        # Batched: one process listing from the GPU backend for every check-in of the last moment.
         while True:
-            h = self._cleanup.get()
-            if h is None:
+            first = self._cleanup.get()
+            if first is None:
                 return
+            time.sleep(CLEANUP_BATCH_S)
+            batch = [first]
+            stop = False
+            while True:
+                try:
+                    item = self._cleanup.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
             try:
-                self.terminate(h)
+                procs = self.svc.reader.processes() if self.svc.reader is not None else []
+                for h in batch:
+                    if any(_alive(p, h.session.uid) for p in pids_on(procs, h.slice, h.session.uid)):
+                        self.terminate(h)
             except Exception:
-                log.exception("cleaning up after %s failed", h.session.id)
+                log.exception("cleaning up after %s failed", ", ".join(h.session.id for h in batch))
+            if stop:
+                return
 
     def terminate(self, h: Held) -> list[int]:
         """SIGTERM the holder's processes on the slice, SIGKILL after the grace; returns the pids hit."""

@@ -94,7 +94,11 @@ def processes_on(reader: GpuReader | None, sl: Slice, uid: int | None = None) ->
     """Pids running on the slice (for MPS: on its GPU and owned by ``uid``), from the GPU backend."""
     if reader is None:
         return []
-    procs: list[GpuProcess] = reader.processes()
+    return pids_on(reader.processes(), sl, uid)
+
+
+def pids_on(procs: list[GpuProcess], sl: Slice, uid: int | None = None) -> list[int]:
+    """The pids of ``procs`` that run on the slice (and belong to ``uid`` when given)."""
     if sl.kind == "mig":
         pids = [p.pid for p in procs if p.device_uuid == sl.mig_uuid]
     else:
