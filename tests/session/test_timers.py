@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -35,13 +36,13 @@ WORKLOAD = textwrap.dedent(
 )
 
 
-def _spawn(host: Host, user: User, log: Path, mode: str) -> subprocess.Popen[bytes]:
+def _spawn(host: Host, user: User, log: Path, mode: str, tty: int | None = None) -> subprocess.Popen[bytes]:
     script = host.dir / "workload.py"
     script.write_text(WORKLOAD)
     script.chmod(0o644)
     log.touch()
     log.chmod(0o666)
-    p = subprocess.Popen(as_user(user, ["/usr/bin/python3", str(script), str(log), mode]))
+    p = subprocess.Popen(as_user(user, ["/usr/bin/python3", str(script), str(log), mode]), stdin=tty)
     assert wait_for(lambda: "started" in log.read_text(), 15)
     return p
 
@@ -52,8 +53,11 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
     alice = make_user()
     host.start(notice_before=2.0, kill_grace=0.4)
     polite_log, stubborn_log = host.dir / "polite.log", host.dir / "stubborn.log"
+    # Alice's terminal: a pty whose slave is her workload's stdin, as in a login session.
+    master, slave = os.openpty()
+    os.chown(os.ttyname(slave), alice.uid, -1)
     # Start the workloads first so that a loaded machine cannot push them past the notice.
-    polite = _spawn(host, alice, polite_log, "exit-on-term")
+    polite = _spawn(host, alice, polite_log, "exit-on-term", tty=slave)
     stubborn = _spawn(host, alice, stubborn_log, "ignore-term")
     try:
         s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "4s", "--json", check=True).stdout)
@@ -63,7 +67,12 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
         deadline = datetime.fromisoformat(s["expires_at"]).timestamp()
         assert polite.wait(20) == 0
         assert stubborn.wait(20) == -signal.SIGKILL
+        os.set_blocking(master, False)
+        seen = os.read(master, 65536).decode(errors="replace")
+        assert f"session {s['id']}" in seen and "ends in" in seen, seen
     finally:
+        os.close(master)
+        os.close(slave)
         for p in (polite, stubborn):
             if p.poll() is None:
                 p.kill()
