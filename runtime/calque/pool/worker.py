@@ -520,19 +520,23 @@ class Worker:
 
     # -- stopping -----------------------------------------------------------------------------------
 
+    def _release_prefetched(self) -> None:
+        while True:
+            try:
+                self._release(self._slot.get_nowait())
+            except queue_mod.Empty:
+                return
+
     def _shutdown(self, hb_stop: threading.Event) -> list[str]:
         self.request_stop(self.stop_reason or "stopped")
         self.metrics.set("calque_pool_up", 0)
         log.info("stopping (%s)", self.stop_reason)
         if self._spot is not None:
             self._spot.stop()
+        self._release_prefetched()  # before waiting out the receiver's long poll
         if self._receiver is not None:
             self._receiver.join(timeout=self.receive_wait + 2.0)
-        while True:
-            try:
-                self._release(self._slot.get_nowait())
-            except queue_mod.Empty:
-                break
+        self._release_prefetched()
         for _ in range(_WRITERS):
             self._writes.put(None)
         for t in self._threads:

@@ -236,6 +236,9 @@ class WarmSupervisor:
     def _results_of(self, info: MethodInfo, u: _Unit, elapsed: float) -> list[ItemResult]:
         assert u.future is not None
         per = elapsed / len(u.items)
+        if u.future.cancelled():
+            cancelled = RuntimeError("the item was cancelled before it ran (its thread pool was replaced)")
+            return [self._failed(it, cancelled, per) for it in u.items]
         exc = u.future.exception()
         if exc is not None:
             return [self._failed(it, exc, per) for it in u.items]
