@@ -106,7 +106,9 @@ class SessionConfig(CalqueModel):
     spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")
     request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
-    max_connections: int = Field(256, ge=1)
+    max_connections: int = Field(
+        64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
+    )
     metrics_port: int | None = Field(None, description="serve Prometheus metrics on 127.0.0.1:<port>")
     metrics_textfile: Path | None = Field(None, description="also write metrics for node_exporter's textfile")
 

@@ -1,9 +1,10 @@
 """``calque session serve``: the unix-socket server in front of the session service.
 
-Threads, one per connection (bounded by ``max_connections``), one request per connection. The
-caller is whoever SO_PEERCRED says; no request carries a user name. A request that is garbage,
-too large, too slow or abandoned costs one thread for at most ``request_timeout`` and gets an
-error back when the peer is still there.
+A fixed pool of worker threads all block in ``accept`` on the listening socket (the kernel wakes one
+per connection: no hand-off between threads, no thread per request); one request per connection.
+The caller is whoever SO_PEERCRED says; no request carries a user name. A request that is garbage,
+too large, too slow or abandoned costs one worker for at most ``request_timeout`` and gets an error
+back when the peer is still there; other connections wait in the kernel's backlog meanwhile.
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import signal
 import socket
-import socketserver
 import threading
 from types import FrameType
 
@@ -29,61 +28,71 @@ from calque.session.service import Service
 
 log = logging.getLogger("calque.session")
 
+BACKLOG = 512  # a burst of clients queues in the kernel instead of getting EAGAIN
 
-WORKERS = 64
+
+def send(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.settimeout(5)
+        sock.sendall(data)
+    except OSError:
+        pass  # the client vanished; nothing to tell it
 
 
-class _Server(socketserver.UnixStreamServer):
-    """Accepts on one thread and hands connections to a fixed pool of workers (no thread per request).
+class _Listener:
+    """The listening socket and the workers accepting on it."""
 
-    At most ``max_connections`` connections wait or run at once; beyond that a caller is told to
-    retry. A slow client holds one worker for at most ``request_timeout``.
-    """
-
-    allow_reuse_address = True
-    request_queue_size = 512  # a burst of clients must queue in the kernel, not get EAGAIN
-    daemon: Daemon
-
-    def start_workers(self) -> None:
-        self.pending: queue.Queue[socket.socket | None] = queue.Queue()
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.path = daemon.config.socket
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_socket() or self.path.exists():
+            self.path.unlink()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # world-connectable: SO_PEERCRED says who is calling
+        self.sock.listen(BACKLOG)
+        self.stopping = False
         self.workers = [
-            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True) for i in range(WORKERS)
+            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True)
+            for i in range(daemon.config.max_connections)
         ]
+
+    def start(self) -> None:
         for t in self.workers:
             t.start()
 
-    def stop_workers(self) -> None:
+    def stop(self) -> None:
+        self.stopping = True
+        # Wake every worker blocked in accept() with a connection it will drop.
         for _ in self.workers:
-            self.pending.put(None)
-
-    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
-        if not self.daemon.slots.acquire(blocking=False):
-            _Handler.send(request, error("busy", "the session daemon is at its connection limit; retry in a moment"))
-            self.shutdown_request(request)
-            return
-        self.pending.put(request)
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.setblocking(False)
+                s.connect(str(self.path))
+        for t in self.workers:
+            t.join(timeout=2)
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
 
     def _work(self) -> None:
-        while True:
-            request = self.pending.get()
-            if request is None:
-                return
+        while not self.stopping:
             try:
-                _Handler(request, "", self)
-            except Exception:
-                log.exception("unexpected error serving a connection")
-            finally:
-                self.daemon.slots.release()
-                self.shutdown_request(request)
+                conn, _ = self.sock.accept()
+            except OSError:
+                if self.stopping:
+                    return
+                continue
+            with conn:
+                if self.stopping:
+                    return
+                try:
+                    self._serve(conn)
+                except Exception:
+                    log.exception("unexpected error serving a connection")
 
-
-class _Handler(socketserver.BaseRequestHandler):
-    server: _Server
-
-    def handle(self) -> None:
-        self._serve(self.server.daemon, self.request)
-
-    def _serve(self, d: Daemon, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket) -> None:
+        d = self.daemon
         cfg = d.config
         try:
             pid, uid, gid = peer_credentials(sock)
@@ -97,21 +106,12 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as exc:
             log.exception("request failed")
             reply = error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
-        self.send(sock, reply)
-
-    @staticmethod
-    def send(sock: socket.socket, data: bytes) -> None:
-        try:
-            sock.settimeout(5)
-            sock.sendall(data)
-        except OSError:
-            pass  # the client vanished; nothing to tell it
+        send(sock, reply)
 
 
 class Daemon:
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
-        self.slots = threading.BoundedSemaphore(config.max_connections)
         self.registry = Registry(config.db)
         self.audit = AuditLog(config.audit_log)
         self.reader = load_reader(config)
@@ -125,25 +125,12 @@ class Daemon:
         self.enforcer = Enforcer(self.service)
         self.service.wake = self.enforcer.wake
         self.service.reclaim = self.enforcer.reclaim_after_end
-        self._server: _Server | None = None
         self._stopping = threading.Event()
-
-    def bind(self) -> None:
-        path = self.config.socket
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_socket() or path.exists():
-            path.unlink()
-        server = _Server(str(path), _Handler, bind_and_activate=False)
-        server.daemon = self
-        server.server_bind()
-        os.chmod(path, 0o666)  # world-connectable: SO_PEERCRED says who is calling
-        server.server_activate()
-        server.start_workers()
-        self._server = server
 
     def serve_forever(self) -> None:
         self.service.reconcile()
-        self.bind()
+        listener = _Listener(self)
+        listener.start()
         self.enforcer.start()
         metrics_server = None
         if self.config.metrics_port is not None:
@@ -151,17 +138,14 @@ class Daemon:
         if self.config.metrics_textfile is not None:
             threading.Thread(target=self._textfile_loop, name="metrics-textfile", daemon=True).start()
         log.info("calque session daemon serving on %s (%d slices)", self.config.socket, len(self.service.slices()))
-        assert self._server is not None
         try:
-            self._server.serve_forever(poll_interval=0.2)
+            while not self._stopping.wait(0.5):
+                pass
         finally:
+            listener.stop()
             self.enforcer.stop()
-            self._server.stop_workers()
             if metrics_server is not None:
                 metrics_server.shutdown()
-            self._server.server_close()
-            with contextlib.suppress(OSError):
-                self.config.socket.unlink()
             self.registry.close()
             self.audit.close()
 
@@ -177,8 +161,6 @@ class Daemon:
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._server is not None:
-            threading.Thread(target=self._server.shutdown, daemon=True).start()
 
 
 def run_daemon(config: SessionConfig) -> None:

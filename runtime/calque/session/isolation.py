@@ -44,10 +44,28 @@ def _read_access(path: Path) -> tuple[int, bool]:
     return minor, modify
 
 
+_NODES: dict[tuple[str, str, int | None, int | None, int | None], list[CapNode]] = {}
+
+
 def cap_nodes(host_root: Path, sl: Slice) -> list[CapNode]:
-    """The GI and CI capability nodes of a MIG slice (empty for MPS); raises OSError if missing."""
+    """The GI and CI capability nodes of a MIG slice (empty for MPS); raises OSError if missing.
+
+    Cached per (root, MIG UUID, minor, GI, CI): a MIG device keeps its capability minors for its
+    whole life, and a re-created one has a new UUID.
+    """
     if sl.kind != "mig" or sl.gpu_minor is None or sl.gi_id is None:
         return []
+    key = (str(host_root), sl.id, sl.gpu_minor, sl.gi_id, sl.ci_id)
+    hit = _NODES.get(key)
+    if hit is not None and all(n.access_file.exists() for n in hit):
+        return hit
+    nodes = _read_nodes(host_root, sl)
+    _NODES[key] = nodes
+    return nodes
+
+
+def _read_nodes(host_root: Path, sl: Slice) -> list[CapNode]:
+    assert sl.gpu_minor is not None and sl.gi_id is not None
     base = host_root / "proc/driver/nvidia/capabilities" / f"gpu{sl.gpu_minor}" / "mig" / f"gi{sl.gi_id}"
     files = [base / "access"]
     if sl.ci_id is not None:

@@ -86,9 +86,10 @@ class TooManySessions(Exception):
 
 
 class Registry:
-    """Thread-safe. Writes go to one writer thread that runs every waiting change in one transaction
-    (each in its own savepoint) and commits once: one fsync for a burst of clients instead of one
-    each, and no caller is answered before its change is durable. Reads use a second connection."""
+    """Thread-safe, with group commit. A writer queues its change; whichever writer holds the commit
+    lock runs every queued change, each in its own savepoint, inside one transaction and commits
+    once. A burst of clients costs one fsync instead of one each, a lone client pays no hand-off to
+    another thread, and no caller returns before its change is durable. Reads use a second connection."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,9 +99,8 @@ class Registry:
         path.chmod(0o600)
         self._rdb = self._connect(path)
         self._rlock = threading.Lock()
-        self._queue: queue.Queue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]] | None] = queue.Queue()
-        self._writer = threading.Thread(target=self._write_loop, name="registry-writer", daemon=True)
-        self._writer.start()
+        self._commit_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = queue.SimpleQueue()
 
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:
@@ -112,62 +112,70 @@ class Registry:
         return db
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._writer.join(timeout=10)
-        with self._rlock:
+        with self._commit_lock, self._rlock:
             self._rdb.close()
-        self._db.close()
+            self._db.close()
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         fut: Future[T] = Future()
         self._queue.put((fn, fut))
+        while not fut.done():
+            with self._commit_lock:
+                if not fut.done():
+                    self._commit_batch()
         return fut.result()
 
-    def _write_loop(self) -> None:
+    def _commit_batch(self) -> None:
+        """Run and commit everything queued so far (called with the commit lock held)."""
         db = self._db
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+        batch: list[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = []
+        while len(batch) < MAX_BATCH:
             try:
-                db.execute("BEGIN IMMEDIATE")
-                for fn, fut in batch:
-                    db.execute("SAVEPOINT op")
-                    try:
-                        result = fn(db)
-                    except Exception as exc:
-                        db.execute("ROLLBACK TO op")
-                        db.execute("RELEASE op")
-                        outcomes.append((fut, None, exc))
-                    else:
-                        db.execute("RELEASE op")
-                        outcomes.append((fut, result, None))
-                db.execute("COMMIT")
-            except Exception as exc:
-                with contextlib.suppress(sqlite3.Error):
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return
+        outcomes: list[tuple[Future[Any], Any, BaseException | None]] = []
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            if len(batch) == 1:  # alone: its own failure may roll the whole transaction back
+                fn, fut = batch[0]
+                try:
+                    outcomes.append((fut, fn(db), None))
+                except Exception as exc:
                     db.execute("ROLLBACK")
-                for _, fut in batch:
                     fut.set_exception(exc)
+                    return
+                batch_rest: list[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = []
             else:
-                for fut, result, err in outcomes:
-                    if err is not None:
-                        fut.set_exception(err)
-                    else:
-                        fut.set_result(result)
-            if stop:
-                return
+                batch_rest = batch
+            for fn, fut in batch_rest:
+                db.execute("SAVEPOINT op")
+                try:
+                    result = fn(db)
+                except Exception as exc:
+                    db.execute("ROLLBACK TO op")
+                    db.execute("RELEASE op")
+                    outcomes.append((fut, None, exc))
+                else:
+                    db.execute("RELEASE op")
+                    outcomes.append((fut, result, None))
+            db.execute("COMMIT")
+        except BaseException as exc:
+            # Nothing of this batch is on disk: every caller in it gets the error (none waits forever).
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            for _, fut in batch:
+                fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for fut, result, err in outcomes:
+                if err is not None:
+                    fut.set_exception(err)
+                else:
+                    fut.set_result(result)
 
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
