@@ -62,7 +62,7 @@ def test_other_user_cannot_touch_a_session_and_admin_can_release(host: Host, mak
     # The admin sees holders and force-releases; the nodes go back to root.
     admin_list = json.loads(host.cli(admin, "session", "list", "--json", check=True).stdout)
     assert next(r for r in admin_list if r["slice"]["id"] == s["slice_id"])["holder"] == alice.name
-    res = host.cli(admin, "session", "release", s["id"], "--force", "--json")
+    res = host.cli(admin, "session", "release", s["id"], "--force", "--reason", "hung job", "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["end_reason"] == "released"
     for n in nodes:
@@ -71,6 +71,7 @@ def test_other_user_cannot_touch_a_session_and_admin_can_release(host: Host, mak
     assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
     events = [(e["event"], e["uid"], e["by_uid"]) for e in host.audit_events()]
     assert ("checkout", alice.uid, alice.uid) in events and ("release", alice.uid, admin.uid) in events
+    assert [e["reason"] for e in host.audit_events() if e["event"] == "release"] == ["released: hung job"]
 
 
 def test_checkin_returns_nodes_to_root_and_slice_to_pool(host: Host, make_user: Callable[..., User]) -> None:

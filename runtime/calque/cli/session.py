@@ -191,11 +191,12 @@ def list_cmd(as_json: bool, socket_path: Path) -> None:
 @session.command()
 @click.argument("session_id")
 @click.option("--force", is_flag=True, help="Required: this ends another user's session now.")
+@click.option("--reason", default=None, help="Why, for the audit trail.")
 @json_option
 @socket_option
-def release(session_id: str, force: bool, as_json: bool, socket_path: Path) -> None:
+def release(session_id: str, force: bool, reason: str | None, as_json: bool, socket_path: Path) -> None:
     """End someone's session now (root or the admin group only)."""
-    emit(core.release(_client(socket_path), session_id, force), as_json, _render_session)
+    emit(core.release(_client(socket_path), session_id, force, reason), as_json, _render_session)
 
 
 @session.command()

@@ -71,10 +71,10 @@ def list_slices(client: SessionClient) -> list[SliceState]:
     return [SliceState.model_validate(s) for s in client.call("list")]
 
 
-def release(client: SessionClient, session_id: str, force: bool) -> Session:
+def release(client: SessionClient, session_id: str, force: bool, reason: str | None = None) -> Session:
     if not force:
         raise UsageError("release ends another user's session; pass --force")
-    return Session.model_validate(client.call("release", id=session_id, force=True))
+    return Session.model_validate(client.call("release", id=session_id, force=True, reason=reason))
 
 
 def report(client: SessionClient, since: str) -> UsageReport:

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from calque.models import GpuProcess
 from calque.session.inventory import owner_of, pids_on, processes_on
 from calque.session.registry import Held
 from calque.session.service import Service
@@ -131,6 +132,7 @@ class Enforcer:
         next_due = now + MAX_SLEEP_S
         live = self.svc.registry.live()
         reassert = now - self._last_reassert >= REASSERT_EVERY_S
+        procs: list[GpuProcess] | None = None
         for h in live:
             sid = h.session.id
             if h.expires <= now:
@@ -144,7 +146,9 @@ class Enforcer:
                     next_due = min(next_due, notice_at)
             next_due = min(next_due, h.expires)
             if self.cfg.idle_expiry is not None:
-                pids = processes_on(self.svc.reader, h.slice, h.session.uid)
+                if procs is None:  # one listing from the GPU backend per tick, not one per session
+                    procs = self.svc.reader.processes() if self.svc.reader is not None else []
+                pids = pids_on(procs, h.slice, h.session.uid)
                 if any(_alive(p, h.session.uid) for p in pids):
                     if now - h.last_active > 1.0:
                         self.svc.registry.touch(sid, now)

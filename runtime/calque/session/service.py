@@ -293,7 +293,7 @@ class Service:
             raise RequestError("forbidden", f"session {sid} is not yours; you can only {verb} your own sessions")
         return held
 
-    def end(self, held: Held, reason: str, event: str, by_uid: int) -> Held | None:
+    def end(self, held: Held, reason: str, event: str, by_uid: int, note: str | None = None) -> Held | None:
         ended = self.registry.end(held.session.id, reason, time.time())  # type: ignore[arg-type]
         if ended is None:
             return None
@@ -301,7 +301,7 @@ class Service:
             isolation.revoke(self.host_root, ended.slice)
         except (OSError, ValueError) as exc:
             log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
-        self.audit.record(event, ended, by_uid=by_uid, reason=reason)
+        self.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
         self.count(event)
         return ended
 
@@ -366,7 +366,9 @@ class Service:
         held = self.registry.get(sid) if isinstance(sid, str) else None
         if held is None or held.session.ended_at is not None:
             raise RequestError("not_found", f"no live session {sid}")
-        ended = self.end(held, "released", "release", c.uid)
+        reason = args.get("reason")
+        why = "released" + (f": {reason[:500]}" if isinstance(reason, str) and reason else "")
+        ended = self.end(held, "released", "release", c.uid, note=why)
         if ended is None:
             raise RequestError("not_found", f"session {sid} already ended")
         self.reclaim(ended)
