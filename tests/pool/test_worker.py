@@ -11,9 +11,11 @@ import pytest
 from calque.aws.clients import client
 from calque.models import ClaimRef, Manifest
 
-from pool.conftest import Pool, wait_until
+from pool.conftest import Pool, WorkerProc, wait_until
 
 pytestmark = pytest.mark.slow
+SLOW = {"STEADY_DELAY_SCALE": "60"}  # 30 s per item: a worker is always mid-claim when stopped
+FAST = {"STEADY_DELAY_SCALE": "0.1"}
 
 
 def test_two_workers_thirty_claims_each_enter_once_and_every_result_once(make_pool) -> None:
@@ -48,20 +50,21 @@ def test_kill_9_mid_claim_is_redelivered_and_completed_once(make_pool) -> None:
     a.wait_log("start 1", stream="stdout")
     a.proc.send_signal(signal.SIGKILL)
     a.proc.wait(timeout=10)
-    b = pool.start()
+    b = pool.start(env=FAST)
     (summary,) = pool.wait_run(record, timeout=60).values()
     assert summary.ok and summary.attempt == 2 and summary.worker_id.endswith(str(b.proc.pid))
     results = pool.store.results(record)
     assert [r.index for r in results] == [0, 1, 2, 3]
 
 
-def _claim_release_test(pool: Pool, stop_a) -> None:  # type: ignore[no-untyped-def]
-    a = pool.start()
+def _claim_release_test(pool: Pool, stop_a, **a_spec) -> WorkerProc:  # type: ignore[no-untyped-def]
+    a = pool.start(env=SLOW, **a_spec)
     record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(6)], batch_size=6)
     a.wait_log("start 0", stream="stdout")
-    b = pool.start()
+    b = pool.start(env=FAST)
     b.wait_log("serving")
     stop_a(a)
+    # a stuck item (a 30 s sleep) cannot hold a stopping worker: it exits 0 within the bound
     assert a.proc.wait(timeout=30) == 0, a.stderr()
     assert "released message" in a.stderr()
     assert "STEADY-EXIT" in a.stdout()
@@ -69,6 +72,7 @@ def _claim_release_test(pool: Pool, stop_a) -> None:  # type: ignore[no-untyped-
     (summary,) = pool.wait_run(record, timeout=40).values()
     assert summary.ok and summary.worker_id.endswith(str(b.proc.pid)) and summary.attempt == 2
     assert [r.index for r in pool.store.results(record)] == list(range(6))
+    return a
 
 
 def test_sigterm_mid_claim_releases_it_to_another_worker_at_once(make_pool) -> None:
@@ -78,17 +82,14 @@ def test_sigterm_mid_claim_releases_it_to_another_worker_at_once(make_pool) -> N
 
 def test_spot_notice_over_imdsv2_releases_the_claim(make_pool, fake_imds) -> None:
     pool: Pool = make_pool(vt=120)
-    first = {"spot_watch": True, "imds_endpoint": fake_imds.url, "spot_poll_s": 0.3}
-    a = pool.start(**first)
-    record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(6)], batch_size=6)
-    a.wait_log("start 0", stream="stdout")
-    b = pool.start()  # no spot watch on b: the notice is for a's instance only
-    b.wait_log("serving")
-    fake_imds.notice = True
-    assert a.proc.wait(timeout=30) == 0, a.stderr()
-    assert "spot interruption notice" in a.stderr() and "released message" in a.stderr()
-    (summary,) = pool.wait_run(record, timeout=40).values()
-    assert summary.ok and summary.worker_id.endswith(str(b.proc.pid))
+
+    def notice(_a: object) -> None:
+        fake_imds.notice = True
+
+    a = _claim_release_test(
+        pool, notice, spot_watch=True, imds_endpoint=fake_imds.url, spot_poll_s=0.3
+    )  # b has no spot watch: the notice is for a's instance only
+    assert "spot interruption notice" in a.stderr()
     assert fake_imds.tokenless == 0 and fake_imds.token_puts >= 1 and fake_imds.authorised_gets >= 1
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import queue as queue_mod
 import threading
 import time
 import traceback
@@ -28,6 +29,51 @@ from calque.models import Item, ItemError, ItemResult, PoolSpec
 from calque.warm.loader import MethodInfo, Workload, WorkloadError, load_workload
 
 _POLL_S = 0.05
+
+
+class _DaemonPool:
+    """A fixed pool of daemon threads running the script's sync code.
+
+    Unlike ``ThreadPoolExecutor`` (whose threads the interpreter joins at exit), an item stuck in
+    C code or a long sleep cannot keep a stopping worker alive past its bound.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._work: queue_mod.SimpleQueue[tuple[cf.Future[Any], Any, tuple[Any, ...], dict[str, Any]] | None]
+        self._work = queue_mod.SimpleQueue()
+        self._size = size
+        for i in range(size):
+            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            fut, fn, args, kwargs = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        fut: cf.Future[Any] = cf.Future()
+        self._work.put((fut, fn, args, kwargs))
+        return fut
+
+    def shutdown(self) -> None:
+        """Cancel queued work and let idle threads end; a busy thread ends when its call returns."""
+        while True:
+            try:
+                job = self._work.get_nowait()
+            except queue_mod.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in range(self._size):
+            self._work.put(None)
 
 
 class EnterError(UsageError):
@@ -71,7 +117,7 @@ class WarmSupervisor:
     enter_seconds: float = 0.0
     enter_count: int = 0
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
-    _pool: cf.ThreadPoolExecutor | None = None
+    _pool: _DaemonPool | None = None
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -104,7 +150,7 @@ class WarmSupervisor:
 
     def _start(self) -> None:
         threading.Thread(target=self._loop.run_forever, name="calque-warm-loop", daemon=True).start()
-        self._pool = cf.ThreadPoolExecutor(self.workload.max_inputs, thread_name_prefix="calque-warm")
+        self._pool = _DaemonPool(self.workload.max_inputs, "calque-warm")
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
         if asyncio.iscoroutinefunction(fn):
@@ -269,9 +315,9 @@ class WarmSupervisor:
         # A sync call cannot be interrupted: leave its thread behind and serve on a fresh pool so
         # the next items do not queue behind it.
         old = self._pool
-        self._pool = cf.ThreadPoolExecutor(self.workload.max_inputs, thread_name_prefix="calque-warm")
+        self._pool = _DaemonPool(self.workload.max_inputs, "calque-warm")
         if old is not None:
-            old.shutdown(wait=False, cancel_futures=True)
+            old.shutdown()
 
     # -- closing ----------------------------------------------------------------------------------
 
@@ -289,7 +335,7 @@ class WarmSupervisor:
                 except Exception as exc:
                     errors.append(f"{getattr(hook, '__qualname__', hook)}: {type(exc).__name__}: {exc}")
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
         return errors
 

@@ -19,7 +19,7 @@ class Steady:
     @modal.method()
     def work(self, x, delay=0.0):
         print(f"start {x}", flush=True)
-        time.sleep(delay)
+        time.sleep(delay * float(os.environ.get("STEADY_DELAY_SCALE", "1")))
         return {"x": x, "pid": self.pid}
 
     @modal.method()
