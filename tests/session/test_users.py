@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Host, User
+from .conftest import Host, User, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +171,19 @@ def test_policy_limits_sessions_and_ttl_per_group(host: Host, make_user: Callabl
     assert json.loads(ext.stdout)["expires_at"] > s["expires_at"]
     over = host.cli(bob, "session", "extend", "--by", "20m")
     assert over.returncode == 4 and "at most" in over.stderr
+
+
+def test_nodes_reset_behind_the_daemons_back_are_secured_again(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(reassert_every=0.3)
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    held = _nodes(host, s["slice_id"])
+    free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))
+    # What the driver does to a new MIG device's nodes, or to any when DeviceFileModify is 1.
+    for n in held + free:
+        os.chown(n, 0, 0)
+        n.chmod(0o444)
+    assert _can_read(host, bob, free[0])
+    assert wait_for(lambda: not _can_read(host, bob, free[0]) and not _can_read(host, bob, held[0]), 10)
+    assert all(n.stat().st_uid == alice.uid for n in held) and _can_read(host, alice, held[0])
+    assert all(n.stat().st_uid == 0 and stat.S_IMODE(n.stat().st_mode) == 0o400 for n in free)

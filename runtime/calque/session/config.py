@@ -101,6 +101,9 @@ class SessionConfig(CalqueModel):
     notice_before: float = 300
     notice_signal: str = "SIGUSR1"
     kill_grace: float = 10
+    reassert_every: float = Field(
+        5.0, gt=0, description="seconds between re-checks of capability node owners and modes (holders and free slices)"
+    )
     idle_expiry: float | None = Field(None, description="end a session with no process on its slice this long")
     policy: Policy = Field(default_factory=Policy)
     spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")

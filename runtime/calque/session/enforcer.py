@@ -25,7 +25,6 @@ from calque.session.service import Service
 log = logging.getLogger("calque.session")
 
 MAX_SLEEP_S = 0.25
-REASSERT_EVERY_S = 5.0
 CLEANUP_BATCH_S = 0.1
 
 
@@ -131,7 +130,7 @@ class Enforcer:
         """Act on every live session; returns seconds until the next thing is due."""
         next_due = now + MAX_SLEEP_S
         live = self.svc.registry.live()
-        reassert = now - self._last_reassert >= REASSERT_EVERY_S
+        reassert = now - self._last_reassert >= self.cfg.reassert_every
         procs: list[GpuProcess] | None = None
         for h in live:
             sid = h.session.id
@@ -154,9 +153,8 @@ class Enforcer:
                         self.svc.registry.touch(sid, now)
                 elif now - h.last_active >= self.cfg.idle_expiry:
                     self._start_reclaim(h, "idle", "idle")
-            if reassert:
-                self.svc.reassert(h)
         if reassert:
+            self.svc.reassert_nodes()
             self._last_reassert = now
         return next_due - time.time()
 

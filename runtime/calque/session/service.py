@@ -87,6 +87,7 @@ class Service:
     _slices_at: float = 0.0
     _inv_lock: threading.Lock = field(default_factory=threading.Lock)
     _warned: set[str] = field(default_factory=set)
+    _nodes_lock: threading.Lock = field(default_factory=threading.Lock)
     _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
 
     # -- who is calling ---------------------------------------------------------------------------
@@ -244,7 +245,9 @@ class Service:
 
     def _grant(self, held: Held) -> None:
         try:
-            for w in isolation.grant(self.host_root, held.slice, held.session.uid):
+            with self._nodes_lock:
+                warnings = isolation.grant(self.host_root, held.slice, held.session.uid)
+            for w in warnings:
                 if w not in self._warned:  # once per node, not once per checkout
                     self._warned.add(w)
                     log.warning("%s", w)
@@ -256,12 +259,27 @@ class Service:
                 f"cannot hand {held.slice.id} to you: capability nodes: {exc}; an admin must check the MIG setup",
             ) from exc
 
-    def reassert(self, held: Held) -> None:
-        """Put the holder's node modes back if something (the driver, an admin) changed them."""
+    def reassert_nodes(self) -> None:
+        """Holders' nodes back to them, free MIG slices' nodes back to root alone (the driver creates
+        new ones world-readable, 0444, and may reset modes). Reads the registry under the node lock,
+        so a concurrent check-in or checkout is never undone."""
         try:
-            isolation.grant(self.host_root, held.slice, held.session.uid)
-        except (OSError, ValueError) as exc:
-            log.error("cannot re-assert capability nodes of %s: %s", held.slice.id, exc)
+            slices = self.slices()
+        except RequestError as exc:
+            log.error("cannot list slices to secure them: %s", exc)
+            return
+        with self._nodes_lock:
+            holders = {h.session.slice_id: h.session.uid for h in self.registry.live()}
+            for sl in slices:
+                if sl.kind != "mig":
+                    continue
+                try:
+                    if sl.id in holders:
+                        isolation.grant(self.host_root, sl, holders[sl.id])
+                    else:
+                        isolation.revoke(self.host_root, sl)
+                except (OSError, ValueError) as exc:
+                    log.error("cannot re-assert capability nodes of %s: %s", sl.id, exc)
 
     def _view(self, held: Held) -> Session:
         s = held.session.model_copy()
@@ -298,7 +316,8 @@ class Service:
         if ended is None:
             return None
         try:
-            isolation.revoke(self.host_root, ended.slice)
+            with self._nodes_lock:
+                isolation.revoke(self.host_root, ended.slice)
         except (OSError, ValueError) as exc:
             log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
         self.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
