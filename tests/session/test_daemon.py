@@ -201,3 +201,28 @@ def test_spot_host_warns_at_checkout_and_metrics_textfile_is_written(host: Host)
     assert "spot instance" in res.stderr and "every tenant" in res.stderr
     assert wait_for(prom.exists, 10)
     assert 'calque_session_slices{kind="mps",profile="mps",state="free"} 2' in prom.read_text()
+
+
+def test_flags_and_environment_override_the_config_file(host: Host) -> None:
+    import subprocess
+
+    from calque.session.client import SessionClient
+
+    from .conftest import CLI, VENV_PY
+
+    cfg = host.write_config()  # names host.socket, but flags and environment win
+    sock = host.dir / "other.sock"
+    env = {**host.env, "CALQUE_SESSION_AUDIT": str(host.dir / "env-audit.jsonl"), "PYTHONPATH": ""}
+    cmd = [str(VENV_PY), "-c", CLI, "session", "serve", "--config", str(cfg), "--socket", str(sock)]
+    cmd += ["--db", str(host.dir / "flag.db"), "--gpu-backend", "sim", "--gpu-state", str(host.sim.state_path)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = SessionClient(sock, retry_for=20)
+        s = client.call("checkout", ttl="10m")
+        assert s["slice_id"] in {m.uuid for m in host.migs}
+        assert (host.dir / "flag.db").exists() and not (host.dir / "state/sessions.db").exists()
+        assert '"event": "checkout"' in (host.dir / "env-audit.jsonl").read_text()
+        assert not host.socket.exists()
+    finally:
+        proc.terminate()
+        proc.wait(10)
