@@ -174,3 +174,27 @@ def test_non_json_result_fails_the_item(tmp_path: Path) -> None:
         (r,) = sup.run("f", [Item(index=0, args=[1])])
     assert not r.ok and r.error is not None and "not JSON-serialisable" in r.error.message
     json.loads(r.model_dump_json())
+
+
+def test_a_modal_submodule_is_refused_by_name(tmp_path: Path) -> None:
+    p = tmp_path / "sub.py"
+    p.write_text("import modal\nimport modal.experimental\n")
+    with pytest.raises(WorkloadError, match=r"sub.py line 2: modal.experimental is not supported"):
+        WarmSupervisor.load(str(p))
+
+
+def test_using_an_inert_modal_dict_fails_the_item_naming_it(tmp_path: Path) -> None:
+    target = _script(
+        tmp_path,
+        """
+        cache = modal.Dict.from_name("cache", create_if_missing=True)
+
+        @app.function()
+        def f(x):
+            return cache[x]
+        """,
+    )
+    with WarmSupervisor.load(target) as sup:
+        (r,) = sup.run("f", [Item(index=0, args=["k"])])
+    assert not r.ok and r.error is not None
+    assert "modal.Dict is not available on a calque worker (w.py line 8)" in r.error.message

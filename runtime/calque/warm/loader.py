@@ -93,6 +93,11 @@ def _import_script(path: Path) -> types.ModuleType:
     try:
         spec.loader.exec_module(module)
     except ImportError as exc:
+        if (exc.name or "").startswith("modal."):
+            raise WorkloadError(
+                f"{_script_line(exc, path)}: {exc.name} is not supported by the calque worker "
+                "(only the top-level modal API is)"
+            ) from exc
         raise WorkloadError(
             f"{_script_line(exc, path)}: import of {exc.name or exc} failed on this worker ({exc}). "
             "Install it on the host (imports under image.imports() run on the worker, as in a Modal container)."
