@@ -161,3 +161,17 @@ def test_mps_checkout_without_consent_is_refused_before_any_daemon(tmp_path: Pat
 def test_no_daemon_is_exit_3_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["session", "status", "--socket", str(tmp_path / "none.sock")]) == 3
     assert "calque-session.service" in capsys.readouterr().err
+
+
+def test_mps_slots_on_a_mig_gpu_are_refused(tmp_path: Path) -> None:
+    from calque.gpu.sim import SimGpu
+    from calque.session.inventory import inventory
+
+    sim = SimGpu.create(tmp_path / "gpus.json", ["A100-40GB", "L4-24GB"], mig=True, root=tmp_path / "root")
+    sim.create_instances(0, ["3g.20gb"])
+    ok_cfg = SessionConfig(mps=[{"gpu": 1, "slots": 2, "active_thread_percentage": 50, "pinned_mem_limit_mib": 1024}])  # type: ignore[list-item]
+    kinds = [(s.kind, s.gpu_index) for s in inventory(ok_cfg, sim)]
+    assert kinds == [("mig", 0), ("mps", 1), ("mps", 1)]
+    bad = SessionConfig(mps=[{"gpu": 0, "slots": 2, "active_thread_percentage": 50, "pinned_mem_limit_mib": 1024}])  # type: ignore[list-item]
+    with pytest.raises(UsageError, match="MIG mode"):
+        inventory(bad, sim)

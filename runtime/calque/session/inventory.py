@@ -64,6 +64,11 @@ def mps_slices(config: SessionConfig, gpus: list[GpuDevice]) -> list[Slice]:
         g = by_index.get(m.gpu)
         if gpus and g is None:
             raise UsageError(f"mps config names GPU {m.gpu}, but this host has GPUs {sorted(by_index)}")
+        if g is not None and g.mig_current:
+            raise UsageError(
+                f"mps config names GPU {m.gpu}, which is in MIG mode: its MIG devices are the slices there; "
+                "remove it from mps: or turn MIG off with calque gpu"
+            )
         pipe = m.pipe_directory or str(config.mps_pipe_root / f"gpu{m.gpu}")
         for k in range(m.slots):
             out.append(
