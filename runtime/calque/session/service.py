@@ -334,6 +334,8 @@ class Service:
 
     def op_extend(self, c: Caller, args: dict[str, Any]) -> Any:
         held = self._own(c, args, "extend")
+        if held.expires <= time.time():
+            raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
         try:
             by = parse_duration(args.get("by", ""))
         except CalqueError as exc:
