@@ -114,12 +114,23 @@ def test_other_users_processes_on_the_slice_are_never_signalled(host: Host, make
         bob_proc.wait()
 
 
-def test_idle_session_expires(host: Host, make_user: Callable[..., User]) -> None:
-    alice = make_user()
-    host.start(idle_expiry=1.0)
-    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
-    assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()), 15)
-    assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
+def test_idle_session_expires_and_a_busy_one_does_not(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(idle_expiry=2.0)
+    log = host.dir / "busy.log"
+    worker = _spawn(host, bob, log, "exit-on-term")
+    try:
+        busy = json.loads(host.cli(bob, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
+        host.sim.add_process(busy["slice_id"], worker.pid)
+        s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
+        assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()), 15)
+        assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
+        bobs = json.loads(host.cli(bob, "session", "status", "--json", check=True).stdout)
+        assert [b["id"] for b in bobs] == [busy["id"]]
+        assert worker.poll() is None
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 def test_checkin_stops_what_the_holder_left_running_on_the_slice(host: Host, make_user: Callable[..., User]) -> None:
