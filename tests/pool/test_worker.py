@@ -19,7 +19,7 @@ FAST = {"STEADY_DELAY_SCALE": "0.1"}
 
 
 def test_two_workers_thirty_claims_each_enter_once_and_every_result_once(make_pool) -> None:
-    pool: Pool = make_pool()
+    pool: Pool = make_pool(vt=8)
     a, b = pool.start(), pool.start()
     record = pool.submit([{"args": [i], "kwargs": {"delay": 0.02}} for i in range(30)], batch_size=1)
     summaries = pool.wait_run(record)
