@@ -80,7 +80,7 @@ attributes:
     details: Shows the queue's attributes before and after.
   idempotent:
     support: full
-    details: A second run with the same options reports RV(ignore:changed=false).
+    details: Compares the queue's current attributes with the requested ones; a queue that matches is not touched.
 """
 
 EXAMPLES = r"""
