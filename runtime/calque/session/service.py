@@ -241,6 +241,8 @@ class Service:
             self.audit.record("checkout", held, pid=c.pid)
             self.count("checkout")
             self.wake()
+        elif held.session.ended_at is None:
+            self._grant(held)  # a retried request: the first answer may have been lost in a crash
         return self._view(held).model_dump(mode="json")
 
     def _grant(self, held: Held) -> None:
