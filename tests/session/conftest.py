@@ -80,6 +80,8 @@ class Host:
             "notice_before": 60,
             "kill_grace": 0.5,
             "policy": {"default": {"max_sessions": 100, "max_ttl": "8h"}},
+            # CALQUE_TEST_SESSION_PROCESSES=2 runs every test against a multi-process daemon.
+            "processes": int(os.environ.get("CALQUE_TEST_SESSION_PROCESSES", "1")),
         }
         cfg.update(self.config)
         cfg.update(overrides)
@@ -112,8 +114,10 @@ class Host:
         raise AssertionError("daemon did not answer within 30 s")
 
     def kill9(self) -> None:
+        """SIGKILL the daemon and its worker processes at once (its own process group, as systemd
+        would kill the unit's cgroup)."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
+        os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self.proc = None
 

@@ -93,8 +93,9 @@ def _race(host: Host, n: int, results: list[object], barrier: threading.Barrier)
 
 
 @pytest.mark.slow
-def test_64_clients_racing_for_7_slices_exactly_7_win(host: Host) -> None:
-    host.start()
+@pytest.mark.parametrize("processes", [1, 3])
+def test_64_clients_racing_for_7_slices_exactly_7_win(host: Host, processes: int) -> None:
+    host.start(processes=processes)
     results: list[object] = [None] * 64
     barrier = threading.Barrier(64)
     for t in _race(host, 64, results, barrier):
@@ -110,14 +111,15 @@ def test_64_clients_racing_for_7_slices_exactly_7_win(host: Host) -> None:
 
 
 @pytest.mark.slow
-def test_race_through_kill9_and_restart_keeps_every_granted_session(host: Host) -> None:
-    host.start()
+@pytest.mark.parametrize("processes", [1, 2])
+def test_race_through_kill9_and_restart_keeps_every_granted_session(host: Host, processes: int) -> None:
+    host.start(processes=processes)
     results: list[object] = [None] * 64
     barrier = threading.Barrier(65)
     threads = _race(host, 64, results, barrier)
     barrier.wait()
     host.kill9()  # mid-run: some requests are in flight, some clients are still connecting
-    host.start()
+    host.start(processes=processes)
     for t in threads:
         t.join(90)
     wins = [r for r in results if isinstance(r, dict)]
@@ -181,6 +183,8 @@ def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) ->
     assert 'calque_session_slices{kind="mig",profile="1g.5gb",state="busy"} 1' in text
     assert 'calque_session_slices{kind="mig",profile="1g.5gb",state="free"} 6' in text
     assert f'calque_session_sessions{{user="{alice.name}"}} 1' in text
+    assert 'calque_session_events_total{event="checkout"} 1' in text
+    assert 'calque_session_events_total{event="extend"} 1' in text
     host.cli(alice, "session", "checkin", check=True)
     events = [e["event"] for e in host.audit_events() if e["session"] == s1["id"]]
     assert events == ["checkout", "extend", "checkin"]

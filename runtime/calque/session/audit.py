@@ -75,6 +75,39 @@ class AuditLog:
         self._dirty.set()
 
 
+class EventTally:
+    """Lifecycle events counted from the audit trail since the daemon started: exact across every
+    process that appends to it (metrics' ``calque_session_events_total``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._offset = path.stat().st_size
+        except FileNotFoundError:
+            self._offset = 0
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(self._offset)
+                    data = f.read()
+            except FileNotFoundError:
+                return dict(self._counts)
+            end = data.rfind(b"\n") + 1  # only whole lines; a line being written is counted next time
+            for raw in data[:end].splitlines():
+                try:
+                    event = json.loads(raw).get("event")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(event, str):
+                    self._counts[event] = self._counts.get(event, 0) + 1
+            self._offset += end
+            return dict(self._counts)
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every well-formed line; a torn last line (a crash mid-write) is skipped."""
     out = []

@@ -109,6 +109,13 @@ class SessionConfig(CalqueModel):
     spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")
     request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
+    processes: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="worker processes serving requests (timers stay in the main process); "
+        "more than 1 uses more than one CPU for requests",
+    )
     max_connections: int = Field(
         64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
     )

@@ -107,6 +107,10 @@ class Enforcer:
         self._thread.start()
         self._cleaner.start()
 
+    def start_cleanup(self) -> None:
+        """Only the check-in cleanup (worker processes; the timers run in the main process)."""
+        self._cleaner.start()
+
     def stop(self) -> None:
         self._cleanup.put(None)
         self._stop.set()
@@ -169,7 +173,6 @@ class Enforcer:
         ttys = notify_terminals(h.session.uid, msg)
         self.svc.registry.mark_notice(h.session.id)
         self.svc.audit.record("notice", h, by_uid=0, reason=f"{left} s left", pids=signalled, terminals=ttys)
-        self.svc.count("notice")
 
     def _start_reclaim(self, h: Held, reason: str, event: str) -> None:
         with self._lock:

@@ -9,7 +9,9 @@ A commit happens before any answer goes out, so a client that was told "granted"
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import queue
 import sqlite3
 import threading
@@ -85,6 +87,31 @@ class TooManySessions(Exception):
         self.limit = limit
 
 
+class HostLock:
+    """A lock held across threads and processes: a thread lock, then ``flock`` on a file."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._thread_lock = threading.Lock()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> HostLock:
+        self._thread_lock.acquire()
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._thread_lock.release()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class Registry:
     """Thread-safe, with group commit. A writer queues its change; whichever writer holds the commit
     lock runs every queued change, each in its own savepoint, inside one transaction and commits
@@ -99,7 +126,8 @@ class Registry:
         path.chmod(0o600)
         self._rdb = self._connect(path)
         self._rlock = threading.Lock()
-        self._commit_lock = threading.Lock()
+        # Serialises writers of every daemon process (no SQLite busy back-off sleeps between them).
+        self._commit_lock = HostLock(path.with_name(path.name + ".write.lock"))
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = queue.SimpleQueue()
 
     @staticmethod
@@ -115,6 +143,7 @@ class Registry:
         with self._commit_lock, self._rlock:
             self._rdb.close()
             self._db.close()
+        self._commit_lock.close()
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         fut: Future[T] = Future()

@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
 from calque.models.session import Session, Slice, SliceState
 from calque.session import isolation
-from calque.session.audit import AuditLog, read_events, usage_report
+from calque.session.audit import AuditLog, EventTally, read_events, usage_report
 from calque.session.config import Limits, SessionConfig, parse_duration
 from calque.session.inventory import inventory
 from calque.session.metrics import render
@@ -82,12 +83,12 @@ class Service:
     host_root: Path = Path("/")
     wake: Callable[[], None] = lambda: None
     reclaim: Callable[[Held], None] = lambda h: None
-    counters: dict[str, int] = field(default_factory=dict)
+    tally: EventTally | None = None
     _slices: list[Slice] = field(default_factory=list)
     _slices_at: float = 0.0
     _inv_lock: threading.Lock = field(default_factory=threading.Lock)
     _warned: set[str] = field(default_factory=set)
-    _nodes_lock: threading.Lock = field(default_factory=threading.Lock)
+    nodes_lock: AbstractContextManager[Any] = field(default_factory=threading.Lock)
     _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
 
     # -- who is calling ---------------------------------------------------------------------------
@@ -134,9 +135,6 @@ class Service:
                     raise RequestError("internal", f"cannot read the GPU inventory: {exc}") from exc
                 self._slices_at = now
             return list(self._slices)
-
-    def count(self, event: str) -> None:
-        self.counters[event] = self.counters.get(event, 0) + 1
 
     # -- operations -------------------------------------------------------------------------------
 
@@ -239,7 +237,6 @@ class Service:
         if created:
             self._grant(held)
             self.audit.record("checkout", held, pid=c.pid)
-            self.count("checkout")
             self.wake()
         elif held.session.ended_at is None:
             self._grant(held)  # a retried request: the first answer may have been lost in a crash
@@ -247,7 +244,7 @@ class Service:
 
     def _grant(self, held: Held) -> None:
         try:
-            with self._nodes_lock:
+            with self.nodes_lock:
                 warnings = isolation.grant(self.host_root, held.slice, held.session.uid)
             for w in warnings:
                 if w not in self._warned:  # once per node, not once per checkout
@@ -270,7 +267,7 @@ class Service:
         except RequestError as exc:
             log.error("cannot list slices to secure them: %s", exc)
             return
-        with self._nodes_lock:
+        with self.nodes_lock:
             holders = {h.session.slice_id: h.session.uid for h in self.registry.live()}
             for sl in slices:
                 if sl.kind != "mig":
@@ -318,12 +315,11 @@ class Service:
         if ended is None:
             return None
         try:
-            with self._nodes_lock:
+            with self.nodes_lock:
                 isolation.revoke(self.host_root, ended.slice)
         except (OSError, ValueError) as exc:
             log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
         self.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
-        self.count(event)
         return ended
 
     def op_checkin(self, c: Caller, args: dict[str, Any]) -> Any:
@@ -359,7 +355,6 @@ class Service:
         if ext is None:
             raise RequestError("not_found", f"session {held.session.id} already ended")
         self.audit.record("extend", ext, by_seconds=by)
-        self.count("extend")
         self.wake()
         return self._view(ext).model_dump(mode="json")
 
@@ -415,7 +410,7 @@ class Service:
             slices = self.slices()
         except RequestError:
             slices = []
-        return render(slices, self.registry.live(), dict(self.counters))
+        return render(slices, self.registry.live(), self.tally.counts() if self.tally else {})
 
     # -- start-up ---------------------------------------------------------------------------------
 
