@@ -230,3 +230,33 @@ def test_flags_and_environment_override_the_config_file(host: Host) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _workers(pid: int) -> list[int]:
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return sorted(out)
+
+
+def test_a_dead_worker_process_is_replaced_and_service_goes_on(host: Host) -> None:
+    import os
+    import signal
+
+    host.start(processes=2)
+    assert host.proc is not None
+    assert wait_for(lambda: len(_workers(host.proc.pid)) == 2)  # type: ignore[union-attr]
+    victim = _workers(host.proc.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(20):
+        assert _ping(host)
+    assert wait_for(lambda: len(_workers(host.proc.pid)) == 2 and victim not in _workers(host.proc.pid), 15)  # type: ignore[union-attr]
+    s = host.client().call("checkout", ttl="5m")
+    assert host.client().call("checkin", id=s["id"])["end_reason"] == "checkin"
