@@ -191,7 +191,12 @@ class Daemon:
 
     def _spawn(self, fd: int) -> subprocess.Popen[bytes]:
         """A worker process serving requests on the inherited listening socket (timers stay here)."""
-        env = {**os.environ, _ENV_CONFIG: self.config.model_dump_json(), _ENV_FD: str(fd)}
+        env = {
+            **os.environ,
+            _ENV_CONFIG: self.config.model_dump_json(),
+            _ENV_FD: str(fd),
+            _ENV_PARENT: str(os.getpid()),
+        }
         return subprocess.Popen(
             [sys.executable, "-c", "from calque.session.daemon import worker_main; worker_main()"],
             pass_fds=(fd,),
@@ -229,6 +234,7 @@ def run_daemon(config: SessionConfig) -> None:
 
 _ENV_CONFIG = "CALQUE_SESSION_WORKER_CONFIG"
 _ENV_FD = "CALQUE_SESSION_WORKER_FD"
+_ENV_PARENT = "CALQUE_SESSION_WORKER_PARENT"
 
 
 def worker_main() -> None:
@@ -238,7 +244,8 @@ def worker_main() -> None:
     os.umask(0o022)
     config = SessionConfig.model_validate_json(os.environ.pop(_ENV_CONFIG))
     fd = int(os.environ.pop(_ENV_FD))
-    parent = os.getppid()
+    # The pid we were started by, not getppid() now: the main process may already be gone.
+    parent = int(os.environ.pop(_ENV_PARENT, str(os.getppid())))
     d = Daemon(config)
     listener = _Listener(d, inherited_fd=fd)
     stop = threading.Event()
