@@ -23,7 +23,10 @@ CLI_DOCS = REPO / "docs" / "cli.md"
 def _commands(cmd: click.Command, path: list[str]) -> Iterator[tuple[str, click.Command]]:
     yield " ".join(path), cmd
     if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
+        ctx = click.Context(cmd)
+        for name in sorted(cmd.list_commands(ctx)):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, f"{name} is listed but cannot be loaded"
             yield from _commands(sub, [*path, name])
 
 

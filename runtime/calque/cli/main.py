@@ -6,30 +6,44 @@ by a safety gate. Commands raise ``CalqueError`` subclasses; ``main`` maps them 
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from calque import __version__
-from calque.cli.gpu import gpu
-from calque.cli.pool import pool
-from calque.cli.ramp import ramp
-from calque.cli.session import session
 from calque.errors import EXIT_CODES, CalqueError
+
+# Verb groups load on first use: `eval "$(calque session checkout --shell)"` should not pay for boto3.
+_VERBS = {
+    "pool": "calque.cli.pool:pool",
+    "session": "calque.cli.session:session",
+    "gpu": "calque.cli.gpu:gpu",
+    "ramp": "calque.cli.ramp:ramp",
+}
 
 _EPILOG = "Exit codes:\n\n" + "\n\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
 
-@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """A group whose subcommands are imported only when named (or when help lists them)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_VERBS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _VERBS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+
+@click.group(cls=_LazyGroup, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="calque")
 def cli() -> None:
     """Share institutional GPU capacity on AWS: warm pools, MIG slices and MPS slots."""
-
-
-cli.add_command(pool)
-cli.add_command(session)
-cli.add_command(gpu)
-cli.add_command(ramp)
 
 
 def run(args: list[str] | None = None) -> int:
