@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# Options every GPU module takes (documented in each module).
+# Options every GPU module takes (documented once, in doc_fragments/gpu_backend.py).
 GPU_BACKEND_ARGS = dict(
     host_config=dict(type="path"),
     sim_state=dict(type="path"),

@@ -29,16 +29,8 @@ options:
       - Directory holding the MPS daemons' log directories.
     type: path
     default: /var/log/calque/mps
-  host_config:
-    description:
-      - Host configuration file that selects the GPU backend (C(gpu.backend) V(nvml) or V(sim));
-        defaults to E(CALQUE_HOST_CONFIG) or C(/etc/calque/host.yaml), and to NVML without a file.
-    type: path
-  sim_state:
-    description:
-      - State file of a simulated GPU host; when given, the module uses the simulator instead of NVML.
-    type: path
 extends_documentation_fragment:
+  - calque.gpu.gpu_backend
   - calque.gpu.runtime
   - calque.gpu.attributes
 attributes:

@@ -58,17 +58,8 @@ options:
       - Reset GPUs whose MIG mode must change, when nothing holds them.
     type: bool
     default: false
-  host_config:
-    description:
-      - Host configuration file that selects the GPU backend (C(gpu.backend) V(nvml) or V(sim));
-        defaults to E(CALQUE_HOST_CONFIG) or C(/etc/calque/host.yaml), and to NVML without a file.
-    type: path
-  sim_state:
-    description:
-      - State file of a simulated GPU host; when given, the module uses the simulator instead of NVML
-        (tests and the sandbox).
-    type: path
 extends_documentation_fragment:
+  - calque.gpu.gpu_backend
   - calque.gpu.runtime
   - calque.gpu.attributes
 attributes:

@@ -65,16 +65,8 @@ options:
       - Must be V(true) for the module to run, because MPS tenants share GPU memory and faults with no isolation.
     type: bool
     default: false
-  host_config:
-    description:
-      - Host configuration file that selects the GPU backend (C(gpu.backend) V(nvml) or V(sim));
-        defaults to E(CALQUE_HOST_CONFIG) or C(/etc/calque/host.yaml), and to NVML without a file.
-    type: path
-  sim_state:
-    description:
-      - State file of a simulated GPU host; when given, the module uses the simulator instead of NVML.
-    type: path
 extends_documentation_fragment:
+  - calque.gpu.gpu_backend
   - calque.gpu.runtime
   - calque.gpu.attributes
 attributes:
