@@ -89,6 +89,24 @@ def worker(
         raise PartialFailure(f"@exit hooks failed: {'; '.join(rep.exit_errors)}")
 
 
+@pool.command("user-data")
+@click.option("--spec", "spec_path", required=True, help="PoolSpec file (YAML), or - for stdin.")
+@click.option(
+    "--runtime-pip",
+    default=None,
+    help="pip requirement that installs calque on the instance (default: calque==<this version>).",
+)
+def user_data(spec_path: str, runtime_pip: str | None) -> None:
+    """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
+
+    playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first.
+    """
+    from calque.pool.bootstrap import worker_user_data
+    from calque.pool.spec import load_spec
+
+    click.echo(worker_user_data(load_spec(spec_path), runtime_pip=runtime_pip), nl=False)
+
+
 # -- submit / results -----------------------------------------------------------------------------
 
 bucket_option = click.option(

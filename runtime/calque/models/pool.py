@@ -205,7 +205,9 @@ class PoolSpec(CalqueModel):
 
     version: int = SCHEMA_VERSION
     model: str = Field(min_length=1, description="pool identity; the queue name derives from it")
-    workload: str = Field(min_length=1, description="path to the Modal-shaped script, optionally ::Class")
+    workload: str = Field(
+        min_length=1, description="the Modal-shaped script (a path or an s3:// URI), optionally ::Class"
+    )
     method: str | None = Field(None, description="default method when a claim names none")
     parameters: dict[str, Any] = Field(default_factory=dict, description="fixed modal.parameter() values")
     region: str = "us-east-1"

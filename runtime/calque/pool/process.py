@@ -28,6 +28,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import PoolSpec
+from calque.pool.bootstrap import materialize_workload
 from calque.pool.metrics import Metrics
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.worker import Worker, WorkerReport
@@ -76,6 +77,7 @@ def _instance_type(spec: PoolSpec) -> str | None:
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle."""
     _setup_logging()
+    spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
     if index is not None and spec.cuda_visible_devices:
         if index >= len(spec.cuda_visible_devices):
             raise UsageError(f"--index {index} but the spec lists {len(spec.cuda_visible_devices)} devices")

@@ -1,0 +1,169 @@
+"""How an instance becomes a pool worker: the PoolSpec file and the user-data that starts the worker.
+
+One definition serves every path that puts a worker on an instance: ``playbooks/pool.yml`` renders
+the user-data with ``calque pool user-data --spec -`` and hands it to ``calque.gpu.ec2_cohort``;
+``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
+boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
+``/etc/calque/pool.yml`` and starts ``calque pool worker`` under systemd. ``spec_yaml`` is the spec
+file's text; where no instance can run it (the offline tier) a local worker process is started on
+the same text.
+
+A workload may be an ``s3://bucket/key.py[::Class]`` URI, so that one spec runs anywhere: the
+worker downloads the script at start (``materialize_workload``) into ``CALQUE_WORKLOAD_CACHE``
+(default ``~/.cache/calque/workloads``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from botocore.exceptions import BotoCoreError, ClientError
+
+from calque import __version__
+from calque.aws.clients import client
+from calque.aws.store import parse_s3_uri
+from calque.errors import InfrastructureError, UsageError
+from calque.models import PoolSpec
+
+SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
+UNIT_NAME = "calque-pool-worker.service"
+CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
+
+# Placeholders are @NAME@ so that the shell's own $ and {} need no escaping.
+_USER_DATA = r"""#!/bin/bash
+# calque pool worker bootstrap for model @MODEL@ (rendered by calque.pool.bootstrap).
+# 1. the calque runtime in /opt/calque/venv  2. the pool spec in @SPEC_PATH@
+# 3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`.
+# The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
+set -euo pipefail
+exec >>/var/log/calque-bootstrap.log 2>&1
+echo "calque bootstrap: $(date -u +%FT%TZ)"
+PY=$(command -v python3.11 || command -v python3)
+if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+fi
+install -d -m 0755 /opt/calque /etc/calque
+install -d -m 0750 /var/lib/calque
+if [ ! -x /opt/calque/venv/bin/calque ]; then
+  "$PY" -m venv /opt/calque/venv
+  /opt/calque/venv/bin/pip install --quiet --upgrade pip
+  /opt/calque/venv/bin/pip install --quiet @RUNTIME_PIP@
+fi
+base64 -d >@SPEC_PATH@ <<'CALQUE_SPEC'
+@SPEC_B64@
+CALQUE_SPEC
+chmod 0640 @SPEC_PATH@
+cat >/etc/systemd/system/@UNIT@ <<'CALQUE_UNIT'
+[Unit]
+Description=calque warm pool worker (@MODEL@)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/opt/calque/venv/bin/calque pool worker --spec @SPEC_PATH@
+Environment=CALQUE_WORKLOAD_CACHE=/var/lib/calque/workloads
+Restart=on-failure
+RestartSec=10
+KillMode=mixed
+TimeoutStopSec=120
+
+[Install]
+WantedBy=multi-user.target
+CALQUE_UNIT
+systemctl daemon-reload
+systemctl enable --now @UNIT@
+echo "calque bootstrap: started @UNIT@"
+"""
+
+
+def default_runtime_pip() -> str:
+    """The pip requirement that installs this runtime's version on an instance."""
+    return f"calque=={__version__}"
+
+
+def spec_yaml(spec: PoolSpec) -> str:
+    """The spec file's text: the fields that differ from the defaults, as YAML."""
+    doc = spec.model_dump(mode="json", exclude_defaults=True)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def worker_user_data(spec: PoolSpec, *, runtime_pip: str | None = None) -> str:
+    """The user-data script that turns an instance into a worker of ``spec``'s pool.
+
+    The workload must exist on the instance: an ``s3://`` URI (``stage_workload``) or a path the AMI has.
+    """
+    encoded = base64.b64encode(spec_yaml(spec).encode()).decode()
+    lines = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
+    values = {
+        "@MODEL@": spec.model.replace("\n", " ").replace("%", "%%"),  # systemd expands %
+        "@SPEC_PATH@": SPEC_PATH_ON_INSTANCE,
+        "@UNIT@": UNIT_NAME,
+        "@RUNTIME_PIP@": shlex.quote(runtime_pip or default_runtime_pip()),
+        "@SPEC_B64@": lines,
+    }
+    text = _USER_DATA
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+def write_spec(spec: PoolSpec, path: str | Path) -> Path:
+    """Write ``spec_yaml(spec)`` to ``path`` (mode 0600: it names the pool's bucket and queue)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(spec_yaml(spec))
+    return p
+
+
+def workload_key(prefix: str, queue_name: str, script: Path) -> str:
+    """Where a pool's workload script is staged: ``<prefix>/pools/<queue name>/workload/<script name>``."""
+    return "/".join(p for p in (prefix.strip("/"), "pools", queue_name, "workload", script.name) if p)
+
+
+def stage_workload(s3: Any, bucket: str, prefix: str, queue_name: str, workload: str) -> str:
+    """Upload a local ``script.py[::Class]`` beside the pool's runs; returns ``s3://...[::Class]``."""
+    script, sep, target = workload.partition("::")
+    path = Path(script).expanduser().resolve()
+    if not path.is_file():
+        raise UsageError(f"workload script {path} does not exist")
+    key = workload_key(prefix, queue_name, path)
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="AES256")
+    except (ClientError, BotoCoreError) as exc:
+        raise InfrastructureError(f"cannot stage workload {path} at s3://{bucket}/{key}: {exc}") from exc
+    return f"s3://{bucket}/{key}{sep}{target}"
+
+
+def materialize_workload(spec: PoolSpec) -> PoolSpec:
+    """A spec whose ``s3://`` workload is downloaded to the local cache; other specs unchanged."""
+    if not spec.workload.startswith("s3://"):
+        return spec
+    uri, sep, target = spec.workload.partition("::")
+    try:
+        bucket, key = parse_s3_uri(uri)
+    except ValueError as exc:
+        raise UsageError(f"workload {uri!r}: {exc}") from None
+    cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "calque" / "workloads")
+    dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:16] / Path(key).name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except (ClientError, BotoCoreError) as exc:
+        raise InfrastructureError(f"cannot download workload {uri}: {exc}") from exc
+    # several worker processes may fetch at once: write aside, then rename into place
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(body)
+    os.replace(tmp, dest)
+    return spec.model_copy(update={"workload": f"{dest}{sep}{target}"})
