@@ -1,9 +1,15 @@
-"""``calque ramp`` end to end against the moto server, with Modal-shaped scripts run locally."""
+"""``calque ramp`` end to end against the moto server: one instance through the Acquirer, one pool worker.
+
+moto's instances run nothing, so (CALQUE_OFFLINE=1) the instance's worker is a local
+``calque pool worker`` process on the spec its user-data carries; every rung is a real pool run.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,14 +19,29 @@ from typing import Any
 
 import pytest
 from calque.aws.acquire import Acquirer, Consent
-from calque.aws.acquire.ramp import RampOptions, run_ramp
+from calque.aws.clients import client
 from calque.cli.main import run
+from calque.pool.ramp import RampOptions, run_ramp
 
 from .conftest import AL2023, Network
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE.parent / "corpus"
 SLOW = HERE / "workloads" / "slow_items.py"
+
+
+BUCKET = "ramp-runs"
+
+
+@pytest.fixture(autouse=True)
+def bucket(moto: str) -> str:
+    client("s3").create_bucket(Bucket=BUCKET)
+    return BUCKET
+
+
+def ramp_queues() -> list[str]:
+    """Every SQS queue left behind (a ramp deletes its own)."""
+    return list(client("sqs").list_queues().get("QueueUrls", []))
 
 
 def ramp_cohorts(ec2: Any) -> dict[str, list[str]]:
@@ -30,7 +51,7 @@ def ramp_cohorts(ec2: Any) -> dict[str, list[str]]:
 
 
 def base_args(network: Network, workload: Path | str, rungs: str) -> list[str]:
-    args = ["ramp", "--workload", str(workload), "--rungs", rungs, "--instance-type", "g6.xlarge"]
+    args = ["ramp", "--workload", str(workload), "--rungs", rungs, "--instance-type", "g6.xlarge", "--bucket", BUCKET]
     args += ["--ami-ssm-parameter", AL2023, "--ttl", "1h", "--wait-timeout", "30"]
     for s in network.subnets:
         args += ["--subnet", s]
@@ -59,7 +80,11 @@ def test_ramp_pays_enter_once_and_terminates_at_the_end(
     iid = report["instance"]["instance_id"]
     assert report["terminated"] == [iid]
     assert ramp_cohorts(ec2) == {iid: "terminated"}
+    assert ramp_queues() == []  # the temporary queue is gone
     assert "ramp: terminating cohort" in out.err
+    assert "local process" in out.err  # offline, a local worker stood in for the instance's
+    user_data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
+    assert "calque pool worker --spec /etc/calque/pool.yml" in base64.b64decode(user_data).decode()
 
 
 def test_ramp_human_view_prints_a_table_per_rung(
@@ -86,9 +111,10 @@ def test_ramp_with_a_failing_enter_still_terminates(
 ) -> None:
     rc = run([*base_args(network, CORPUS / "failing_enter.py", "1,10"), "--i-understand-this-spends-money"])
     err = capsys.readouterr().err
-    assert rc == 2 and "weights not found" in err
+    assert rc == 2 and "weights not found" in err  # the worker's load error, from its log
     states = ramp_cohorts(ec2)
     assert len(states) == 1 and set(states.values()) == {"terminated"}
+    assert ramp_queues() == []
 
 
 def test_a_failure_mid_rung_terminates_the_instance(ec2: Any, network: Network, tmp_path: Path) -> None:
@@ -108,6 +134,7 @@ def test_a_failure_mid_rung_terminates_the_instance(ec2: Any, network: Network, 
         subnets=network.subnets,
         ami_ssm_parameter=AL2023,
         wait_timeout_s=30,
+        bucket=BUCKET,
     )
     try:
         with pytest.raises(RuntimeError, match="injected"):
@@ -116,7 +143,8 @@ def test_a_failure_mid_rung_terminates_the_instance(ec2: Any, network: Network, 
         os.environ.pop("SLOW_EXIT_MARKER", None)
     states = ramp_cohorts(ec2)
     assert len(states) == 1 and set(states.values()) == {"terminated"}
-    assert marker.read_text() == "exit\n"  # the warm worker was closed once, @exit ran
+    assert marker.read_text() == "exit\n"  # the warm worker was stopped once, @exit ran
+    assert ramp_queues() == []
 
 
 def test_unknown_method_and_bad_rungs_say_what_to_change(
@@ -126,8 +154,9 @@ def test_unknown_method_and_bad_rungs_say_what_to_change(
     assert "e.g. 1,100,1000" in capsys.readouterr().err
     several = CORPUS / "several_methods.py"
     assert run([*base_args(network, several, "1"), "--i-understand-this-spends-money"]) == 2
-    assert "--method" in capsys.readouterr().err
+    assert "--method" in capsys.readouterr().err  # the worker refused the claim and said why
     assert set(ramp_cohorts(ec2).values()) <= {"terminated"}
+    assert ramp_queues() == []
 
 
 @pytest.mark.slow
@@ -158,3 +187,6 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
     assert "terminating cohort" in seen + err
     states = ramp_cohorts(ec2)
     assert len(states) == 1 and set(states.values()) == {"terminated"}
+    assert ramp_queues() == []
+    worker = re.search(r"in local process (\d+)", seen)
+    assert worker and not Path(f"/proc/{worker.group(1)}").exists()  # the stand-in worker was stopped too

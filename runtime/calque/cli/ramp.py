@@ -1,4 +1,4 @@
-"""``calque ramp``: acquire one instance, keep one warm worker, run a ramp of item counts."""
+"""``calque ramp``: acquire one instance, run one warm pool worker on it, submit a ramp of item counts."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _render(rep: RampReport) -> str:
     lines = [
         f"workload {rep.workload}  method {rep.method}  instance {where}  ${rep.hourly_usd:.4f}/h",
         table(_HEADERS, [_row(r) for r in rep.rungs]),
-        f"@enter ran {rep.enter_count} time(s), {rep.enter_seconds:.3f}s, paid by rung 0 only",
+        f"@enter ran {rep.enter_count} time(s), {rep.enter_seconds:.3f}s paid in all, by rung 0 only",
         f"terminated: {', '.join(rep.terminated) or '-'}",
     ]
     return "\n".join(lines)
@@ -63,6 +63,14 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     help='JSONL items ({"args": [...], "kwargs": {...}} or one value per line), reused in turn; '
     "default: item i is called with the one argument i.",
 )
+@click.option(
+    "--bucket",
+    envvar="CALQUE_POOL_BUCKET",
+    default=None,
+    help="S3 bucket for the ramp's runs, under <prefix>/ramps/<id>/ (or CALQUE_POOL_BUCKET).",
+)
+@click.option("--prefix", default="calque", show_default=True, help="Key prefix in the bucket.")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True, help="Items per claim.")
 @click.option("--instance-type", required=True, help="EC2 instance type of the one instance, e.g. g6.xlarge.")
 @click.option("--spot", is_flag=True, help="Use a spot instance (gated at the on-demand rate).")
 @click.option("--ttl", default="3h", show_default=True, help="Hard lifetime of the instance: seconds or 90m, 3h, 1d.")
@@ -70,6 +78,22 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 @click.option("--ami", default=None, help="AMI id (default: the AWS Deep Learning Base AMI via SSM).")
 @click.option("--ami-ssm-parameter", default=None, help="SSM parameter naming the AMI id.")
 @click.option("--root-volume-gib", type=int, default=100, show_default=True, help="Root volume size (encrypted).")
+@click.option(
+    "--instance-profile", default=None, help="IAM instance profile (name or ARN) for the worker's SQS/S3 access."
+)
+@click.option("--security-group", "security_groups", multiple=True, help="Security group id (repeatable).")
+@click.option(
+    "--runtime-pip",
+    default=None,
+    help="pip requirement that installs calque on the instance (default: calque==<this version>).",
+)
+@click.option(
+    "--rung-timeout",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds one rung may take (rung 0 includes the instance's boot and install).",
+)
 @click.option("--max-hourly-usd", type=float, default=None, help="Refuse an instance dearer than this per hour.")
 @click.option("--wait-timeout", type=int, default=600, show_default=True, help="Seconds to wait for running.")
 @spend_consent_option
@@ -80,6 +104,9 @@ def ramp(
     rungs: str,
     method: str | None,
     items_file: str | None,
+    bucket: str | None,
+    prefix: str,
+    batch_size: int,
     instance_type: str,
     spot: bool,
     ttl: str,
@@ -87,6 +114,10 @@ def ramp(
     ami: str | None,
     ami_ssm_parameter: str | None,
     root_volume_gib: int,
+    instance_profile: str | None,
+    security_groups: tuple[str, ...],
+    runtime_pip: str | None,
+    rung_timeout: float,
     max_hourly_usd: float | None,
     wait_timeout: int,
     spend_consent: bool,
@@ -95,14 +126,16 @@ def ramp(
     profile: str | None,
     as_json: bool,
 ) -> None:
-    """Acquire one instance, keep one warm worker across rungs of item counts, then terminate it.
+    """Acquire one instance, run one warm pool worker on it across rungs of item counts, then terminate it.
 
-    The workload's @enter runs once, so only the first rung pays the model load. The instance is
-    terminated at the end, on an error and on Ctrl-C or SIGTERM. The worker runs in this process
-    (in the offline tier the instance comes from the local moto server).
+    The ramp gets a temporary pool queue and S3 prefix; the instance's user-data starts one
+    `calque pool worker` (the bootstrap of playbooks/pool.yml) and each rung is submitted as a pool
+    run, so only the first rung pays the model load. The instance is terminated and the queue
+    deleted at the end, on an error and on Ctrl-C or SIGTERM. Offline (CALQUE_OFFLINE=1) a local
+    worker process on the same spec stands in for the instance's.
     """
     from calque.aws.acquire import Acquirer, Consent
-    from calque.aws.acquire.ramp import RampOptions, parse_rungs, run_ramp
+    from calque.pool.ramp import RampOptions, parse_rungs, run_ramp
 
     try:
         ttl_seconds = parse_duration(ttl, what="--ttl")
@@ -114,14 +147,24 @@ def ramp(
         instance_type=instance_type,
         method=method,
         items_file=items_file,
+        bucket=bucket or "",
+        prefix=prefix,
+        batch_size=batch_size,
         spot=spot,
         ttl_seconds=ttl_seconds,
         subnets=list(subnets),
         ami=ami,
         ami_ssm_parameter=ami_ssm_parameter,
         root_volume_gib=root_volume_gib,
+        instance_profile=instance_profile,
+        security_groups=list(security_groups),
+        runtime_pip=runtime_pip,
+        rung_timeout_s=rung_timeout,
         max_hourly_usd=max_hourly_usd,
         wait_timeout_s=wait_timeout,
+        region=region,
+        endpoint_url=endpoint_url,
+        profile=profile,
     )
 
     def say(msg: str) -> None:
