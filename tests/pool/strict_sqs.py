@@ -33,6 +33,8 @@ class StrictFakeSqs:
         self.messages: dict[str, _Msg] = {}
         self.delete_calls: list[tuple[str, bool]] = []  # (handle, actually deleted)
         self.lock = threading.Lock()
+        # test control: when set, only the thread of this name receives (others long-poll empty)
+        self.deliver_to: str | None = None
 
     @staticmethod
     def _error(code: str, message: str) -> ClientError:
@@ -54,8 +56,9 @@ class StrictFakeSqs:
         deadline = time.monotonic() + WaitTimeSeconds
         while True:
             now = time.monotonic()
+            mine = self.deliver_to is None or threading.current_thread().name == self.deliver_to
             with self.lock:
-                for m in self.messages.values():
+                for m in self.messages.values() if mine else ():
                     if m.visible_at <= now:
                         m.handle = f"{m.id}#{uuid.uuid4().hex[:8]}"
                         m.visible_at = now + self.vt

@@ -1,29 +1,38 @@
-"""``RunStore``: a pool's runs in S3, at deterministic keys.
+"""``RunStore``: a pool's runs in S3.
 
 Layout under ``s3://<bucket>/<prefix>/pools/<queue name>/``::
 
-    runs/<run_id>/run.json                  RunRecord (what submit staged)
-    runs/<run_id>/manifests/<claim_id>.json Manifest (one claim's items)
-    runs/<run_id>/results/<claim_id>.jsonl  the claim's ItemResults, one per line, in item order
-    runs/<run_id>/summaries/<claim_id>.json Summary (written only after the results)
-    poison/<message id>.json                a message too broken to name its run
+    runs/<run_id>/run.json                                    RunRecord (what submit staged)
+    runs/<run_id>/manifests/<claim_id>.json                   Manifest (one claim's items)
+    runs/<run_id>/results/<claim_id>/<attempt>-<worker>-<token>.jsonl
+                                                              one attempt's ItemResults, in item order
+    runs/<run_id>/summaries/<claim_id>.json                   Summary: names the results object it vouches for
+    poison/<message id>.json                                  a message too broken to name its run
 
-A claim's keys depend only on its run and claim ids, so a redelivered claim overwrites what an
-earlier attempt wrote instead of adding a duplicate, and "this claim's Summary exists" is one HEAD.
+Every attempt at a claim writes its results to a key of its own, so no attempt can overwrite
+another's. The Summary (one per claim, written only after its results, and only if absent) names
+the results object it vouches for in ``results_key``; readers follow it and never read results that
+no Summary names. A worker whose lease ran out while it wrote leaves an orphan that nothing reads
+(``orphaned_results``/``sweep`` find and delete them). "This claim's Summary exists" is one HEAD.
+A Summary without ``results_key`` (older workers) vouches for ``results/<claim_id>.jsonl``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import BaseModel, ValidationError
 
 from calque.errors import InfrastructureError
 from calque.models import ItemResult, Manifest, RunRecord, Summary
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+# A conditional write lost to another writer: S3 answers 412, or 409 when two race for the same key.
+_PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class StoreError(InfrastructureError):
@@ -39,6 +48,12 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
         raise ValueError(f"not an s3://bucket/key URI: {uri!r}")
     bucket, _, key = uri[5:].partition("/")
     return bucket, key
+
+
+def _precondition_failed(exc: ClientError) -> bool:
+    err = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return str(err.get("Code", "")) in _PRECONDITION or status in (409, 412)
 
 
 def _missing(exc: ClientError) -> bool:
@@ -71,8 +86,28 @@ class RunStore:
         return f"{results_prefix}manifests/{claim_id}.json"
 
     @staticmethod
-    def results_uri(results_prefix: str, claim_id: str) -> str:
-        return f"{results_prefix}results/{claim_id}.jsonl"
+    def results_uri(results_prefix: str, claim_id: str, results_key: str | None = None) -> str:
+        """Where a claim's vouched-for results are: ``results_key`` (relative to the run), or the legacy key."""
+        return f"{results_prefix}{results_key or f'results/{claim_id}.jsonl'}"
+
+    @staticmethod
+    def attempt_results_key(claim_id: str, attempt: int, worker_id: str, token: str) -> str:
+        """``results/<claim>/<attempt>-<worker>-<token>.jsonl``: one attempt's own key (relative to the run).
+
+        ``attempt`` is SQS's (approximate) receive count and ``worker_id`` names the process; the
+        random ``token`` makes the key unique even if two attempts shared both.
+        """
+        worker = _UNSAFE_KEY_CHARS.sub("_", worker_id).strip("_") or "worker"
+        return f"results/{claim_id}/{attempt}-{worker}-{token}.jsonl"
+
+    @staticmethod
+    def vouches_for(summary: Summary) -> str:
+        """The results key (relative to the run) that ``summary`` vouches for; ValueError if it points elsewhere."""
+        legacy = f"results/{summary.claim_id}.jsonl"
+        key = summary.results_key or legacy
+        if key != legacy and (not key.startswith(f"results/{summary.claim_id}/") or ".." in key.split("/")):
+            raise ValueError(f"Summary of claim {summary.claim_id} names results outside its claim: {key!r}")
+        return key
 
     @staticmethod
     def summary_uri(results_prefix: str, claim_id: str) -> str:
@@ -107,6 +142,32 @@ class RunStore:
             raise ManifestProblem(f"manifest {uri} is {size} bytes, over the pool's limit of {max_bytes}")
         data: bytes = resp["Body"].read()
         return data
+
+    def put_if_absent(self, uri: str, body: bytes, content_type: str = "application/json") -> bool:
+        """Write ``uri`` only if no object is there (S3 conditional write); False when one already is.
+
+        An S3 client too old to send ``If-None-Match`` writes unconditionally (last writer wins).
+        """
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*")
+            return True
+        except ParamValidationError:
+            self.put(uri, body, content_type)
+            return True
+        except ClientError as exc:
+            if _precondition_failed(exc):
+                return False
+            raise StoreError(f"cannot write {uri}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StoreError(f"cannot write {uri}: {exc}") from exc
+
+    def delete(self, uri: str) -> None:
+        bucket, key = parse_s3_uri(uri)
+        try:
+            self.s3.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"cannot delete {uri}: {exc}") from exc
 
     def exists(self, uri: str) -> bool:
         bucket, key = parse_s3_uri(uri)
@@ -161,15 +222,58 @@ class RunStore:
     def summary_count(self, results_prefix: str) -> int:
         return len(self._keys(results_prefix + "summaries/"))
 
+    def get_summary(self, results_prefix: str, claim_id: str) -> Summary | None:
+        data = self.get(self.summary_uri(results_prefix, claim_id))
+        return None if data is None else Summary.model_validate_json(data)
+
     def results(self, record: RunRecord) -> list[ItemResult]:
-        """The run's ItemResults in item order (claims without results yet are skipped)."""
+        """The run's ItemResults in item order: for each claim, the results its Summary vouches for.
+
+        Claims without a Summary yet are skipped, and so is every results object no Summary names
+        (an attempt that lost its lease, or one still writing).
+        """
         out: list[ItemResult] = []
+        summaries = self.summaries(record.results_prefix)
         for claim_id in record.claims:
-            data = self.get(self.results_uri(record.results_prefix, claim_id))
+            s = summaries.get(claim_id)
+            if s is None:
+                continue
+            try:
+                key = self.vouches_for(s)
+            except ValueError as exc:
+                raise StoreError(str(exc)) from exc
+            data = self.get(self.results_uri(record.results_prefix, claim_id, key))
             if data:
                 out += [ItemResult.model_validate_json(line) for line in data.splitlines() if line.strip()]
         out.sort(key=lambda r: r.index)
         return out
+
+    def orphaned_results(self, record: RunRecord) -> list[str]:
+        """Results objects of the run's summarised claims that their Summary does not vouch for.
+
+        Left by attempts that lost their lease (or lost the race to the Summary). Claims without a
+        Summary are left alone: their attempt may still be writing.
+        """
+        try:
+            vouched = {c: self.vouches_for(s) for c, s in self.summaries(record.results_prefix).items()}
+        except ValueError as exc:
+            raise StoreError(str(exc)) from exc
+        bucket, run_key = parse_s3_uri(record.results_prefix)
+        orphans: list[str] = []
+        for key in self._keys(record.results_prefix + "results/"):
+            rel = key[len(run_key) :]
+            claim_id = rel[len("results/") :].split("/", 1)[0].removesuffix(".jsonl")
+            if claim_id in vouched and rel != vouched[claim_id]:
+                orphans.append(f"s3://{bucket}/{key}")
+        return orphans
+
+    def sweep(self, record: RunRecord, *, dry_run: bool = False) -> list[str]:
+        """Delete the run's orphaned results (see ``orphaned_results``); returns their URIs."""
+        orphans = self.orphaned_results(record)
+        if not dry_run:
+            for uri in orphans:
+                self.delete(uri)
+        return orphans
 
     # -- the worker's side --------------------------------------------------------------------------
 
@@ -188,12 +292,22 @@ class RunStore:
             where = ".".join(str(p) for p in first.get("loc", ())) or "(document)"
             raise ManifestProblem(f"manifest {uri} is invalid at {where}: {first.get('msg')}") from exc
 
-    def put_results(self, results_prefix: str, claim_id: str, results: list[ItemResult]) -> None:
+    def put_results(
+        self, results_prefix: str, claim_id: str, results: list[ItemResult], results_key: str | None = None
+    ) -> str:
+        """Write one attempt's results at ``results_key`` (relative to the run; default the legacy key); its URI."""
+        uri = self.results_uri(results_prefix, claim_id, results_key)
         body = "".join(r.model_dump_json() + "\n" for r in results).encode()
-        self.put(self.results_uri(results_prefix, claim_id), body, "application/x-ndjson")
+        self.put(uri, body, "application/x-ndjson")
+        return uri
 
-    def put_summary(self, results_prefix: str, summary: Summary) -> None:
-        self._put_model(self.summary_uri(results_prefix, summary.claim_id), summary)
+    def put_summary(self, results_prefix: str, summary: Summary, *, if_absent: bool = False) -> bool:
+        """Write the claim's Summary; with ``if_absent``, only when it has none yet (False when it had)."""
+        uri = self.summary_uri(results_prefix, summary.claim_id)
+        if if_absent:
+            return self.put_if_absent(uri, summary.model_dump_json().encode())
+        self._put_model(uri, summary)
+        return True
 
     def summary_exists(self, results_prefix: str, claim_id: str) -> bool:
         return self.exists(self.summary_uri(results_prefix, claim_id))

@@ -235,3 +235,30 @@ def results(
     missing = record.item_count - len(out)
     if missing:
         raise InfrastructureError(f"{missing} of {record.item_count} items of run {run_id} have no result yet")
+
+
+@pool.command()
+@click.argument("run_id")
+@click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--dry-run", is_flag=True, help="Only list the orphaned results objects.")
+@bucket_option
+@prefix_option
+@aws_options
+def sweep(
+    run_id: str,
+    model: str,
+    dry_run: bool,
+    bucket: str | None,
+    prefix: str,
+    region: str | None,
+    endpoint_url: str | None,
+    profile: str | None,
+) -> None:
+    """Delete a run's orphaned results: objects no Summary vouches for (attempts that lost their lease).
+
+    Prints each one's URI. Claims without a Summary yet are left alone.
+    """
+    target = _target(model, bucket, prefix, region, endpoint_url, profile)
+    store, record = core.load_run(target, run_id)
+    for uri in store.sweep(record, dry_run=dry_run):
+        click.echo(uri)

@@ -137,7 +137,11 @@ class ClaimCost(CalqueModel):
 
 
 class Summary(CalqueModel):
-    """What one claim cost and produced; written after every ItemResult, before the message is deleted."""
+    """What one claim cost and produced; written after every ItemResult, before the message is deleted.
+
+    One per claim, written only if the claim has none yet; it names the one attempt's results it
+    vouches for (``results_key``), so results from an attempt that lost its lease are never read.
+    """
 
     version: int = SCHEMA_VERSION
     run_id: str
@@ -160,6 +164,12 @@ class Summary(CalqueModel):
     claim_seconds: float = Field(ge=0)
     method_seconds: float = Field(ge=0, description="time spent inside the method for all items")
     cost: ClaimCost | None = Field(None, description="None when the worker's instance type is unknown")
+    results_key: str | None = Field(
+        None,
+        description="the results object this Summary vouches for, relative to the run's prefix "
+        "(results/<claim>/<attempt>-<worker>-<token>.jsonl); None: results/<claim>.jsonl (older workers) "
+        "or none at all (poison)",
+    )
 
 
 class RunRecord(CalqueModel):

@@ -8,8 +8,11 @@ Threads, each with one job:
   existing Summary, reads the manifest) while the current one drains, so claims run back to back;
 - heartbeat: extends every held claim's visibility every VT/3; a failed extension marks the
   claim lost, and a lost claim is neither summarised nor deleted (another worker owns it now);
-- writer: for each finished claim, confirms the lease, writes the results, confirms again, writes
-  the Summary, deletes the message: in that order, behind the next claim's work;
+- writer: for each finished claim, writes the results under this attempt's own key, confirms the
+  lease, writes the Summary (only if the claim has none: it names the results it vouches for),
+  deletes the message: in that order, behind the next claim's work. An attempt that lost its
+  lease can at worst leave an orphaned results object that no Summary names and nothing reads;
+  it never touches another attempt's results;
 - spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM.
 
 Stopping (SIGTERM, a spot notice, the idle timeout): stop receiving, release every unfinished
@@ -23,6 +26,7 @@ import json
 import logging
 import os
 import queue as queue_mod
+import secrets
 import socket
 import threading
 import time
@@ -64,6 +68,8 @@ class Lease:
     last_extended: float = field(default_factory=time.monotonic)
     lost: bool = False
     done: bool = False
+    # this attempt's own results key gets it: unique even if two attempts shared receive count and worker
+    token: str = field(default_factory=lambda: secrets.token_hex(4))
     # filled by prepare()
     ref: ClaimRef | None = None
     manifest: Manifest | None = None
@@ -386,6 +392,9 @@ class Worker:
             claim_seconds=claim_seconds,
             method_seconds=drain.method_seconds,
             method=method,
+            results_key=self.store.attempt_results_key(
+                ref.claim_id, max(lease.receive_count, 1), self.worker_id, lease.token
+            ),
         )
         self._claims += 1
         self.metrics.inc("calque_pool_items_total", len(drain.results) - failed, outcome="ok")
@@ -413,6 +422,7 @@ class Worker:
         method: str | None = None,
         run_id: str = "",
         claim_id: str = "",
+        results_key: str | None = None,
     ) -> Summary:
         cost = None
         if self.instance_type:
@@ -438,6 +448,7 @@ class Worker:
             claim_seconds=claim_seconds,
             method_seconds=method_seconds,
             cost=cost,
+            results_key=results_key,
         )
 
     def _poison(self, lease: Lease, error: str) -> None:
@@ -464,7 +475,8 @@ class Worker:
         )
         try:
             if prefix and summary.run_id and summary.claim_id and self.store.owns(str(prefix)):
-                self.store.put_summary(str(prefix), summary)
+                if not self.store.put_summary(str(prefix), summary, if_absent=True):
+                    log.info("claim of message %s already has a Summary: deleting it", lease.message_id)
             else:
                 self.store.put_poison(lease.message_id, lease.body, error)
         except CalqueError as exc:
@@ -495,20 +507,36 @@ class Worker:
 
     def _write(self, f: _Finished) -> None:
         lease, s = f.lease, f.summary
-        assert lease.ref is not None
+        assert lease.ref is not None and s.results_key is not None
         prefix = lease.ref.results_prefix
+        written: str | None = None
         try:
-            # Results first (idempotent: a redelivery overwrites the same key), then confirm the
-            # lease is still ours right before the Summary: a lost lease writes no Summary, no delete.
+            # Results first, under this attempt's own key: no other attempt writes there, so a late
+            # write (a lease that ran out unnoticed) can orphan an object but never replace results
+            # that a Summary vouches for. Then confirm the lease right before the Summary, which is
+            # written only if the claim has none: the first finished attempt wins, and readers
+            # follow its results_key. A lost lease writes no Summary and deletes nothing.
             if not lease.lost:
-                self.store.put_results(prefix, s.claim_id, f.results)
+                written = self.store.put_results(prefix, s.claim_id, f.results, s.results_key)
             if not self._extend(lease):
                 log.warning("claim %s/%s is no longer ours: no Summary, no delete", s.run_id, s.claim_id)
                 self.metrics.inc("calque_pool_claims_total", outcome="lost")
                 self._drop(lease)
+                self._discard(written)
                 return
-            self.store.put_summary(prefix, s)
-            self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
+            if self.store.put_summary(prefix, s, if_absent=True):
+                self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
+            elif self._vouched_by_existing(prefix, s):
+                # our own earlier write landed (a retried PUT): it is ours
+                self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
+            else:
+                log.warning(
+                    "claim %s/%s was finished by another attempt first: keeping its Summary, dropping ours",
+                    s.run_id,
+                    s.claim_id,
+                )
+                self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
+                self._discard(written)
         except CalqueError as exc:
             log.error("cannot write claim %s/%s (%s): it will be redelivered", s.run_id, s.claim_id, exc)
             self._drop(lease)
@@ -517,6 +545,19 @@ class Worker:
         if self.spec.metrics_textfile:
             with contextlib.suppress(OSError):
                 self.metrics.write_textfile(self.spec.metrics_textfile)
+
+    def _vouched_by_existing(self, prefix: str, s: Summary) -> bool:
+        existing = self.store.get_summary(prefix, s.claim_id)
+        return existing is not None and existing.results_key == s.results_key
+
+    def _discard(self, uri: str | None) -> None:
+        """Best effort: delete this attempt's orphaned results (unread either way; ``sweep`` finds leftovers)."""
+        if uri is None:
+            return
+        try:
+            self.store.delete(uri)
+        except CalqueError as exc:
+            log.info("left orphaned results %s (%s): nothing reads them", uri, exc)
 
     # -- stopping -----------------------------------------------------------------------------------
 
