@@ -23,6 +23,11 @@ from calque.pool.process import start_worker_process
 
 HERE = Path(__file__).resolve().parent
 STEADY = HERE / "workloads" / "steady.py"
+# Bounds for waits on real worker processes. CI runs the suite on a 2-core box, where a worker's
+# start-up (imports, @enter) alone can take seconds: every wait ends as soon as its condition holds,
+# so a generous bound costs nothing when things go well.
+PROC_WAIT = 60.0
+RUN_WAIT = 120.0
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -47,7 +52,7 @@ class WorkerProc:
     def stderr(self) -> str:
         return self.err.read_text(errors="replace")
 
-    def wait_log(self, text: str, timeout: float = 20.0, stream: str = "stderr") -> None:
+    def wait_log(self, text: str, timeout: float = PROC_WAIT, stream: str = "stderr") -> None:
         read = self.stderr if stream == "stderr" else self.stdout
 
         def seen() -> bool:
@@ -99,7 +104,7 @@ class Pool:
     def summaries(self, record: RunRecord) -> dict[str, Summary]:
         return self.store.summaries(record.results_prefix)
 
-    def wait_run(self, record: RunRecord, timeout: float = 60.0) -> dict[str, Summary]:
+    def wait_run(self, record: RunRecord, timeout: float = RUN_WAIT) -> dict[str, Summary]:
         wait_until(
             lambda: self.store.summary_count(record.results_prefix) >= len(record.claims), timeout, "every Summary"
         )
@@ -111,7 +116,7 @@ class Pool:
                 w.proc.send_signal(signal.SIGTERM)
         for w in self.workers:
             try:
-                w.proc.wait(timeout=20)
+                w.proc.wait(timeout=PROC_WAIT)
             except subprocess.TimeoutExpired:
                 w.proc.kill()
                 w.proc.wait()
@@ -121,7 +126,9 @@ class Pool:
 def make_pool(moto: str, tmp_path: Path) -> Iterator[Callable[..., Pool]]:
     pools: list[Pool] = []
 
-    def make(workload: str | Path = STEADY, model: str = "org/steady", vt: int = 3, **spec: Any) -> Pool:
+    # vt: long enough that a loaded box never misses a heartbeat (VT/3) by a whole VT, which would
+    # redeliver a claim its worker still holds; tests of redelivery pick their own.
+    def make(workload: str | Path = STEADY, model: str = "org/steady", vt: int = 30, **spec: Any) -> Pool:
         bucket = "calque-test-bucket"
         s3 = client("s3")
         if bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:

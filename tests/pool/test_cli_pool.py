@@ -11,7 +11,7 @@ from calque.cli.main import run
 from calque.errors import UsageError
 from calque.pool.cost import claim_cost, run_cost
 
-from pool.conftest import Pool
+from pool.conftest import RUN_WAIT, Pool
 
 
 def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> None:
@@ -48,7 +48,7 @@ def test_submit_prints_warm_hits_enter_paid_and_the_cost_line(make_pool, capsys,
     items.write_text("".join(f"{i}\n" for i in range(6)))
     capsys.readouterr()
     args = ["pool", "submit", "--model", pool.model, "--items", str(items), "--method", "work", "--batch-size", "2"]
-    assert run([*args, "--bucket", pool.bucket, "--timeout", "60"]) == 0
+    assert run([*args, "--bucket", pool.bucket, "--timeout", str(RUN_WAIT)]) == 0
     out = capsys.readouterr().out
     assert "items: 6 ok, 0 failed of 6" in out and "claims: 3/3 done" in out
     assert "warm hits: 2/3" in out

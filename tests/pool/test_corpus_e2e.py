@@ -8,8 +8,11 @@ import os
 import pytest
 from calque.cli.main import run
 
-from pool.conftest import Pool, WorkerProc, wait_until
+from pool.conftest import PROC_WAIT, Pool, WorkerProc, wait_until
 from pool.corpus_cases import CASES, Case
+
+# every corpus worker starts at once: on a 2-core box their start-ups (imports, @enter) queue up
+CORPUS_WAIT = "180"
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +33,13 @@ def test_every_corpus_script_runs_unchanged_on_a_worker(make_pool, capsys, tmp_p
     try:
         for case, pool, worker in started:
             if case.load_error:
-                assert worker.proc.wait(timeout=60) != 0
+                assert worker.proc.wait(timeout=float(CORPUS_WAIT)) != 0
                 assert case.load_error in worker.stderr(), worker.stderr()
                 continue
             items = tmp_path / f"{pool.model.replace('/', '_')}.jsonl"
             items.write_text("".join(json.dumps(x) + "\n" for x in case.items))
             code, out, err = _cli(capsys, ["pool", "submit", "--model", pool.model, "--items", str(items),
-                                           "--method", case.method, "--timeout", "60", "--json"])  # fmt: skip
+                                           "--method", case.method, "--timeout", CORPUS_WAIT, "--json"])  # fmt: skip
             failures = sum(1 for e in case.expected if isinstance(e, tuple))
             assert code == (1 if failures else 0), (case.script, out, err, worker.stderr())
             report = json.loads(out)
@@ -61,7 +64,7 @@ def test_every_corpus_script_runs_unchanged_on_a_worker(make_pool, capsys, tmp_p
     assert "EXIT-HOOK-RAN seen=3" in exit_hook[1].stdout()
     dunder = next(w for c, _, w in started if c.script == "dunder_lifecycle.py")
     dunder.proc.terminate()
-    wait_until(lambda: "DUNDER-EXIT-RAN" in dunder.stdout(), 20, "__exit__ to run")
+    wait_until(lambda: "DUNDER-EXIT-RAN" in dunder.stdout(), PROC_WAIT, "__exit__ to run")
 
 
 def test_submit_to_a_missing_pool_names_the_queue(moto, capsys, tmp_path) -> None:

@@ -106,8 +106,10 @@ def test_claim_deadline_fails_the_unfinished_items(tmp_path: Path) -> None:
                 return s
         """,
     )
-    sup = WarmSupervisor.load(target, claim_deadline_s=0.3)
-    drain = sup.drain("f", [Item(index=i, args=[0.2]) for i in range(5)])
+    # the first item is instant and the rest 2 s each: the first is done well before the deadline
+    # however loaded the box, and the last cannot be
+    sup = WarmSupervisor.load(target, claim_deadline_s=1.0)
+    drain = sup.drain("f", [Item(index=i, args=[0.0 if i == 0 else 2.0]) for i in range(5)])
     sup.close()
     assert drain.stopped == "deadline" and drain.error
     assert [r.index for r in drain.results] == list(range(5))

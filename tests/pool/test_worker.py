@@ -11,7 +11,7 @@ import pytest
 from calque.aws.clients import client
 from calque.models import ClaimRef, Manifest
 
-from pool.conftest import Pool, WorkerProc, wait_until
+from pool.conftest import PROC_WAIT, RUN_WAIT, Pool, WorkerProc, wait_until
 
 pytestmark = pytest.mark.slow
 SLOW = {"STEADY_DELAY_SCALE": "60"}  # 30 s per item: a worker is always mid-claim when stopped
@@ -19,7 +19,7 @@ FAST = {"STEADY_DELAY_SCALE": "0.1"}
 
 
 def test_two_workers_thirty_claims_each_enter_once_and_every_result_once(make_pool) -> None:
-    pool: Pool = make_pool(vt=8)
+    pool: Pool = make_pool(vt=60)  # no claim is redelivered (attempt 1 everywhere), however slow the box
     a, b = pool.start(), pool.start()
     record = pool.submit([{"args": [i], "kwargs": {"delay": 0.02}} for i in range(30)], batch_size=1)
     summaries = pool.wait_run(record)
@@ -44,14 +44,16 @@ def test_two_workers_thirty_claims_each_enter_once_and_every_result_once(make_po
 
 
 def test_kill_9_mid_claim_is_redelivered_and_completed_once(make_pool) -> None:
-    pool: Pool = make_pool(vt=2)
+    # vt: short, since the test waits it out after the kill, but 8 s so that a heartbeat (every VT/3)
+    # delayed by a loaded box does not let the claim be redelivered while a still holds it
+    pool: Pool = make_pool(vt=8)
     a = pool.start()
     record = pool.submit([{"args": [i], "kwargs": {"delay": 0.5}} for i in range(4)], batch_size=4)
     a.wait_log("start 1", stream="stdout")
     a.proc.send_signal(signal.SIGKILL)
-    a.proc.wait(timeout=10)
+    a.proc.wait(timeout=PROC_WAIT)
     b = pool.start(env=FAST)
-    (summary,) = pool.wait_run(record, timeout=60).values()
+    (summary,) = pool.wait_run(record).values()
     assert summary.ok and summary.attempt == 2 and summary.worker_id.endswith(str(b.proc.pid))
     results = pool.store.results(record)
     assert [r.index for r in results] == [0, 1, 2, 3]
@@ -64,24 +66,26 @@ def _claim_release_test(pool: Pool, stop_a, **a_spec) -> WorkerProc:  # type: ig
     b = pool.start(env=FAST)
     b.wait_log("serving")
     stop_a(a)
-    # a stuck item (a 30 s sleep) cannot hold a stopping worker: it exits 0 within the bound
-    assert a.proc.wait(timeout=30) == 0, a.stderr()
+    # a stuck item (a 30 s sleep) cannot hold a stopping worker: it exits 0 within the bound (past
+    # the bound its watchdog exits 1, so the wait itself can be generous)
+    assert a.proc.wait(timeout=PROC_WAIT) == 0, a.stderr()
     assert "released message" in a.stderr()
     assert "STEADY-EXIT" in a.stdout()
-    # the visibility timeout is 120 s: only an immediate release lets b finish within this wait
-    (summary,) = pool.wait_run(record, timeout=40).values()
+    # the visibility timeout is 600 s (a extended it every 200 s): only an immediate release lets b
+    # finish within this wait
+    (summary,) = pool.wait_run(record, timeout=RUN_WAIT).values()
     assert summary.ok and summary.worker_id.endswith(str(b.proc.pid)) and summary.attempt == 2
     assert [r.index for r in pool.store.results(record)] == list(range(6))
     return a
 
 
 def test_sigterm_mid_claim_releases_it_to_another_worker_at_once(make_pool) -> None:
-    pool: Pool = make_pool(vt=120)
+    pool: Pool = make_pool(vt=600)
     _claim_release_test(pool, lambda a: a.proc.send_signal(signal.SIGTERM))
 
 
 def test_spot_notice_over_imdsv2_releases_the_claim(make_pool, fake_imds) -> None:
-    pool: Pool = make_pool(vt=120)
+    pool: Pool = make_pool(vt=600)
 
     def notice(_a: object) -> None:
         fake_imds.notice = True
@@ -143,7 +147,7 @@ def test_poison_claims_fail_with_a_clear_summary_and_the_worker_keeps_serving(ma
     def all_there() -> bool:
         return len(store.summaries(prefix)) >= len(want) + 1
 
-    wait_until(all_there, 60, "every poison Summary and the good one")
+    wait_until(all_there, RUN_WAIT, "every poison Summary and the good one")
     summaries = store.summaries(prefix)
     for claim_id, text in want.items():
         s = summaries[claim_id]
@@ -151,10 +155,10 @@ def test_poison_claims_fail_with_a_clear_summary_and_the_worker_keeps_serving(ma
     assert summaries["c00000"].ok and [r.value["x"] for r in store.results(good)] == [1, 2]
     poison_keys = wait_until(
         lambda: client("s3").list_objects_v2(Bucket=pool.bucket, Prefix=store.base + "/poison/").get("Contents"),
-        10, "the poison record of the non-JSON message",
+        PROC_WAIT, "the poison record of the non-JSON message",
     )  # fmt: skip
     assert len(poison_keys) == 1
-    wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, 20, "an empty queue")
+    wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, PROC_WAIT, "an empty queue")
     after = pool.submit([3], batch_size=1)
     pool.wait_run(after)
     assert w.proc.poll() is None
@@ -184,7 +188,9 @@ def test_a_claim_whose_summary_exists_is_deleted_without_rerunning(make_pool) ->
     )  # fmt: skip
     pool.queue.send(ref)
     w.wait_log("already has a Summary")
-    wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, 20, "the duplicate deleted")
+    wait_until(
+        lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, PROC_WAIT, "the duplicate deleted"
+    )
     (again,) = pool.summaries(record).values()
     assert again == first
     assert w.stdout().count("start 1") == 1
@@ -203,10 +209,12 @@ def test_metrics_on_a_port_count_claims_and_enters(make_pool) -> None:
     w.wait_log("metrics on")
 
     def scrape() -> str:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=PROC_WAIT).read().decode()
 
     ok_claims = re.compile(r'^calque_pool_claims_total\{[^}]*outcome="ok"[^}]*\} 3$', re.M)
-    text = wait_until(lambda: (t := scrape()) and ok_claims.search(t) and t, 10, "three ok claims in the metrics")
+    text = wait_until(
+        lambda: (t := scrape()) and ok_claims.search(t) and t, PROC_WAIT, "three ok claims in the metrics"
+    )
     assert re.search(r"^calque_pool_enter_count\{[^}]*\} 1$", text, re.M)
     assert re.search(r"^calque_pool_warm_hits_total\{[^}]*\} 2$", text, re.M)
     assert "# TYPE calque_pool_claims_total counter" in text
@@ -216,7 +224,7 @@ def test_idle_timeout_runs_exit_and_stops_and_leaves_a_metrics_textfile(make_poo
     prom = tmp_path / "calque-pool.prom"
     pool: Pool = make_pool(idle_timeout_s=1.0, metrics_textfile=str(prom))
     w = pool.start()
-    assert w.proc.wait(timeout=30) == 0
+    assert w.proc.wait(timeout=PROC_WAIT) == 0
     assert "STEADY-EXIT" in w.stdout() and "stopping (idle)" in w.stderr()
     text = prom.read_text()
     assert re.search(r"^calque_pool_up\{[^}]*\} 0$", text, re.M)
@@ -238,4 +246,4 @@ def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> No
     workers = {s.worker_id for s in pool.summaries(record).values()}
     assert all(w.endswith(("/0", "/1")) for w in workers)
     parent.proc.send_signal(signal.SIGTERM)
-    assert parent.proc.wait(timeout=30) == 0
+    assert parent.proc.wait(timeout=PROC_WAIT) == 0
