@@ -223,8 +223,14 @@ class RunStore:
         return len(self._keys(results_prefix + "summaries/"))
 
     def get_summary(self, results_prefix: str, claim_id: str) -> Summary | None:
-        data = self.get(self.summary_uri(results_prefix, claim_id))
-        return None if data is None else Summary.model_validate_json(data)
+        uri = self.summary_uri(results_prefix, claim_id)
+        data = self.get(uri)
+        if data is None:
+            return None
+        try:
+            return Summary.model_validate_json(data)
+        except ValidationError as exc:
+            raise StoreError(f"{uri} is not a valid Summary: {exc.errors()[0].get('msg')}") from exc
 
     def results(self, record: RunRecord) -> list[ItemResult]:
         """The run's ItemResults in item order: for each claim, the results its Summary vouches for.

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from calque.aws.queue import PoolQueue
-from calque.aws.store import ManifestProblem, RunStore, parse_s3_uri
+from calque.aws.store import ManifestProblem, RunStore, StoreError, parse_s3_uri
 from calque.errors import CalqueError
 from calque.models import ClaimRef, ItemResult, Manifest, PoolSpec, Summary
 from calque.pool.cost import claim_cost
@@ -515,7 +515,7 @@ class Worker:
             # write (a lease that ran out unnoticed) can orphan an object but never replace results
             # that a Summary vouches for. Then confirm the lease right before the Summary, which is
             # written only if the claim has none: the first finished attempt wins, and readers
-            # follow its results_key. A lost lease writes no Summary and deletes nothing.
+            # follow its results_key. A lost lease writes no Summary and does not delete the message.
             if not lease.lost:
                 written = self.store.put_results(prefix, s.claim_id, f.results, s.results_key)
             if not self._extend(lease):
@@ -526,17 +526,20 @@ class Worker:
                 return
             if self.store.put_summary(prefix, s, if_absent=True):
                 self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
-            elif self._vouched_by_existing(prefix, s):
-                # our own earlier write landed (a retried PUT): it is ours
-                self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
             else:
-                log.warning(
-                    "claim %s/%s was finished by another attempt first: keeping its Summary, dropping ours",
-                    s.run_id,
-                    s.claim_id,
-                )
-                self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
-                self._discard(written)
+                existing = self.store.get_summary(prefix, s.claim_id)
+                if existing is None:  # a write in flight lost (S3's 409): let the claim come back
+                    raise StoreError(f"the Summary of claim {s.claim_id} is being written by another attempt")
+                if existing.results_key == s.results_key:  # our own earlier write landed (a retried PUT)
+                    self.metrics.inc("calque_pool_claims_total", outcome="ok" if s.ok else "failed")
+                else:
+                    log.warning(
+                        "claim %s/%s was finished by another attempt first: keeping its Summary, dropping ours",
+                        s.run_id,
+                        s.claim_id,
+                    )
+                    self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
+                    self._discard(written)
         except CalqueError as exc:
             log.error("cannot write claim %s/%s (%s): it will be redelivered", s.run_id, s.claim_id, exc)
             self._drop(lease)
@@ -545,10 +548,6 @@ class Worker:
         if self.spec.metrics_textfile:
             with contextlib.suppress(OSError):
                 self.metrics.write_textfile(self.spec.metrics_textfile)
-
-    def _vouched_by_existing(self, prefix: str, s: Summary) -> bool:
-        existing = self.store.get_summary(prefix, s.claim_id)
-        return existing is not None and existing.results_key == s.results_key
 
     def _discard(self, uri: str | None) -> None:
         """Best effort: delete this attempt's orphaned results (unread either way; ``sweep`` finds leftovers)."""
