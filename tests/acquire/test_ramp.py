@@ -190,3 +190,16 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
     assert ramp_queues() == []
     worker = re.search(r"in local process (\d+)", seen)
     assert worker and not Path(f"/proc/{worker.group(1)}").exists()  # the stand-in worker was stopped too
+
+
+def test_on_aws_the_ramp_notices_its_instance_ended(ec2: Any, spec_for: Any, acquirer: Acquirer) -> None:
+    from calque.errors import InfrastructureError
+    from calque.pool.ramp import InstanceWorker
+
+    got = acquirer.apply(spec_for(name="ramp-ended", count=1), Consent(spend=True))
+    worker = InstanceWorker(acquirer, "ramp-ended", got.instances[0].instance_id)
+    worker.CHECK_EVERY_S = 0.0
+    worker.check()  # running: nothing to say
+    acquirer.release("ramp-ended", Consent(terminate=True))
+    with pytest.raises(InfrastructureError, match="no longer running"):
+        worker.check()

@@ -152,11 +152,24 @@ class RampWorker(Protocol):
 class InstanceWorker:
     """On AWS: the instance's user-data started the worker; terminating the instance stops it."""
 
-    def __init__(self, instance_id: str) -> None:
+    CHECK_EVERY_S = 30.0
+
+    def __init__(self, acquirer: Acquirer, cohort: str, instance_id: str) -> None:
+        self.acquirer, self.cohort = acquirer, cohort
         self.where = f"on instance {instance_id} (calque-pool-worker.service, started by its user-data)"
+        self._checked = time.monotonic()
 
     def check(self) -> None:
-        return None
+        """Every 30 s: the instance is still alive (a TTL, a spot reclaim or a failed boot ends it)."""
+        if time.monotonic() - self._checked < self.CHECK_EVERY_S:
+            return
+        self._checked = time.monotonic()
+        live = [i for i in self.acquirer.status(self.cohort).instances if i.state in ("pending", "running")]
+        if not live:
+            raise InfrastructureError(
+                f"the ramp's instance (cohort {self.cohort}) is no longer running; see its console output and "
+                "/var/log/calque-bootstrap.log"
+            )
 
     def stop(self) -> None:
         return None
@@ -279,7 +292,7 @@ def run_ramp(
         report.instance = got.instances[0] if got.instances else None
         report.hourly_usd = got.hourly_usd
         instance_id = report.instance.instance_id if report.instance else "?"
-        worker = LocalStandIn(spec) if offline() else InstanceWorker(instance_id)
+        worker = LocalStandIn(spec) if offline() else InstanceWorker(acquirer, name, instance_id)
         say(f"one warm worker runs {worker.where}; its @enter runs once, on rung 0")
         for k, n in enumerate(opts.rungs):
             say(f"rung {k}: {n} item(s)")
