@@ -68,7 +68,7 @@ class Lease:
     last_extended: float = field(default_factory=time.monotonic)
     lost: bool = False
     done: bool = False
-    # this attempt's own results key gets it: unique even if two attempts shared receive count and worker
+    # part of this attempt's results key: unique even if two attempts shared receive count and worker id
     token: str = field(default_factory=lambda: secrets.token_hex(4))
     # filled by prepare()
     ref: ClaimRef | None = None
