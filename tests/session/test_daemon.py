@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from calque.errors import CalqueError
@@ -33,6 +34,15 @@ def _raw(host: Host, payload: bytes, *, close_write: bool = False, pause: float 
         except OSError:
             return None
     return json.loads(data) if data else None
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def _ping(host: Host) -> bool:
@@ -255,6 +265,9 @@ def test_a_dead_worker_process_is_replaced_and_service_goes_on(host: Host) -> No
     assert wait_for(lambda: len(_workers(host.proc.pid)) == 2)  # type: ignore[union-attr]
     victim = _workers(host.proc.pid)[0]
     os.kill(victim, signal.SIGKILL)
+    # SIGKILL is asynchronous: a request the victim accepted in its last instant is reset, as it
+    # would be on a real crash. What must hold is that, once it is gone, nobody else notices.
+    assert wait_for(lambda: not _running(victim))
     for _ in range(20):
         assert _ping(host)
     assert wait_for(lambda: len(_workers(host.proc.pid)) == 2 and victim not in _workers(host.proc.pid), 15)  # type: ignore[union-attr]
