@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from calque.configfile import read_mapping, validate
 from calque.errors import UsageError
 from calque.gpu.backend import GpuBackend
 from calque.models.base import CalqueModel
@@ -66,16 +66,8 @@ def load_gpu_config(path: Path | str | None = None) -> GpuHostConfig:
         if explicit:
             raise UsageError(f"host configuration {p} does not exist; fix the path or {ENV_HOST_CONFIG}")
         return GpuHostConfig()
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read host configuration {p}: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise UsageError(f"host configuration {p} must be a mapping with a gpu: section")
-    try:
-        return GpuHostConfig.model_validate(doc.get("gpu") or {})
-    except ValidationError as exc:
-        raise UsageError(f"invalid gpu: section in {p}: {exc}") from exc
+    doc = read_mapping(p, "host configuration", empty_ok=True)
+    return validate(GpuHostConfig, doc.get("gpu") or {}, p, "gpu: section of host configuration")
 
 
 def open_backend(config: GpuHostConfig | None = None) -> GpuBackend:

@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from calque.configfile import load_model, validation_problems
 from calque.errors import UsageError
 from calque.gpu.catalog import Card, load_catalog
 from calque.models import GpuDevice
@@ -106,23 +106,11 @@ def parse_entries(data: Any) -> list[LayoutEntry]:
     try:
         return [LayoutEntry.model_validate(e) for e in data]
     except ValidationError as exc:
-        raise UsageError(f"invalid layout: {_errors(exc)}") from exc
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'layout'}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"invalid layout: {validation_problems(exc)}") from exc
 
 
 def load_layout(path: Path | str) -> LayoutFile:
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read layout file {p}: {exc}") from exc
-    try:
-        return LayoutFile.model_validate(doc)
-    except ValidationError as exc:
-        raise UsageError(f"invalid layout file {p}: {_errors(exc)}") from exc
+    return load_model(LayoutFile, path, "layout file")
 
 
 def card_of(gpu: GpuDevice) -> Card | None:

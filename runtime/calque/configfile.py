@@ -1,0 +1,56 @@
+"""Reading the YAML files people write (pool specs, MIG layouts, host and session configuration).
+
+One reader, so every file fails the same way: a ``UsageError`` that names the file, the field and
+what is wrong with it, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from calque.errors import UsageError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Every problem pydantic found, as ``field.path: message`` joined by ``; ``."""
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors())
+
+
+def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
+    """The YAML (or JSON) mapping in ``path`` (``-`` reads standard input)."""
+    p = Path(path)
+    try:
+        text = sys.stdin.read() if str(path) == "-" else p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise UsageError(f"{what} {p} does not exist; check the path") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {p}: {exc}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{what} {p} is not valid YAML: {exc}") from exc
+    if doc is None and empty_ok:
+        return {}
+    if not isinstance(doc, dict):
+        raise UsageError(f"{what} {p} must be a mapping of settings, not {type(doc).__name__}")
+    return doc
+
+
+def validate(model: type[M], doc: Any, path: str | Path, what: str) -> M:
+    """``model`` validated from ``doc``, or a ``UsageError`` naming every bad field of ``path``."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        raise UsageError(f"{what} {path}: {validation_problems(exc)}") from exc
+
+
+def load_model(model: type[M], path: str | Path, what: str, *, empty_ok: bool = False) -> M:
+    """Read ``path`` and validate it as ``model`` in one step."""
+    return validate(model, read_mapping(path, what, empty_ok=empty_ok), path, what)
