@@ -273,3 +273,20 @@ def test_a_dead_worker_process_is_replaced_and_service_goes_on(host: Host) -> No
     assert wait_for(lambda: len(_workers(host.proc.pid)) == 2 and victim not in _workers(host.proc.pid), 15)  # type: ignore[union-attr]
     s = host.client().call("checkout", ttl="5m")
     assert host.client().call("checkin", id=s["id"])["end_reason"] == "checkin"
+
+
+def test_inventory_follows_a_layout_change_at_once(host: Host) -> None:
+    # The daemon caches the inventory, keyed by the GPU state's stamp: a destroyed MIG device is
+    # never offered again, not even within the first second after the change.
+    host.start()
+    client = host.client()
+    ids = {s["slice"]["id"] for s in client.call("list") if s["slice"]["kind"] == "mig"}
+    assert ids == {m.uuid for m in host.migs}
+    gone = host.migs[0]
+    assert gone.ci_id is not None and gone.gi_id is not None
+    host.sim.destroy_compute_instance(gone.gpu_index, gone.gi_id, gone.ci_id)
+    host.sim.destroy_gpu_instance(gone.gpu_index, gone.gi_id)
+    ids = {s["slice"]["id"] for s in client.call("list") if s["slice"]["kind"] == "mig"}
+    assert ids == {m.uuid for m in host.migs[1:]}
+    held = [client.call("checkout", ttl="10m") for _ in range(6)]
+    assert gone.uuid not in {s["slice_id"] for s in held}

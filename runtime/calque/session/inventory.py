@@ -5,6 +5,7 @@ The session service only reads GPU state (``GpuReader``); laying slices out is t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from calque.errors import UsageError
@@ -87,6 +88,21 @@ def mps_slices(config: SessionConfig, gpus: list[GpuDevice]) -> list[Slice]:
                 )
             )
     return out
+
+
+def layout_stamp(config: SessionConfig) -> tuple[int, ...] | None:
+    """A cheap fingerprint of the GPU layout, taken before reading it; None where there is none.
+
+    The simulator replaces its state file (write + rename) on every change, so (inode, mtime, size)
+    changes with the layout; without a GPU backend the slices come from the config alone. NVML has
+    no such counter: its callers fall back to re-reading after a short age.
+    """
+    if config.gpu_backend == "none":
+        return ()
+    if config.gpu_backend == "sim" and config.gpu_state is not None:
+        st = os.stat(config.gpu_state)
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+    return None
 
 
 def inventory(config: SessionConfig, reader: GpuReader | None) -> list[Slice]:

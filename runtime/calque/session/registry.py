@@ -15,7 +15,7 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,6 +50,21 @@ CREATE INDEX IF NOT EXISTS live_by_uid ON sessions(uid) WHERE ended_at IS NULL;
 
 T = TypeVar("T")
 MAX_BATCH = 256
+SLICE_CACHE = 4096  # parsed slice_json texts kept; a host has far fewer distinct slices
+
+
+_slice_cache: dict[str, Slice] = {}
+
+
+def _slice(text: str) -> Slice:
+    """The Slice a row's slice_json holds. Parsed once per distinct text: pydantic validation was a
+    large part of every read. Slices are never changed after they are built, so sharing one is safe."""
+    sl = _slice_cache.get(text)
+    if sl is None:
+        if len(_slice_cache) >= SLICE_CACHE:
+            _slice_cache.clear()
+        sl = _slice_cache[text] = Slice.model_validate_json(text)
+    return sl
 
 
 def ts(epoch: float) -> datetime:
@@ -108,6 +123,20 @@ class HostLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._thread_lock.release()
 
+    @contextlib.contextmanager
+    def unless(self, done: Callable[[], bool]) -> Iterator[bool]:
+        """Hold the lock and yield True, or yield False without taking the file lock when ``done()``
+        is already true once this thread's turn comes (saves a flock pair per group-commit follower)."""
+        with self._thread_lock:
+            if done():
+                yield False
+                return
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                yield True
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
     def close(self) -> None:
         os.close(self._fd)
 
@@ -149,8 +178,8 @@ class Registry:
         fut: Future[T] = Future()
         self._queue.put((fn, fut))
         while not fut.done():
-            with self._commit_lock:
-                if not fut.done():
+            with self._commit_lock.unless(fut.done) as mine:
+                if mine:
                     self._commit_batch()
         return fut.result()
 
@@ -208,7 +237,7 @@ class Registry:
 
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
-        sl = Slice.model_validate_json(row["slice_json"])
+        sl = _slice(row["slice_json"])
         s = Session(
             id=row["id"],
             slice_id=row["slice_id"],
@@ -287,6 +316,7 @@ class Registry:
                 if sl.kind == "mps" and sl.pipe_directory in foreign:
                     skipped = True
                     continue
+                env = env_for(sl)
                 db.execute(
                     "INSERT INTO sessions(id, slice_id, uid, gid, user, request_id, created_at, expires_at,"
                     " last_active, slice_json, env_json, daemon) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -301,12 +331,25 @@ class Registry:
                         now + ttl,
                         now,
                         sl.model_dump_json(),
-                        json.dumps(env_for(sl)),
+                        json.dumps(env),
                         sl.pipe_directory if sl.kind == "mps" else None,
                     ),
                 )
-                row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
-                return self._held(row), True
+                # Built from what was just inserted, not read back: the same values, one query and parse fewer.
+                s = Session(
+                    id=session_id,
+                    slice_id=sl.id,
+                    kind=sl.kind,
+                    profile=sl.profile,
+                    gpu_index=sl.gpu_index,
+                    uid=uid,
+                    gid=gid,
+                    user=user,
+                    created_at=ts(now),
+                    expires_at=ts(now + ttl),
+                    env=env,
+                )
+                return Held(session=s, slice=sl, last_active=now), True
             cand = {c.id for c in candidates}
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
             held = list(map(self._held, rows))

@@ -26,13 +26,14 @@ from calque.models.session import Session, Slice, SliceState
 from calque.session import isolation
 from calque.session.audit import AuditLog, EventTally, read_events, usage_report
 from calque.session.config import Limits, SessionConfig, parse_duration
-from calque.session.inventory import inventory
+from calque.session.inventory import inventory, layout_stamp
 from calque.session.metrics import render
 from calque.session.protocol import RequestError
 from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
 
 log = logging.getLogger("calque.session")
 
+# Only for backends without a layout stamp (NVML); the simulator's layout is checked on every request.
 INVENTORY_MAX_AGE_S = 2.0
 
 
@@ -86,6 +87,7 @@ class Service:
     tally: EventTally | None = None
     _slices: list[Slice] = field(default_factory=list)
     _slices_at: float = 0.0
+    _slices_stamp: tuple[int, ...] | None = None
     _inv_lock: threading.Lock = field(default_factory=threading.Lock)
     _warned: set[str] = field(default_factory=set)
     nodes_lock: AbstractContextManager[Any] = field(default_factory=threading.Lock)
@@ -124,9 +126,21 @@ class Service:
     # -- inventory --------------------------------------------------------------------------------
 
     def slices(self, fresh: bool = False) -> list[Slice]:
+        # Rebuilding the inventory reads and validates the whole GPU state: do it only when the
+        # layout stamp changed (one stat), or, with no stamp, when the last read is older than
+        # INVENTORY_MAX_AGE_S. The stamp is taken before the read, so a change during it is seen next time.
         with self._inv_lock:
             now = time.monotonic()
-            if fresh or not self._slices_at or now - self._slices_at > INVENTORY_MAX_AGE_S:
+            try:
+                stamp = layout_stamp(self.config)
+            except OSError:
+                stamp, fresh = None, True  # let the read itself report what is wrong
+            if stamp is not None:
+                stale = stamp != self._slices_stamp
+            else:
+                stale = not self._slices_at or now - self._slices_at > INVENTORY_MAX_AGE_S
+            if fresh or stale:
+                self._slices_stamp = None
                 try:
                     self._slices = inventory(self.config, self.reader)
                 except CalqueError:
@@ -134,6 +148,7 @@ class Service:
                 except Exception as exc:
                     raise RequestError("internal", f"cannot read the GPU inventory: {exc}") from exc
                 self._slices_at = now
+                self._slices_stamp = stamp
             return list(self._slices)
 
     # -- operations -------------------------------------------------------------------------------
