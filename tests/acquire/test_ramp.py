@@ -84,7 +84,13 @@ def test_ramp_pays_enter_once_and_terminates_at_the_end(
     assert "ramp: terminating cohort" in out.err
     assert "local process" in out.err  # offline, a local worker stood in for the instance's
     user_data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
-    assert "calque pool worker --spec /etc/calque/pool.yml" in base64.b64decode(user_data).decode()
+    text = base64.b64decode(user_data).decode()
+    assert "calque pool worker --spec /etc/calque/pool.yml" in text
+    # the instance installs this calque's wheel, staged under the ramp's prefix, through a presigned URL
+    staged = [o["Key"] for o in client("s3").list_objects_v2(Bucket=BUCKET, Prefix="calque/ramps/")["Contents"]]
+    wheel = next(k for k in staged if k.endswith("/runtime/calque-0.1.0-py3-none-any.whl"))
+    url = re.search(r"^RUNTIME_URL=(\S+)", text, re.M)
+    assert url and wheel in url.group(1) and "X-Amz-Signature" in url.group(1)
 
 
 def test_ramp_human_view_prints_a_table_per_rung(

@@ -75,3 +75,67 @@ def test_an_s3_workload_is_staged_then_fetched_and_keeps_its_digest(
     script = local.workload.partition("::")[0]
     assert Path(script).read_bytes() == EXAMPLE.read_bytes() and str(tmp_path / "cache") in script
     assert load_workload(local.workload).digest == load_workload(f"{EXAMPLE}::Embedder").digest
+
+
+def test_the_runtime_wheel_is_staged_once_downloaded_verified_and_installed(moto: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import urllib.request
+
+    from calque import __version__
+    from calque.errors import UsageError
+    from calque.pool.runtime_wheel import MAX_URL_TTL_S, SHA_METADATA, stage_runtime
+
+    s3 = client("s3")
+    s3.create_bucket(Bucket="lab-runs")
+    first = stage_runtime("lab-runs", "calque", ttl_s=3600)
+    assert first.uploaded and first.key == f"calque/runtime/calque-{__version__}-py3-none-any.whl"
+    head = s3.head_object(Bucket="lab-runs", Key=first.key)
+    assert head["Metadata"][SHA_METADATA] == first.sha256
+    second = stage_runtime("lab-runs", "calque", ttl_s=3600)  # the same wheel: nothing uploaded
+    assert not second.uploaded and second.sha256 == first.sha256
+    assert s3.head_object(Bucket="lab-runs", Key=first.key)["LastModified"] == head["LastModified"]
+    with pytest.raises(UsageError, match="7 days"):
+        stage_runtime("lab-runs", "calque", ttl_s=MAX_URL_TTL_S + 1)
+
+    assert second.url.startswith(moto)  # the presigned URL really serves the wheel
+    body = urllib.request.urlopen(second.url, timeout=10).read()
+    import hashlib
+
+    assert hashlib.sha256(body).hexdigest() == first.sha256
+
+    # the user-data's own install step, by bash, into a scratch venv (no systemd, no index: --no-deps)
+    script = tmp_path / "user-data.sh"
+    script.write_text(worker_user_data(_spec(), runtime_url=second.url, runtime_sha256=second.sha256))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CALQUE_BOOTSTRAP_STEP": "install_runtime",
+        "CALQUE_BOOTSTRAP_VENV": str(venv),
+        "CALQUE_BOOTSTRAP_PIP_ARGS": "--no-deps --no-index",
+    }
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=120)
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('calque'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == __version__
+    assert (venv / "bin" / "calque").exists()
+
+    # a wrong sha256 stops the install
+    bad = worker_user_data(_spec(), runtime_url=second.url, runtime_sha256="0" * 64)
+    script.write_text(bad)
+    other = tmp_path / "venv2"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True, timeout=60)
+    res = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "CALQUE_BOOTSTRAP_VENV": str(other)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode != 0 and "did NOT match" in res.stdout + res.stderr
+    assert not list(other.glob("lib/python*/site-packages/calque"))

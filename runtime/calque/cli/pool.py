@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -92,19 +93,33 @@ def worker(
 @pool.command("user-data")
 @click.option("--spec", "spec_path", required=True, help="PoolSpec file (YAML), or - for stdin.")
 @click.option(
+    "--runtime-url",
+    default=None,
+    help="Presigned URL of the staged calque wheel (from `calque pool stage-runtime`); needs --runtime-sha256.",
+)
+@click.option("--runtime-sha256", default=None, help="The staged wheel's sha256, checked on the instance.")
+@click.option(
     "--runtime-pip",
     default=None,
-    help="pip requirement that installs calque on the instance (default: calque==<this version>).",
+    help="Override: pip requirement or URL that installs calque on the instance (wins over --runtime-url).",
 )
-def user_data(spec_path: str, runtime_pip: str | None) -> None:
+def user_data(spec_path: str, runtime_url: str | None, runtime_sha256: str | None, runtime_pip: str | None) -> None:
     """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
 
-    playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first.
+    playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first. Without
+    --runtime-url or --runtime-pip the instance runs `pip install calque==<this version>`, which
+    needs an index that has calque.
     """
     from calque.pool.bootstrap import worker_user_data
     from calque.pool.spec import load_spec
 
-    click.echo(worker_user_data(load_spec(spec_path), runtime_pip=runtime_pip), nl=False)
+    text = worker_user_data(
+        load_spec(spec_path),
+        runtime_pip=runtime_pip or None,
+        runtime_url=runtime_url or None,
+        runtime_sha256=runtime_sha256 or None,
+    )
+    click.echo(text, nl=False)
 
 
 # -- submit / results -----------------------------------------------------------------------------
@@ -262,3 +277,59 @@ def sweep(
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):
         click.echo(uri)
+
+
+# -- stage-runtime --------------------------------------------------------------------------------
+
+
+def _render_staged(staged: dict[str, object]) -> str:
+    state = "uploaded" if staged["uploaded"] else "already staged"
+    return f"s3://{staged['bucket']}/{staged['key']} ({state})\nsha256 {staged['sha256']}\n{staged['url']}"
+
+
+@pool.command("stage-runtime")
+@bucket_option
+@prefix_option
+@click.option(
+    "--ttl",
+    default="3h",
+    show_default=True,
+    help="How long the instances may download it (their TTL): seconds or 90m, 3h, 1d; at most 7 days.",
+)
+@click.option(
+    "--wheel",
+    "wheel_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Stage this calque wheel instead of building the running calque's.",
+)
+@aws_options
+@json_option
+def stage_runtime(
+    bucket: str | None,
+    prefix: str,
+    ttl: str,
+    wheel_path: str | None,
+    region: str | None,
+    endpoint_url: str | None,
+    profile: str | None,
+    as_json: bool,
+) -> None:
+    """Stage this calque's wheel in the pool's bucket (<prefix>/runtime/) and print a presigned URL for it.
+
+    Uploads only when the stored sha256 differs. Pass the URL and sha256 to `calque pool user-data`
+    (--runtime-url, --runtime-sha256): instances download, check and pip install the wheel.
+    """
+    from calque.models.acquire import parse_duration
+    from calque.pool.runtime_wheel import stage_runtime as stage
+
+    if not bucket:
+        raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
+    try:
+        ttl_s = parse_duration(ttl, what="--ttl")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    staged = stage(
+        bucket, prefix, ttl_s=ttl_s, wheel=wheel_path, region=region, endpoint_url=endpoint_url, profile=profile
+    )
+    emit(asdict(staged), as_json, _render_staged)

@@ -85,7 +85,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 @click.option(
     "--runtime-pip",
     default=None,
-    help="pip requirement that installs calque on the instance (default: calque==<this version>).",
+    help="Override: pip requirement or URL that installs calque on the instance (default: this calque's wheel,"
+    " staged under the ramp's prefix and downloaded through a presigned URL).",
 )
 @click.option(
     "--rung-timeout",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -39,22 +40,64 @@ CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
 # Placeholders are @NAME@ so that the shell's own $ and {} need no escaping.
 _USER_DATA = r"""#!/bin/bash
 # calque pool worker bootstrap for model @MODEL@ (rendered by calque.pool.bootstrap).
-# 1. the calque runtime in /opt/calque/venv  2. the pool spec in @SPEC_PATH@
+# 1. the calque runtime in /opt/calque/venv (the staged wheel, its sha256 checked)  2. the pool spec in @SPEC_PATH@
 # 3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`.
 # The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
 set -euo pipefail
+PY=$(command -v python3.11 || command -v python3)
+RUNTIME_URL=@RUNTIME_URL@      # the staged calque wheel (presigned GET; empty: RUNTIME_PIP)
+RUNTIME_SHA256=@RUNTIME_SHA256@
+RUNTIME_WHEEL=@WHEEL_NAME@
+
+fetch() {  # URL DEST: a few tries, each bounded
+  local i
+  for i in 1 2 3 4 5; do
+    if command -v curl >/dev/null; then
+      curl -fsS --connect-timeout 10 --max-time 300 -o "$2" "$1" && return 0
+    else
+      "$PY" - "$1" "$2" <<'CALQUE_FETCH' && return 0
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=300) as r, open(sys.argv[2], "wb") as f:
+    f.write(r.read())
+CALQUE_FETCH
+    fi
+    echo "calque bootstrap: download failed (try $i)"; sleep $((i * 3))
+  done
+  return 1
+}
+
+install_runtime() {  # VENV [PIP_ARGS...]: calque into VENV (created when missing)
+  local venv=$1 dir; shift
+  if [ ! -x "$venv/bin/python" ]; then
+    "$PY" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --upgrade pip
+  fi
+  if [ -n "$RUNTIME_URL" ]; then
+    dir=$(mktemp -d)
+    fetch "$RUNTIME_URL" "$dir/$RUNTIME_WHEEL"
+    echo "$RUNTIME_SHA256  $dir/$RUNTIME_WHEEL" | sha256sum -c --quiet -
+    "$venv/bin/pip" install --quiet "$@" "$dir/$RUNTIME_WHEEL"  # dependencies from the configured index
+    rm -rf "$dir"
+  else
+    "$venv"/bin/pip install --quiet @RUNTIME_PIP@ "$@"
+  fi
+}
+
+# CALQUE_BOOTSTRAP_STEP=install_runtime runs only that step (the tests, against a scratch venv).
+if [ "${CALQUE_BOOTSTRAP_STEP:-}" = install_runtime ]; then
+  install_runtime "$CALQUE_BOOTSTRAP_VENV" ${CALQUE_BOOTSTRAP_PIP_ARGS:-}
+  exit 0
+fi
+
 exec >>/var/log/calque-bootstrap.log 2>&1
 echo "calque bootstrap: $(date -u +%FT%TZ)"
-PY=$(command -v python3.11 || command -v python3)
 if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
 fi
 install -d -m 0755 /opt/calque /etc/calque
 install -d -m 0750 /var/lib/calque
 if [ ! -x /opt/calque/venv/bin/calque ]; then
-  "$PY" -m venv /opt/calque/venv
-  /opt/calque/venv/bin/pip install --quiet --upgrade pip
-  /opt/calque/venv/bin/pip install --quiet @RUNTIME_PIP@
+  install_runtime /opt/calque/venv
 fi
 base64 -d >@SPEC_PATH@ <<'CALQUE_SPEC'
 @SPEC_B64@
@@ -95,17 +138,33 @@ def spec_yaml(spec: PoolSpec) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def worker_user_data(spec: PoolSpec, *, runtime_pip: str | None = None) -> str:
+def worker_user_data(
+    spec: PoolSpec,
+    *,
+    runtime_pip: str | None = None,
+    runtime_url: str | None = None,
+    runtime_sha256: str | None = None,
+) -> str:
     """The user-data script that turns an instance into a worker of ``spec``'s pool.
+
+    The runtime comes from ``runtime_pip`` when given (an explicit override), else from the staged
+    wheel at ``runtime_url`` (``calque.pool.runtime_wheel.stage_runtime``; its ``runtime_sha256`` is
+    checked), else ``default_runtime_pip()``.
 
     The workload must exist on the instance: an ``s3://`` URI (``stage_workload``) or a path the AMI has.
     """
+    url = "" if runtime_pip else (runtime_url or "")
+    if url and not re.fullmatch(r"[0-9a-f]{64}", runtime_sha256 or ""):
+        raise UsageError("a staged runtime URL needs its sha256 (64 hex digits)")
     encoded = base64.b64encode(spec_yaml(spec).encode()).decode()
     lines = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
     values = {
         "@MODEL@": spec.model.replace("\n", " ").replace("%", "%%"),  # systemd expands %
         "@SPEC_PATH@": SPEC_PATH_ON_INSTANCE,
         "@UNIT@": UNIT_NAME,
+        "@RUNTIME_URL@": shlex.quote(url),
+        "@RUNTIME_SHA256@": shlex.quote(runtime_sha256 or ""),
+        "@WHEEL_NAME@": shlex.quote(f"calque-{__version__}-py3-none-any.whl"),
         "@RUNTIME_PIP@": shlex.quote(runtime_pip or default_runtime_pip()),
         "@SPEC_B64@": lines,
     }

@@ -1,7 +1,8 @@
 """``calque ramp``'s core: one instance, one warm pool worker on it, a ramp of item counts, then cleanup.
 
 It makes a temporary pool for the ramp (its own queue, model ``calque-ramp/<id>``, and S3 prefix
-``<prefix>/ramps/<id>`` in the caller's bucket), stages the workload there, and acquires ONE instance
+``<prefix>/ramps/<id>`` in the caller's bucket), stages the workload and this calque's wheel
+(``calque.pool.runtime_wheel``, unless ``runtime_pip`` overrides it) there, and acquires ONE instance
 through the ``Acquirer`` whose user-data (``calque.pool.bootstrap``, the same bootstrap as
 ``playbooks/pool.yml``) starts ONE ``calque pool worker`` on the ramp's spec. Each rung is then
 submitted as a pool run and read back from its Summaries: ``@enter`` runs once on that worker, so only
@@ -35,6 +36,7 @@ from calque.models import Item, ItemResult, PoolSpec, QueueSettings, RunReport, 
 from calque.models.acquire import CohortSpec, Market, RampReport, RampRung, RootVolume
 from calque.pool import submit as pool
 from calque.pool.bootstrap import stage_workload, worker_user_data, write_spec
+from calque.pool.runtime_wheel import MAX_URL_TTL_S, stage_runtime
 
 MAX_RUNG = 1_000_000
 # A ramp's queue lives minutes: a short long-poll keeps the worker's shutdown quick.
@@ -268,6 +270,11 @@ def run_ramp(
     say = progress or (lambda _msg: None)
     if not opts.bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET (the ramp's runs go under a prefix in it)")
+    if not opts.runtime_pip and opts.ttl_seconds > MAX_URL_TTL_S:
+        raise UsageError(
+            f"--ttl {opts.ttl_seconds} s: the staged runtime's presigned URL lives at most 7 days;"
+            " shorten --ttl or pass --runtime-pip"
+        )
     pool_items = pool.read_items(opts.items_file) if opts.items_file else None
     name = f"ramp-{secrets.token_hex(4)}"
     sqs = client("sqs", region=opts.region, endpoint_url=opts.endpoint_url, profile=opts.profile)
@@ -285,7 +292,19 @@ def run_ramp(
         queue.ensure(RAMP_QUEUE)
         workload = stage_workload(s3, opts.bucket, target.prefix, queue.name, opts.workload)
         spec = ramp_spec(opts, name, workload, str(sqs.meta.region_name))
-        cohort = ramp_cohort(opts, name, worker_user_data(spec, runtime_pip=opts.runtime_pip))
+        if opts.runtime_pip:
+            user_data = worker_user_data(spec, runtime_pip=opts.runtime_pip)
+        else:  # the wheel of this calque, beside the ramp's runs, for the instance's lifetime
+            staged = stage_runtime(
+                opts.bucket,
+                target.prefix,
+                ttl_s=opts.ttl_seconds,
+                region=str(sqs.meta.region_name),
+                endpoint_url=opts.endpoint_url,
+                profile=opts.profile,
+            )
+            user_data = worker_user_data(spec, runtime_url=staged.url, runtime_sha256=staged.sha256)
+        cohort = ramp_cohort(opts, name, user_data)
         say(f"acquiring one {opts.instance_type} ({cohort.market}) as cohort {name}")
         acquired = True
         got = acquirer.apply(cohort, consent)
