@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from calque.configfile import validation_problems
 from calque.errors import UsageError
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.models.base import CalqueModel
@@ -46,6 +47,16 @@ def parse_duration(text: str | int | float) -> float:
     return total
 
 
+def _duration_field(v: object) -> object:
+    """A duration field's value in seconds; a bad one is a field error (the file and key are named)."""
+    if not isinstance(v, str):
+        return v
+    try:
+        return parse_duration(v)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Limits(CalqueModel):
     """Limits for a user or group; unset fields fall back to the defaults."""
 
@@ -55,7 +66,7 @@ class Limits(CalqueModel):
     @field_validator("max_ttl", mode="before")
     @classmethod
     def _dur(cls, v: object) -> object:
-        return parse_duration(v) if isinstance(v, str) else v
+        return _duration_field(v)
 
 
 class Policy(CalqueModel):
@@ -106,7 +117,9 @@ class SessionConfig(CalqueModel):
     )
     idle_expiry: float | None = Field(None, description="end a session with no process on its slice this long")
     policy: Policy = Field(default_factory=Policy)
-    spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")
+    spot: bool = Field(
+        False, description="this host is a spot instance (the session_service role: calque_session_service_spot)"
+    )
     request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
     processes: int = Field(
@@ -125,7 +138,7 @@ class SessionConfig(CalqueModel):
     @field_validator("default_ttl", "max_total_ttl", "notice_before", "kill_grace", "idle_expiry", mode="before")
     @classmethod
     def _dur(cls, v: object) -> object:
-        return parse_duration(v) if isinstance(v, str) else v
+        return _duration_field(v)
 
     @field_validator("notice_signal")
     @classmethod
@@ -161,4 +174,4 @@ def load_config(path: Path | None) -> SessionConfig:
     try:
         return SessionConfig.model_validate(data)
     except ValidationError as exc:
-        raise UsageError(f"session config {path} is invalid: {exc}") from exc
+        raise UsageError(f"session config {path} is invalid: {validation_problems(exc)}") from exc
