@@ -13,7 +13,8 @@ and a flat index (``dpkg-scanpackages``) that a booted test host reads as
   ``cuda-keyring`` and ``linux-headers-<kernel>`` are empty packages under the same names and versions.
 
 ``detection_smi(version)`` is the text of a stand-in ``nvidia-smi`` for a host that already has a working
-driver (an AWS Deep Learning AMI): it always answers ``version``.
+driver (an AWS Deep Learning AMI): it always answers ``version``; ``build_repo`` also writes it beside the
+index as ``nvidia-smi-working`` (not a package) for the scenario's prepare step.
 
 Usage (a molecule prepare step): ``python tests/roles/nvidia_standins.py OUT_DIR --kernel "$(uname -r)"``.
 """
@@ -154,6 +155,8 @@ def build_repo(out: Path, *, kernel: str, branch: int = 580, version: str = DRIV
     index = subprocess.run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=out, check=True,
                            capture_output=True, text=True).stdout  # fmt: skip
     (out / "Packages").write_text(index)
+    # Not a package: what a host with a working driver (a Deep Learning AMI) has as nvidia-smi.
+    (out / "nvidia-smi-working").write_text(detection_smi(version))
     return out
 
 

@@ -70,6 +70,7 @@ def test_installed_smi_fails_until_the_driver_is_loaded(tmp_path: Path) -> None:
 
 
 def test_detection_smi_answers_the_given_version(tmp_path: Path) -> None:
+    assert (build_repo(tmp_path / "repo", kernel="k") / "nvidia-smi-working").read_text() == detection_smi()
     smi = tmp_path / "nvidia-smi"
     smi.write_text(detection_smi("595.91.07"))
     smi.chmod(0o755)
