@@ -16,6 +16,7 @@ from calque.errors import EXIT_CODES, CalqueError
 
 # Verb groups load on first use: `eval "$(calque session checkout --shell)"` should not pay for boto3.
 _VERBS = {
+    "config": "calque.cli.config:config",
     "pool": "calque.cli.pool:pool",
     "session": "calque.cli.session:session",
     "gpu": "calque.cli.gpu:gpu",

@@ -113,10 +113,19 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     return rep
 
 
+def shutdown_bound_s(spec: PoolSpec) -> float:
+    """Seconds a stopping worker may take before it exits on its own (the receiver's last long poll,
+    the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
+
+    A supervisor's stop timeout (systemd's ``TimeoutStopSec``, the pool_worker role) must exceed it.
+    """
+    return min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+
+
 def _install_signals(worker: Worker, spec: PoolSpec) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
-    bound = min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+    bound = shutdown_bound_s(spec)
 
     def on_signal(signum: int, _frame: Any) -> None:
         if worker.stopping:
