@@ -17,12 +17,12 @@ from calque.gpu.layout import load_layout
 from calque.gpu.mps import (
     DEFAULT_LOG_ROOT,
     DEFAULT_PIPE_ROOT,
-    SYSTEMD_UNIT,
     MpsControl,
     MpsResult,
     MpsSettings,
     MpsStatus,
 )
+from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
 from calque.gpu.verify import VerifyReport
@@ -381,10 +381,23 @@ def mps_stop(
     emit(result, as_json, _render_mps_result)
 
 
+def _render_units(u: MpsUnits) -> str:
+    # One file per unit: each starts with the path it belongs at, so the output can be split by hand.
+    return "\n".join(f"# ==> /etc/systemd/system/{name}\n{text}" for name, text in u.units.items())
+
+
 @mps.command("unit")
-def mps_unit() -> None:
-    """Print the systemd unit template (calque-mps@.service) that runs a daemon per GPU."""
-    click.echo(SYSTEMD_UNIT, nl=False)
+@click.option(
+    "--calque",
+    "calque_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Absolute path of calque for ExecStart (default: the calque beside this Python, e.g. <venv>/bin/calque).",
+)
+@json_option
+def mps_unit(calque_path: str | None, as_json: bool) -> None:
+    """Print the systemd units (calque-mps@.service, calque-mps.target) that run a daemon per GPU at boot."""
+    emit(mps_units(calque_path), as_json, _render_units)
 
 
 def _render_facts(f: HostGpuFacts) -> str:

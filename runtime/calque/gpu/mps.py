@@ -357,24 +357,3 @@ class MpsControl:
                 "one service account; a second user's client otherwise waits until the first user's clients exit"
             ),
         )
-
-
-SYSTEMD_UNIT = """\
-# calque MPS control daemon for one GPU: systemctl enable --now calque-mps@0 (the instance is the GPU index).
-# MPS gives no isolation between clients; enabling this unit is the consent.
-[Unit]
-Description=calque MPS control daemon for GPU %i
-After=nvidia-persistenced.service
-ConditionPathExists=/usr/bin/nvidia-cuda-mps-control
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-Environment=CALQUE_HOST_CONFIG=/etc/calque/host.yaml
-EnvironmentFile=-/etc/calque/mps.env
-ExecStart=/usr/bin/env calque gpu mps start --gpus %i $CALQUE_MPS_OPTIONS --i-understand-shared-gpu-has-no-isolation
-ExecStop=/usr/bin/env calque gpu mps stop --gpus %i --i-understand-shared-gpu-has-no-isolation
-
-[Install]
-WantedBy=multi-user.target
-"""
