@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .paths import HOSTS_DIR, locked
+from .paths import IMAGES_DIR, locked
 
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -57,7 +57,7 @@ def image_key(packages: tuple[str, ...] = PACKAGES) -> str:
 
 
 def image_dir(packages: tuple[str, ...] = PACKAGES) -> Path:
-    return HOSTS_DIR / "images" / f"{SUITE}-{image_key(packages)}"
+    return IMAGES_DIR / f"{SUITE}-{image_key(packages)}"
 
 
 def ensure_image(packages: tuple[str, ...] = PACKAGES, *, log: Path | None = None) -> Path:
@@ -78,7 +78,7 @@ def _build(final: Path, packages: tuple[str, ...], log: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(final, ignore_errors=True)
     tmp.mkdir(parents=True)
-    debs = HOSTS_DIR / "debs"  # downloaded .debs kept across image keys (debootstrap --cache-dir)
+    debs = IMAGES_DIR / "debs"  # downloaded .debs kept across image keys (debootstrap --cache-dir)
     debs.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("CALQUE_HOSTS_MIRROR", DEFAULT_MIRROR)
     cmd = [

@@ -12,6 +12,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 HOSTS_DIR = Path(os.environ.get("CALQUE_HOSTS_DIR", REPO / "build" / "hosts")).resolve()
 RUNS_DIR = HOSTS_DIR / "runs"
+# The debootstrapped image (and the .debs it came from) is shared by every checkout on the machine,
+# as ansible-test shares its virtualenvs: a few CPU-minutes the first time, then none, whichever
+# worktree or CI clone asks. Runs (host copies, state) stay in the checkout's build/hosts/.
+_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+IMAGES_DIR = Path(os.environ.get("CALQUE_HOSTS_IMAGES", _cache / "calque" / "test-hosts")).resolve()
 # Every network namespace the harness makes starts with this, so `down --all` finds a crashed run's.
 # It names this checkout (a hash of build/hosts' path): two checkouts on one machine, each running
 # its own tests, never share a namespace name nor tear down each other's.
