@@ -15,24 +15,20 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
 from .fleet import Fleet, HostSpec
-from .paths import HOSTS_DIR, REPO
+from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami
+from .paths import HOSTS_DIR
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
-INSTITUTION = REPO / "playbooks" / "inventories" / "institution"
-SITE = REPO / "playbooks" / "site.yml"
 MIG, H100, MPS = "teach-rtx", "teach-h100", "research-l40s"
 CONSENT = "calque_gpu_layout_mps_i_understand_mps_shares_memory"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
@@ -72,38 +68,6 @@ class Estate:
         return self.as_user(user, f"test -r {path}", check=False).returncode == 0
 
 
-def _inventory(fleet: Fleet, wheelhouse: Path, folder: Path) -> tuple[Path, Path]:
-    """The institution's group_vars as IT wrote them, over this run's hosts; only what a test host
-    must differ in is overridden: the wheelhouse, the stand-in driver repository, one L40S not four."""
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(INSTITUTION / "group_vars", folder / "group_vars")
-    for lab in ("lab_a.yml", "lab_b.yml", "calque_pool_hosts.yml"):
-        (folder / "group_vars" / lab).unlink(missing_ok=True)
-    shutil.copy(fleet.inventory, folder / "hosts.yml")
-    groups = {
-        "calque_gpu_hosts": {"children": {"teaching": None, "research": None}},
-        "calque_session_hosts": {"children": {"teaching": None, "research": None}},
-    }
-    (folder / "groups.yml").write_text(yaml.safe_dump(groups))
-    (folder / "host_vars").mkdir()
-    research = yaml.safe_load((INSTITUTION / "group_vars" / "research.yml").read_text())
-    one_gpu = [slot for slot in research["calque_session_service_mps"] if slot["gpu"] == 0]
-    (folder / "host_vars" / f"{MPS}.yml").write_text(yaml.safe_dump({"calque_session_service_mps": one_gpu}))
-    (folder / "host_vars" / f"{H100}.yml").write_text(
-        yaml.safe_dump({"calque_nvidia_driver_instance_type": "p5.48xlarge"})
-    )
-    extra = folder.parent / "e2e-vars.yml"  # beside the inventory folder: inside it, ansible would read it as one
-    extra.write_text(
-        yaml.safe_dump(
-            {
-                "calque_runtime_wheelhouse": str(wheelhouse),
-                "calque_nvidia_driver_apt_source": "deb [trusted=yes] file:/srv/nvidia-standin ./",
-            }
-        )
-    )
-    return folder, extra
-
-
 @pytest.fixture(scope="module")
 def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
     fleet = Fleet("e2e")
@@ -114,24 +78,15 @@ def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
     ]
     try:
         fleet.up(specs)
-        standins = HOSTS_DIR / "nvidia-standin"
-        kernel = fleet.ssh(MIG, "uname -r").stdout.strip()
-        subprocess.run(
-            [sys.executable, str(REPO / "tests/roles/nvidia_standins.py"), str(standins), "--kernel", kernel],
-            check=True,
-            capture_output=True,
-            timeout=300,
+        prepare_dlami(fleet, mps_hosts=[MPS])
+        inventory, extra = institution_inventory(
+            fleet,
+            wheelhouse,
+            host_vars={
+                MPS: {"calque_session_service_mps": one_gpu_mps_slots()},
+                H100: {"calque_nvidia_driver_instance_type": "p5.48xlarge"},
+            },
         )
-        for h in fleet.hosts:  # a Deep Learning AMI: a working driver, and NVIDIA's repository configured
-            fleet.scp_to(h.name, standins, "/srv/nvidia-standin")
-            fleet.ssh(
-                h.name,
-                "install -m 0755 /srv/nvidia-standin/nvidia-smi-working /usr/local/bin/nvidia-smi && "
-                "echo 'deb [trusted=yes] file:/srv/nvidia-standin ./' > /etc/apt/sources.list.d/nvidia.list && "
-                "apt-get update -qq",
-            )
-        fleet.scp_to(MPS, REPO / "tests/gpu/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control")
-        inventory, extra = _inventory(fleet, wheelhouse, fleet.dir / "inventory")
         LOGS.mkdir(parents=True, exist_ok=True)
         yield Estate(fleet, inventory, extra)
     finally:
