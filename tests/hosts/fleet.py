@@ -307,7 +307,8 @@ class Fleet:
 
     def controller(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in the controller namespace (e.g. ansible-playbook)."""
-        kw.setdefault("capture_output", True)
+        if "stdout" not in kw:
+            kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         return subprocess.run(["ip", "netns", "exec", self.controller_ns, *argv], check=False, **kw)
 

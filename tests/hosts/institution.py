@@ -23,9 +23,10 @@ SITE = REPO / "playbooks" / "site.yml"
 STANDIN_SOURCE = "deb [trusted=yes] file:/srv/nvidia-standin ./"
 
 
-def prepare_dlami(fleet: Fleet, mps_hosts: list[str]) -> None:
-    """Every host gets the stand-in ``nvidia-smi`` that answers 580 and the stand-in NVIDIA repository
-    as an apt source (a DLAMI ships both); MPS hosts get the stand-in MPS control program."""
+def prepare_dlami(fleet: Fleet) -> None:
+    """Every host gets what an AWS Deep Learning AMI ships: NVIDIA's repository configured (here the
+    stand-in one of tests/roles) and the driver installed and loaded (the stand-in ``nvidia-open``:
+    ``nvidia-smi`` answering 580, ``nvidia-persistenced``, ``nvidia-cuda-mps-control``)."""
     standins = HOSTS_DIR / "nvidia-standin"
     kernel = fleet.ssh(fleet.hosts[0].name, "uname -r").stdout.strip()
     subprocess.run(
@@ -38,11 +39,11 @@ def prepare_dlami(fleet: Fleet, mps_hosts: list[str]) -> None:
         fleet.scp_to(h.name, standins, "/srv/nvidia-standin")
         fleet.ssh(
             h.name,
-            "install -m 0755 /srv/nvidia-standin/nvidia-smi-working /usr/local/bin/nvidia-smi && "
-            f"echo '{STANDIN_SOURCE}' > /etc/apt/sources.list.d/nvidia.list && apt-get update -qq",
+            f"echo '{STANDIN_SOURCE}' > /etc/apt/sources.list.d/nvidia.list && apt-get update -qq && "
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-open >/dev/null && "
+            "systemctl daemon-reload && systemctl start nvidia-standin-load.service && nvidia-smi >/dev/null",
+            timeout=300,
         )
-    for name in mps_hosts:
-        fleet.scp_to(name, REPO / "tests/gpu/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control")
 
 
 def institution_inventory(

@@ -42,7 +42,7 @@ def main() -> int:
         say(f"institution: booting session host {HOST} (Debian bookworm, systemd-nspawn; 1x RTX PRO 6000, simulated)")
         fleet.up([HostSpec(HOST, "rtx-pro-6000", ("teaching",))])
         indent(f"{HOST} at {fleet.host(HOST).address}, reached by ssh from namespace {fleet.controller_ns}")
-        prepare_dlami(fleet, mps_hosts=[])
+        prepare_dlami(fleet)
         inventory, extra = institution_inventory(fleet, wheelhouse)
         say(f"institution: ansible-playbook -i {inventory.relative_to(REPO)} playbooks/site.yml (teaching group_vars)")
         r = fleet.playbook(SITE, "-e", f"@{extra}", inventory=inventory)

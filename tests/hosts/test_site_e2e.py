@@ -49,8 +49,13 @@ class Estate:
         self.fleet, self.inventory, self.extra = fleet, inventory, extra
 
     def site(self, log: str, *args: str) -> subprocess.CompletedProcess[str]:
-        r = self.fleet.playbook(SITE, "-e", f"@{self.extra}", *args, inventory=self.inventory)
-        (LOGS / f"e2e-{log}.log").write_text(r.stdout + r.stderr)
+        """site.yml with the institution inventory; its output is also kept in build/hosts/logs/e2e-LOG.log."""
+        path = LOGS / f"e2e-{log}.log"
+        with path.open("w") as out:
+            r = self.fleet.playbook(
+                SITE, "-e", f"@{self.extra}", *args, inventory=self.inventory, stdout=out, stderr=subprocess.STDOUT
+            )
+        r.stdout = path.read_text()
         return r
 
     def as_user(self, user: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -78,7 +83,7 @@ def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
     ]
     try:
         fleet.up(specs)
-        prepare_dlami(fleet, mps_hosts=[MPS])
+        prepare_dlami(fleet)
         inventory, extra = institution_inventory(
             fleet,
             wheelhouse,
