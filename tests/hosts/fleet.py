@@ -388,7 +388,7 @@ class Fleet:
         running = [h for h in self.state.hosts if h.running()]
         for h in running:
             procs.send(h.pid or 0, signal.SIGTERM, h.started)
-        procs.wait_gone([(h.pid or 0, h.started) for h in running], 20.0)
+        procs.wait_gone([(h.pid or 0, h.started) for h in running], 10.0)
         for h in self.state.hosts:
             h.stop(grace=5.0)
             done.append(f"host {h.name}")
