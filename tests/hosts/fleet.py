@@ -31,6 +31,7 @@ from .shapes import shape as get_shape
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
 HOST_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 SSH_TIMEOUT = 60.0  # sshd answering once systemd is up
+CONTROL_ROOT = Path("/run/calque-test-hosts")
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ class Fleet:
 
     @property
     def control_dir(self) -> Path:
-        return self.dir / "cp"
+        """ssh's control sockets: a short path under /run, as a unix socket's path must stay under
+        108 bytes wherever the checkout lives."""
+        return CONTROL_ROOT / f"{NETNS_PREFIX}{self.name}"
 
     @property
     def controller_ns(self) -> str:
@@ -216,7 +219,7 @@ class Fleet:
         hostkey = host_public_key(image)
         known = [f"{s.name},{netns.host_address(i)} {hostkey}" for i, s in enumerate(specs)]
         (self.dir / "known_hosts").write_text("\n".join(known) + "\n")
-        self.control_dir.mkdir(exist_ok=True)
+        self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         cfg = [line for i, s in enumerate(specs) for line in (f"Host {s.name}", f"  HostName {netns.host_address(i)}")]
         cfg += [
             "Host *",
@@ -404,6 +407,7 @@ class Fleet:
         for m in mounts_under(self.dir) if self.dir.exists() else []:
             subprocess.run(["umount", "-l", m], capture_output=True, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.control_dir, ignore_errors=True)
         _untrack(self)
         self.state = State(name=self.name, controller_ns=self.controller_ns)
         return done
@@ -443,6 +447,8 @@ def down_all() -> list[str]:
             done.append(f"mount {m}")
         for d in RUNS_DIR.iterdir():
             shutil.rmtree(d, ignore_errors=True)
+    for d in CONTROL_ROOT.glob(f"{NETNS_PREFIX}*") if CONTROL_ROOT.is_dir() else []:
+        shutil.rmtree(d, ignore_errors=True)
     return done
 
 
