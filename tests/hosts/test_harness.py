@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 def _leftovers(name: str, pids: list[tuple[int, int | None]]) -> list[str]:
     left = [f"netns {n}" for n in netns.list_namespaces(f"{NETNS_PREFIX}{name}-")]
     left += [f"pid {p} {procs.cmdline(p)[:2]}" for p, s in pids if procs.alive(p, s)]
-    left += [f"mount {m}" for m in mounts_under(RUNS_DIR)] if RUNS_DIR.exists() else []
+    left += [f"mount {m}" for m in mounts_under(RUNS_DIR / name)]
     left += [f"dir {RUNS_DIR / name}"] if (RUNS_DIR / name).exists() else []
     return left
 
