@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,12 @@ from .paths import NETNS_PREFIX, RUNS_DIR
 if TYPE_CHECKING:
     from .fleet import Fleet
 
-CONTROL_ROOT = Path("/run/calque-test-hosts")  # ssh control sockets (short paths: unix sockets)
+CONTROL_ROOT = Path("/run/cth")  # ssh control sockets: ssh's listener path must stay under 108 bytes
+
+
+def control_dir_of(name: str) -> Path:
+    """Run ``name``'s ssh control socket folder: /run/cth/<10 hex> (checkout and run hashed)."""
+    return CONTROL_ROOT / hashlib.sha256(f"{NETNS_PREFIX}{name}".encode()).hexdigest()[:10]
 
 
 def down_all() -> list[str]:
@@ -44,9 +50,8 @@ def down_all() -> list[str]:
             subprocess.run(["umount", "-l", m], capture_output=True, check=False)
             done.append(f"mount {m}")
         for d in RUNS_DIR.iterdir():
+            shutil.rmtree(control_dir_of(d.name), ignore_errors=True)
             shutil.rmtree(d, ignore_errors=True)
-    for d in CONTROL_ROOT.glob(f"{NETNS_PREFIX}*") if CONTROL_ROOT.is_dir() else []:
-        shutil.rmtree(d, ignore_errors=True)
     return done
 
 

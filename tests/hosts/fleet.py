@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from . import netns, procs
-from .exits import CONTROL_ROOT, track, untrack
+from .exits import control_dir_of, track, untrack
 from .image import ensure_image, host_public_key
 from .machine import BOOT_TIMEOUT, Host, HostError, mounts_under
 from .paths import HOSTS_DIR, NETNS_PREFIX, REPO, RUNS_DIR
@@ -94,7 +94,7 @@ class Fleet:
     def control_dir(self) -> Path:
         """ssh's control sockets: a short path under /run, as a unix socket's path must stay under
         108 bytes wherever the checkout lives."""
-        return CONTROL_ROOT / f"{NETNS_PREFIX}{self.name}"
+        return control_dir_of(self.name)
 
     @property
     def controller_ns(self) -> str:

@@ -35,4 +35,5 @@ def test_molecule_scenario_converges_idempotently_and_verifies(
     text = ANSI.sub("", log.read_text(errors="replace"))
     assert rc == 0, f"molecule test -s {scenario} exited {rc} (log: {log}):\n" + "\n".join(text.splitlines()[-80:])
     for step in ("converge", "idempotence", "verify"):
-        assert re.search(rf"{scenario} ➜ {step}: Executed: Successful", text), f"{step} did not run; log: {log}"
+        # molecule writes "scenario ➜ step", or "scenario > step" without colours
+        assert re.search(rf"{scenario} (➜|>) {step}: Executed: Successful", text), f"{step} did not run; log: {log}"
