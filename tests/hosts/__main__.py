@@ -18,6 +18,7 @@ from .fleet import Fleet, HostSpec, down_all
 from .image import ensure_image
 from .paths import RUNS_DIR
 from .preflight import unavailable_reason
+from .scenarios import run_molecule, scenarios
 from .shapes import SHAPES
 from .wheelhouse import ensure_wheelhouse
 
@@ -103,6 +104,21 @@ def list_runs() -> None:
             f = Fleet(d.name)
             hosts = ", ".join(f"{h.name}={h.address}{'' if h.running() else ' (down)'}" for h in f.hosts)
             click.echo(f"{f.name}: {hosts}")
+
+
+@main.command(
+    "molecule",
+    context_settings={"ignore_unknown_options": True},
+    help="Run molecule for one of calque.gpu's scenarios from the collection's root, with this checkout's "
+    "own working directory (e.g. `molecule runtime test`, `molecule runtime converge`).",
+)
+@click.argument("scenario")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def molecule_cmd(scenario: str, args: tuple[str, ...]) -> None:
+    known = scenarios()
+    if scenario not in known:
+        raise click.BadParameter(f"no scenario {scenario!r}; scenarios: {', '.join(known) or 'none'}")
+    sys.exit(run_molecule(scenario, list(args) or ["test"]))
 
 
 @main.command(help="Build (or find) the cached Debian image and print its path.")

@@ -307,26 +307,37 @@ class Fleet:
 
     def controller(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` in the controller namespace (e.g. ansible-playbook)."""
-        kw.setdefault("capture_output", True)
+        if "stdout" not in kw:
+            kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         return subprocess.run(["ip", "netns", "exec", self.controller_ns, *argv], check=False, **kw)
 
     def ansible_env(self) -> dict[str, str]:
-        env = {**os.environ, "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.control_dir), "ANSIBLE_NOCOLOR": "1"}
-        env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / "collections"))
-        return env
+        """The environment for ansible run against this run's hosts (ansible.cfg at the repository
+        root finds the collection; only the ssh control sockets are per run)."""
+        return {**os.environ, "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.control_dir), "ANSIBLE_NOCOLOR": "1"}
 
     def playbook(
-        self, playbook: Path | str, *args: str, timeout: float = 600, **kw: Any
+        self, playbook: Path | str, *args: str, inventory: Path | None = None, timeout: float = 900, **kw: Any
     ) -> subprocess.CompletedProcess[str]:
-        """``ansible-playbook -i <this run's inventory> playbook args...`` in the controller namespace."""
-        exe = str(Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "ansible-playbook")
-        if not Path(exe).exists():
-            exe = shutil.which("ansible-playbook") or "ansible-playbook"
+        """``ansible-playbook -i INVENTORY playbook args...`` in the controller namespace, from the
+        repository root (its ansible.cfg); INVENTORY defaults to this run's."""
+        exe = REPO / ".venv" / "bin" / "ansible-playbook"
         env = {**self.ansible_env(), **kw.pop("env", {})}
-        return self.controller(
-            [exe, "-i", str(self.inventory), str(playbook), *args], env=env, cwd=REPO, timeout=timeout, **kw
+        inv = str(inventory or self.inventory)
+        return self.controller([str(exe), "-i", inv, str(playbook), *args], env=env, cwd=REPO, timeout=timeout, **kw)
+
+    def scp_to(self, host: str, source: Path, dest: str) -> None:
+        """Copy a file or directory tree to ``host`` (scp -r, as root)."""
+        r = subprocess.run(
+            [str(self.bin / "scp"), "-q", "-r", str(source), f"root@{host}:{dest}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
+        if r.returncode != 0:
+            raise HostError(f"scp {source} to {host}:{dest} failed: {r.stderr.strip()}")
 
     def authorize(self, host: str, user: str) -> None:
         """Let ``user`` (already created on ``host``) log in with this run's key."""
