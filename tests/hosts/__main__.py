@@ -13,8 +13,9 @@ from pathlib import Path
 
 import click
 
-from . import fleet as fleet_mod
-from .fleet import Fleet, HostSpec, down_all
+from . import exits
+from .exits import down_all
+from .fleet import Fleet, HostSpec
 from .image import ensure_image
 from .paths import RUNS_DIR
 from .preflight import unavailable_reason
@@ -64,7 +65,7 @@ def up(name: str, hosts: tuple[str, ...], wheelhouse: Path | None, build_wheelho
     if build_wheelhouse:
         wheelhouse = ensure_wheelhouse()
     f = Fleet(name).up(specs, wheelhouse=wheelhouse.resolve() if wheelhouse else None)
-    fleet_mod.detach(f)  # stays up after this command; `down` ends it
+    exits.detach(f)  # stays up after this command; `down` ends it
     doc = {
         "name": f.name,
         "inventory": str(f.inventory),

@@ -7,14 +7,12 @@ down by pid and by name.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any
 import yaml
 
 from . import netns, procs
+from .exits import CONTROL_ROOT, track, untrack
 from .image import ensure_image, host_public_key
 from .machine import BOOT_TIMEOUT, Host, HostError, mounts_under
 from .paths import HOSTS_DIR, NETNS_PREFIX, REPO, RUNS_DIR
@@ -93,7 +92,9 @@ class Fleet:
 
     @property
     def control_dir(self) -> Path:
-        return self.dir / "cp"
+        """ssh's control sockets: a short path under /run, as a unix socket's path must stay under
+        108 bytes wherever the checkout lives."""
+        return CONTROL_ROOT / f"{NETNS_PREFIX}{self.name}"
 
     @property
     def controller_ns(self) -> str:
@@ -139,7 +140,7 @@ class Fleet:
         if self.state_file.exists() or netns.exists(self.controller_ns):
             self.down()  # a stale run of the same name
         self.dir.mkdir(parents=True, exist_ok=True)
-        _track(self)
+        track(self)
         try:
             self.state = State(
                 name=self.name, controller_ns=self.controller_ns, wheelhouse=str(wheelhouse or "") or None
@@ -216,7 +217,7 @@ class Fleet:
         hostkey = host_public_key(image)
         known = [f"{s.name},{netns.host_address(i)} {hostkey}" for i, s in enumerate(specs)]
         (self.dir / "known_hosts").write_text("\n".join(known) + "\n")
-        self.control_dir.mkdir(exist_ok=True)
+        self.control_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         cfg = [line for i, s in enumerate(specs) for line in (f"Host {s.name}", f"  HostName {netns.host_address(i)}")]
         cfg += [
             "Host *",
@@ -389,7 +390,7 @@ class Fleet:
         running = [h for h in self.state.hosts if h.running()]
         for h in running:
             procs.send(h.pid or 0, signal.SIGTERM, h.started)
-        procs.wait_gone([(h.pid or 0, h.started) for h in running], 20.0)
+        procs.wait_gone([(h.pid or 0, h.started) for h in running], 10.0)
         for h in self.state.hosts:
             h.stop(grace=5.0)
             done.append(f"host {h.name}")
@@ -405,7 +406,8 @@ class Fleet:
         for m in mounts_under(self.dir) if self.dir.exists() else []:
             subprocess.run(["umount", "-l", m], capture_output=True, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
-        _untrack(self)
+        shutil.rmtree(self.control_dir, ignore_errors=True)
+        untrack(self)
         self.state = State(name=self.name, controller_ns=self.controller_ns)
         return done
 
@@ -420,77 +422,3 @@ class Fleet:
             if Path(s.log).exists():
                 logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(s.log, logs / Path(s.log).name)
-
-
-def down_all() -> list[str]:
-    """Tear down every run under build/hosts/runs and anything a crashed run left: namespaces with
-    the harness's prefix, systemd-nspawn processes booting a root under build/hosts/runs, mounts."""
-    done: list[str] = []
-    if RUNS_DIR.is_dir():
-        for d in sorted(RUNS_DIR.iterdir()):
-            if (d / "state.json").exists() and NAME_RE.match(d.name):
-                done += Fleet(d.name).down()
-    runs = str(RUNS_DIR) + "/"
-    strays = [p for p in procs.all_pids() if _is_our_nspawn(procs.cmdline(p), runs)]
-    procs.stop([(p, procs.start_time(p)) for p in strays], 20.0)
-    done += [f"systemd-nspawn pid {p}" for p in strays]
-    for ns in netns.list_namespaces(NETNS_PREFIX):
-        netns.kill_pids_in(ns)
-        netns.delete(ns)
-        done.append(f"netns {ns}")
-    if RUNS_DIR.is_dir():
-        for m in sorted(mounts_under(RUNS_DIR), key=len, reverse=True):
-            subprocess.run(["umount", "-l", m], capture_output=True, check=False)
-            done.append(f"mount {m}")
-        for d in RUNS_DIR.iterdir():
-            shutil.rmtree(d, ignore_errors=True)
-    return done
-
-
-def _is_our_nspawn(argv: list[str], runs: str) -> bool:
-    return (
-        bool(argv) and Path(argv[0]).name == "systemd-nspawn" and any(a.startswith(f"--directory={runs}") for a in argv)
-    )
-
-
-# -- teardown on exit: fleets this process brought up are torn down at exit or on SIGTERM/SIGHUP ------
-
-_LIVE: dict[str, Fleet] = {}
-_LOCK = threading.Lock()
-_HOOKED = False
-
-
-def _track(f: Fleet) -> None:
-    global _HOOKED
-    with _LOCK:
-        _LIVE[f.name] = f
-        if not _HOOKED:
-            atexit.register(_down_live)
-            if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGTERM, signal.SIGHUP):
-                    if signal.getsignal(sig) in (signal.SIG_DFL, None):
-                        signal.signal(sig, _exit_on_signal)
-            _HOOKED = True
-
-
-def _untrack(f: Fleet) -> None:
-    with _LOCK:
-        if _LIVE.get(f.name) is f:
-            del _LIVE[f.name]
-
-
-def detach(f: Fleet) -> None:
-    """Leave ``f`` running when this process exits (the CLI's ``up``: ``down`` ends it later)."""
-    _untrack(f)
-
-
-def _down_live() -> None:
-    for f in list(_LIVE.values()):
-        try:
-            f.down()
-        except Exception as e:  # teardown of the others must still run
-            print(f"tests.hosts: teardown of run {f.name} failed: {e}")
-
-
-def _exit_on_signal(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)

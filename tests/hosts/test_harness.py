@@ -3,7 +3,9 @@ leave nothing behind (namespaces, processes, mounts, files) after teardown or a 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from . import netns, procs
-from .fleet import HostSpec, down_all
+from .fleet import HostSpec
 from .machine import mounts_under
 from .paths import NETNS_PREFIX, REPO, RUNS_DIR
 
@@ -21,7 +23,7 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 def _leftovers(name: str, pids: list[tuple[int, int | None]]) -> list[str]:
     left = [f"netns {n}" for n in netns.list_namespaces(f"{NETNS_PREFIX}{name}-")]
     left += [f"pid {p} {procs.cmdline(p)[:2]}" for p, s in pids if procs.alive(p, s)]
-    left += [f"mount {m}" for m in mounts_under(RUNS_DIR)] if RUNS_DIR.exists() else []
+    left += [f"mount {m}" for m in mounts_under(RUNS_DIR / name)]
     left += [f"dir {RUNS_DIR / name}"] if (RUNS_DIR / name).exists() else []
     return left
 
@@ -87,25 +89,34 @@ def test_two_hosts_boot_systemd_answer_ssh_from_the_controller_only_and_leave_no
     assert _leftovers("smoke", tracked) == []
 
 
-def test_down_all_removes_what_a_run_without_its_state_left(host_image: Path) -> None:
+def test_down_all_removes_what_a_run_without_its_state_left(host_image: Path, tmp_path: Path) -> None:
     """A run brought up by the CLI (detached), whose state file is then lost as in a crash, is still
-    found by its namespaces and its systemd-nspawn command line."""
-    py = REPO / ".venv/bin/python"
+    found by ``down --all`` through its namespaces and its systemd-nspawn command line. It runs with
+    its own CALQUE_HOSTS_DIR (so its own namespace prefix): ``--all`` never touches other runs."""
+    hosts_dir = (tmp_path / "hosts").resolve()
+    env = {**os.environ, "CALQUE_HOSTS_DIR": str(hosts_dir)}
+    prefix = f"cth-{hashlib.sha256(str(hosts_dir).encode()).hexdigest()[:6]}-"
+    assert prefix != NETNS_PREFIX
+    cli = [str(REPO / ".venv/bin/python"), "-m", "tests.hosts"]
     up = subprocess.run(
-        [str(py), "-m", "tests.hosts", "up", "--name", "crashed", "--host", "gamma=none", "--json"],
+        [*cli, "up", "--name", "crashed", "--host", "gamma=none", "--json"],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
+        env=env,
     )
     assert up.returncode == 0, up.stderr
     run = json.loads(up.stdout)
-    state = json.loads((RUNS_DIR / "crashed" / "state.json").read_text())
-    pid, started = state["hosts"][0]["pid"], state["hosts"][0]["started"]
-    assert procs.alive(pid, started) and run["hosts"][0]["address"] == netns.host_address(0)
-    (RUNS_DIR / "crashed" / "state.json").unlink()
+    state_file = hosts_dir / "runs" / "crashed" / "state.json"
+    host = json.loads(state_file.read_text())["hosts"][0]
+    assert procs.alive(host["pid"], host["started"]) and run["hosts"][0]["address"] == netns.host_address(0)
+    assert netns.list_namespaces(prefix) == [f"{prefix}crashed-0", f"{prefix}crashed-c"]
+    state_file.unlink()
 
-    removed = down_all()
-    assert any(line.startswith("systemd-nspawn pid") for line in removed)
-    assert f"netns {NETNS_PREFIX}crashed-c" in removed
-    assert _leftovers("crashed", [(pid, started)]) == []
+    down = subprocess.run([*cli, "down", "--all"], capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    assert down.returncode == 0, down.stderr
+    assert "removed systemd-nspawn pid" in down.stdout and f"removed netns {prefix}crashed-c" in down.stdout
+    assert netns.list_namespaces(prefix) == []
+    assert not procs.alive(host["pid"], host["started"])
+    assert mounts_under(hosts_dir) == [] and not (hosts_dir / "runs" / "crashed").exists()
