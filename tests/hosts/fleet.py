@@ -228,7 +228,8 @@ class Fleet:
             "  ConnectTimeout 10",
             "  ServerAliveInterval 10",
             "  LogLevel ERROR",
-            f"  ControlPath {self.control_dir}/%C",
+            # %r@%h, not %C (40 hex): a unix socket path has 108 bytes, and ssh appends 17 while binding
+            f"  ControlPath {self.control_dir}/%r@%h",
             "  ControlMaster auto",
             "  ControlPersist 60",
         ]
