@@ -202,3 +202,18 @@ def test_a_read_that_keeps_failing_abandons_the_claim_and_never_calls_it_lost(mo
     checker, lease, _ = _claim_checker(100, moto)
     checker.prepare(lease)
     assert lease.state is State.ABANDONED and lease.prepared is None and lease.problem is None
+
+
+def test_a_claim_lost_while_it_was_being_prepared_is_neither_poisoned_nor_readied() -> None:
+    from calque.pool.lease import Prepared
+
+    prefix = "s3://b/calque/runs/run-1/"
+    manifest = Manifest(run_id="run-1", claim_id="c0", model=MODEL, method="work", items=[Item(index=0, args=[1])])
+    ref = ClaimRef(run_id="run-1", claim_id="c0", model=MODEL, method="work", manifest_uri=f"{prefix}m.json",
+                   results_prefix=prefix, item_count=1, submitted_at=datetime.now(timezone.utc))  # fmt: skip
+    for verdict in ("poison", "ready"):
+        lease = _lease(State.CLAIMED)
+        lease.advance(State.LOST, Role.KEEPER)  # the heartbeat lost it during a slow manifest read
+        done = lease.poison("bad claim") if verdict == "poison" else lease.ready(Prepared(ref, manifest, "work"))
+        assert done is False and lease.state is State.LOST
+        assert lease.problem is None and lease.prepared is None

@@ -71,7 +71,15 @@ def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
     names = zipfile.ZipFile(first).namelist()
     assert "calque/pool/worker.py" in names and "calque/data/runtime-constraints.txt" in names
     assert not [n for n in names if n.endswith("~") or n.endswith(".swp") or "__pycache__" in n]
-    assert "calque/session/systemd/calque-session.service" in names
+    for needed in (  # what hosts need besides code: catalogs, rates, systemd units, type marker
+        "calque/py.typed",
+        "calque/data/gpu-catalog.yaml",
+        "calque/data/ec2-rates.yaml",
+        "calque/session/systemd/calque-session.service",
+        "calque/session/systemd/session.example.yaml",
+    ):
+        assert needed in names, f"{needed} missing from {first.name}"
+    assert not any(n.startswith("modal/") for n in names), "the modal stand-in must never ship as a top-level package"
     assert f"calque-{__version__}.dist-info/METADATA" in names
     meta = zipfile.ZipFile(first).read(f"calque-{__version__}.dist-info/METADATA").decode()
     assert "Requires-Dist: prometheus-client" in meta

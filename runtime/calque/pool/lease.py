@@ -154,19 +154,28 @@ class Lease:
             self._state = to
             return True
 
-    def poison(self, problem: str) -> None:
-        """CLAIMED -> POISONED (claimer), recording why."""
+    def poison(self, problem: str) -> bool:
+        """CLAIMED -> POISONED (claimer), recording why; False when the lease was taken meanwhile."""
         with self._lock:
+            if self._state in TAKEN:
+                return False
             self._check(State.POISONED, Role.CLAIMER)
             self.problem = problem
             self._state = State.POISONED
+            return True
 
-    def ready(self, prepared: Prepared) -> None:
-        """Record a runnable claim's preparation (claimer; the lease stays CLAIMED until the runner starts it)."""
+    def ready(self, prepared: Prepared) -> bool:
+        """Record a runnable claim's preparation (claimer; it stays CLAIMED until the runner starts it).
+
+        False when the lease was taken while it was being prepared (the runner then drops it).
+        """
         with self._lock:
+            if self._state in TAKEN:
+                return False
             if self._state is not State.CLAIMED:
                 raise IllegalTransition(f"lease {self.message_id}: prepared while {self._state.name}")
             self.prepared = prepared
+            return True
 
     def extend(
         self, call: Callable[[str], object], on_refused: Callable[[CalqueError], None], *, require: State | None = None
