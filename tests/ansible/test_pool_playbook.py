@@ -74,6 +74,7 @@ def test_without_spend_consent_the_cohort_is_refused_and_nothing_launches(moto: 
     assert head["Metadata"]["calque-sha256"] == info["sha256"]
     user_data = tasks["Worker user-data from the spec (calque pool user-data validates it)"]["stdout"]
     assert f"RUNTIME_SHA256={info['sha256']}\n" in user_data and "RUNTIME_URL='http://127.0.0.1:" in user_data
+    assert info["wheelhouse_key"] is None and "WHEELHOUSE_URL=''" in user_data  # the sandbox stages the wheel alone
     # a second run stages the identical wheel: no upload, no change
     rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_i_understand_this_spends_money=false")
     again = tasks["Stage the calque runtime wheel in the pool bucket"]

@@ -21,6 +21,7 @@ _VERBS = {
     "session": "calque.cli.session:session",
     "gpu": "calque.cli.gpu:gpu",
     "ramp": "calque.cli.ramp:ramp",
+    "runtime": "calque.cli.runtime:runtime",
 }
 
 _EPILOG = "Exit codes:\n\n" + "\n\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())

@@ -43,3 +43,22 @@ shared_gpu_consent_option = click.option(
     is_flag=True,
     help="Required for MPS: tenants of one GPU share memory and faults, with no isolation.",
 )
+
+
+python_version_option = click.option(
+    "--python-version",
+    default=None,
+    help="Python the wheels are for, e.g. 3.11 (Debian 12); default: this controller's.",
+)
+platform_option = click.option(
+    "--platform",
+    default=None,
+    help="Platform tag the wheels are for, e.g. manylinux2014_x86_64; default: this controller's.",
+)
+
+
+def wheelhouse_target_options(f: F) -> F:
+    """--python-version and --platform of a wheelhouse, stacked."""
+    for opt in (platform_option, python_version_option):
+        f = opt(f)
+    return f

@@ -44,3 +44,8 @@ def warn(message: str) -> None:
 
 def progress_enabled() -> bool:
     return sys.stderr.isatty()
+
+
+def progress_to_stderr(message: str) -> None:
+    """A step of a long operation, on stderr so that stdout stays the result (and --json stays JSON)."""
+    click.echo(message, err=True)

@@ -11,8 +11,8 @@ import click
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
-from calque.cli.options import aws_options, json_option
-from calque.cli.output import emit, table
+from calque.cli.options import aws_options, json_option, wheelhouse_target_options
+from calque.cli.output import emit, progress_to_stderr, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 from calque.models import QueueDepth, RunRecord, RunReport
 from calque.pool import submit as core
@@ -51,7 +51,8 @@ def status(model: str, region: str | None, endpoint_url: str | None, profile: st
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="PoolSpec file (YAML).")
 @click.option("--index", type=int, default=None, help="Run only worker N of the spec (systemd template units).")
 @click.option("--idle-timeout", type=float, default=None, help="Override: exit after this many idle seconds.")
-@click.option("--metrics-port", type=int, default=None, help="Override: serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--metrics-port", type=int, default=None, help="Override: serve Prometheus metrics on PORT.")
+@click.option("--metrics-addr", default=None, help="Override: the address the metrics port binds (default 127.0.0.1).")
 @click.option("--metrics-textfile", default=None, help="Override: write metrics to this node_exporter .prom file.")
 @click.option("--instance-type", default=None, help="Override: the EC2 instance type (for the cost line).")
 @click.option("--imds-endpoint", default=None, help="Override: the instance metadata service address.")
@@ -60,6 +61,7 @@ def worker(
     index: int | None,
     idle_timeout: float | None,
     metrics_port: int | None,
+    metrics_addr: str | None,
     metrics_textfile: str | None,
     instance_type: str | None,
     imds_endpoint: str | None,
@@ -76,6 +78,7 @@ def worker(
         spec_path,
         idle_timeout_s=idle_timeout,
         metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
         metrics_textfile=metrics_textfile,
         instance_type=instance_type,
         imds_endpoint=imds_endpoint,
@@ -99,16 +102,30 @@ def worker(
 )
 @click.option("--runtime-sha256", default=None, help="The staged wheel's sha256, checked on the instance.")
 @click.option(
+    "--wheelhouse-url",
+    default=None,
+    help="Presigned URL of the staged wheelhouse (calque and its pinned dependencies); needs --wheelhouse-sha256.",
+)
+@click.option("--wheelhouse-sha256", default=None, help="The staged wheelhouse's sha256, checked on the instance.")
+@click.option(
     "--runtime-pip",
     default=None,
     help="Override: pip requirement or URL that installs calque on the instance (wins over --runtime-url).",
 )
-def user_data(spec_path: str, runtime_url: str | None, runtime_sha256: str | None, runtime_pip: str | None) -> None:
+def user_data(
+    spec_path: str,
+    runtime_url: str | None,
+    runtime_sha256: str | None,
+    wheelhouse_url: str | None,
+    wheelhouse_sha256: str | None,
+    runtime_pip: str | None,
+) -> None:
     """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
 
     playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first. Without
     --runtime-url or --runtime-pip the instance runs `pip install calque==<this version>`, which
-    needs an index that has calque.
+    needs an index that has calque. With --wheelhouse-url the instance installs calque and exactly
+    the dependency versions in constraints.txt from the staged wheelhouse, with no index.
     """
     from calque.pool.bootstrap import worker_user_data
     from calque.pool.spec import load_spec
@@ -118,6 +135,8 @@ def user_data(spec_path: str, runtime_url: str | None, runtime_sha256: str | Non
         runtime_pip=runtime_pip or None,
         runtime_url=runtime_url or None,
         runtime_sha256=runtime_sha256 or None,
+        wheelhouse_url=wheelhouse_url or None,
+        wheelhouse_sha256=wheelhouse_sha256 or None,
     )
     click.echo(text, nl=False)
 
@@ -284,7 +303,14 @@ def sweep(
 
 def _render_staged(staged: dict[str, object]) -> str:
     state = "uploaded" if staged["uploaded"] else "already staged"
-    return f"s3://{staged['bucket']}/{staged['key']} ({state})\nsha256 {staged['sha256']}\n{staged['url']}"
+    lines = [f"s3://{staged['bucket']}/{staged['key']} ({state})", f"sha256 {staged['sha256']}", str(staged["url"])]
+    if staged.get("wheelhouse_key"):
+        lines += [
+            f"s3://{staged['bucket']}/{staged['wheelhouse_key']}",
+            f"sha256 {staged['wheelhouse_sha256']}",
+            str(staged["wheelhouse_url"]),
+        ]
+    return "\n".join(lines)
 
 
 @pool.command("stage-runtime")
@@ -303,6 +329,19 @@ def _render_staged(staged: dict[str, object]) -> str:
     type=click.Path(dir_okay=False),
     help="Stage this calque wheel instead of building the running calque's.",
 )
+@click.option(
+    "--wheelhouse",
+    "wheelhouse_path",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Stage this wheelhouse (`calque runtime wheelhouse`) instead of building one.",
+)
+@click.option(
+    "--no-wheelhouse",
+    is_flag=True,
+    help="Stage the wheel alone: instances then take calque's dependencies from their own index, unpinned.",
+)
+@wheelhouse_target_options
 @aws_options
 @json_option
 def stage_runtime(
@@ -310,26 +349,43 @@ def stage_runtime(
     prefix: str,
     ttl: str,
     wheel_path: str | None,
+    wheelhouse_path: str | None,
+    no_wheelhouse: bool,
+    python_version: str | None,
+    platform: str | None,
     region: str | None,
     endpoint_url: str | None,
     profile: str | None,
     as_json: bool,
 ) -> None:
-    """Stage this calque's wheel in the pool's bucket (<prefix>/runtime/) and print a presigned URL for it.
+    """Stage this calque's wheel and pinned wheelhouse in the pool's bucket (<prefix>/runtime/), with presigned URLs.
 
-    Uploads only when the stored sha256 differs. Pass the URL and sha256 to `calque pool user-data`
-    (--runtime-url, --runtime-sha256): instances download, check and pip install the wheel.
+    Uploads only what changed (sha256 in the object's metadata). Pass the URLs and sha256s to
+    `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
+    for the wheel alone): instances download, check and install exactly the pinned versions.
     """
     from calque.models.acquire import parse_duration
     from calque.pool.runtime_wheel import stage_runtime as stage
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
+    if no_wheelhouse and wheelhouse_path:
+        raise UsageError("--wheelhouse and --no-wheelhouse contradict each other: pass one")
     try:
         ttl_s = parse_duration(ttl, what="--ttl")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     staged = stage(
-        bucket, prefix, ttl_s=ttl_s, wheel=wheel_path, region=region, endpoint_url=endpoint_url, profile=profile
+        bucket,
+        prefix,
+        ttl_s=ttl_s,
+        wheel=wheel_path,
+        wheelhouse=False if no_wheelhouse else (wheelhouse_path or True),
+        python_version=python_version,
+        platform=platform,
+        region=region,
+        endpoint_url=endpoint_url,
+        profile=profile,
+        progress=progress_to_stderr,
     )
     emit(asdict(staged), as_json, _render_staged)

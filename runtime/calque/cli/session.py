@@ -237,8 +237,9 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
     default=None,
     help="Where /proc/driver/nvidia and /dev/nvidia-caps live (the simulator's root in tests).",
 )
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
-def serve(config_path: Path | None, metrics_port: int | None, **paths: Any) -> None:
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on PORT (default: off).")
+@click.option("--metrics-addr", default=None, help="The address the metrics port binds (default 127.0.0.1).")
+def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str | None, **paths: Any) -> None:
     """Run the session daemon (as root, under systemd: calque-session.service)."""
     from calque.session.daemon import run_daemon
 
@@ -248,5 +249,7 @@ def serve(config_path: Path | None, metrics_port: int | None, **paths: Any) -> N
         updates["socket"] = updates.pop("socket_path")
     if metrics_port is not None:
         updates["metrics_port"] = metrics_port
+    if metrics_addr is not None:
+        updates["metrics_addr"] = metrics_addr
     cfg = cfg.model_validate({**cfg.model_dump(), **updates})
     run_daemon(cfg)

@@ -7,6 +7,7 @@ one ``Summary`` per claim. See shared/seeds/pool-queue-contract.md.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Any, Literal
 
@@ -242,8 +243,17 @@ class PoolSpec(CalqueModel):
     heartbeat_s: float | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
     prefetch: bool = Field(True, description="receive the next claim while one drains")
     metrics_port: int | None = Field(None, ge=1, le=65535)
-    metrics_textfile: str | None = None
+    metrics_addr: str = Field("127.0.0.1", description="address the metrics port binds (loopback unless exposed)")
+    metrics_textfile: str | None = Field(None, description="a *.prom file for node_exporter's textfile collector")
     backend: Literal["process"] = "process"
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _ip_address(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
     @model_validator(mode="after")
     def _devices_per_worker(self) -> PoolSpec:

@@ -7,6 +7,7 @@ unknown keys.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Literal
@@ -132,8 +133,19 @@ class SessionConfig(CalqueModel):
     max_connections: int = Field(
         64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
     )
-    metrics_port: int | None = Field(None, description="serve Prometheus metrics on 127.0.0.1:<port>")
-    metrics_textfile: Path | None = Field(None, description="also write metrics for node_exporter's textfile")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus metrics on <port> (off if unset)"
+    )
+    metrics_addr: str = Field("127.0.0.1", description="the address the metrics port binds (loopback unless exposed)")
+    metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _ip_address(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
     @field_validator("default_ttl", "max_total_ttl", "notice_before", "kill_grace", "idle_expiry", mode="before")
     @classmethod

@@ -27,7 +27,6 @@ from calque.session import isolation
 from calque.session.audit import AuditLog, EventTally, read_events, usage_report
 from calque.session.config import Limits, SessionConfig, parse_duration
 from calque.session.inventory import inventory, layout_stamp
-from calque.session.metrics import render
 from calque.session.protocol import RequestError
 from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
 
@@ -92,6 +91,7 @@ class Service:
     _warned: set[str] = field(default_factory=set)
     nodes_lock: AbstractContextManager[Any] = field(default_factory=threading.Lock)
     _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
+    metrics_registry: Any = None  # prometheus_client's CollectorRegistry, made on first use (metrics.py)
 
     # -- who is calling ---------------------------------------------------------------------------
 
@@ -421,11 +421,9 @@ class Service:
         return self.metrics_text()
 
     def metrics_text(self) -> str:
-        try:
-            slices = self.slices()
-        except RequestError:
-            slices = []
-        return render(slices, self.registry.live(), self.tally.counts() if self.tally else {})
+        from calque.session.metrics import registry_of, render  # prometheus_client only where metrics are read
+
+        return render(registry_of(self))
 
     # -- start-up ---------------------------------------------------------------------------------
 
