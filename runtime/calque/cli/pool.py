@@ -320,15 +320,12 @@ def stage_runtime(
     Uploads only when the stored sha256 differs. Pass the URL and sha256 to `calque pool user-data`
     (--runtime-url, --runtime-sha256): instances download, check and pip install the wheel.
     """
-    from calque.models.acquire import parse_duration
+    from calque.durations import parse_seconds
     from calque.pool.runtime_wheel import stage_runtime as stage
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    try:
-        ttl_s = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    ttl_s = parse_seconds(ttl, what="--ttl")
     staged = stage(
         bucket, prefix, ttl_s=ttl_s, wheel=wheel_path, region=region, endpoint_url=endpoint_url, profile=profile
     )

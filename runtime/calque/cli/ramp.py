@@ -12,8 +12,9 @@ import click
 
 from calque.cli.options import aws_options, json_option, spend_consent_option
 from calque.cli.output import emit, table
-from calque.errors import PartialFailure, UsageError
-from calque.models.acquire import RampReport, RampRung, parse_duration
+from calque.durations import parse_seconds
+from calque.errors import PartialFailure
+from calque.models.acquire import RampReport, RampRung
 
 _HEADERS = ["rung", "items", "ok", "failed", "wall s", "items/s", "enter s paid"]
 
@@ -138,10 +139,7 @@ def ramp(
     from calque.aws.acquire import Acquirer, Consent
     from calque.pool.ramp import RampOptions, parse_rungs, run_ramp
 
-    try:
-        ttl_seconds = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    ttl_seconds = parse_seconds(ttl, what="--ttl")
     opts = RampOptions(
         workload=workload,
         rungs=parse_rungs(rungs),

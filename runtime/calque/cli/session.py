@@ -10,10 +10,11 @@ import click
 
 from calque.cli.options import json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
+from calque.durations import parse_duration
 from calque.models.session import Session, SliceState, UsageReport
 from calque.session import core
 from calque.session.client import SessionClient
-from calque.session.config import DEFAULT_SOCKET, load_config, parse_duration
+from calque.session.config import DEFAULT_SOCKET, load_config
 from calque.session.isolation import shell_exports
 
 socket_option = click.option(
@@ -136,7 +137,7 @@ def checkout(
         ttl=ttl,
         consent=shared_gpu_consent,
         wait=wait,
-        wait_timeout=parse_duration(wait_timeout) if wait_timeout else None,
+        wait_timeout=parse_duration(wait_timeout, what="--wait-timeout") if wait_timeout else None,
         progress=core.stderr,
     )
     for w in s.warnings:

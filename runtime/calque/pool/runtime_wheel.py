@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 import calque
 from calque import __version__
 from calque.aws.clients import client
-from calque.errors import InfrastructureError, UsageError
+from calque.aws.errors import aws_errors, is_not_found
+from calque.errors import UsageError
 
 MAX_URL_TTL_S = 7 * 24 * 3600  # SigV4 presigned URLs live at most 7 days
 SHA_METADATA = "calque-sha256"
@@ -150,12 +151,12 @@ def stage_runtime(
         digest = sha256_file(path)
         key = runtime_key(prefix)
         uploaded = False
-        try:
+        with aws_errors(f"stage the calque runtime at s3://{bucket}/{key}"):
             try:
                 head = s3.head_object(Bucket=bucket, Key=key)
                 present = head.get("Metadata", {}).get(SHA_METADATA)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                if not is_not_found(exc):
                     raise
                 present = None
             if present != digest:
@@ -169,6 +170,4 @@ def stage_runtime(
                 )
                 uploaded = True
             url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=int(ttl_s))
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot stage the calque runtime at s3://{bucket}/{key}: {exc}") from exc
     return StagedRuntime(bucket=bucket, key=key, sha256=digest, url=url, uploaded=uploaded)

@@ -38,8 +38,9 @@ from pydantic import ValidationError
 
 from calque.aws.queue import PoolQueue
 from calque.aws.store import ManifestProblem, RunStore, StoreError, parse_s3_uri
-from calque.errors import CalqueError
+from calque.errors import CalqueError, format_validation_error
 from calque.models import ClaimRef, ItemResult, Manifest, PoolSpec, Summary
+from calque.models.ids import is_safe_id
 from calque.pool.cost import claim_cost
 from calque.pool.metrics import Metrics
 from calque.pool.spot import SpotWatcher, imds_allowed
@@ -241,7 +242,7 @@ class Worker:
         try:
             ref = ClaimRef.model_validate_json(lease.body)
         except ValidationError as exc:
-            lease.poison = f"unparseable ClaimRef: {_first_error(exc)}"
+            lease.poison = f"unparseable ClaimRef: {format_validation_error(exc)}"
             return
         lease.ref = ref
         if lease.receive_count > self.spec.max_receive_count:
@@ -259,8 +260,9 @@ class Worker:
                 "submit to the pool that runs that script and parameters"
             )
             return
-        if not self.store.owns(ref.results_prefix) or not ref.manifest_uri.startswith(ref.results_prefix):
-            lease.poison = f"claim points outside this pool's bucket/prefix ({ref.results_prefix}, {ref.manifest_uri})"
+        outside = self.store.outside_run(ref.run_id, ref.results_prefix, ref.manifest_uri)
+        if outside:
+            lease.poison = outside
             return
         try:
             if self.store.summary_exists(ref.results_prefix, ref.claim_id):
@@ -456,25 +458,29 @@ class Worker:
         log.error("poison claim in message %s: %s", lease.message_id, error)
         ref = lease.ref
         partial = _partial_ref(lease.body)
+        run_id = ref.run_id if ref else partial.get("run_id")
+        claim_id = ref.claim_id if ref else partial.get("claim_id")
         prefix = ref.results_prefix if ref else partial.get("results_prefix")
-        summary = self._summary(
-            ref,
-            lease,
-            ok=False,
-            error=error,
-            items=ref.item_count if ref else 0,
-            failed=ref.item_count if ref else 0,
-            warm_hit=self._enter_charged,
-            enter_paid=0.0,
-            started_at=lease.received_at,
-            claim_seconds=0.0,
-            method_seconds=0.0,
-            run_id=str(partial.get("run_id") or ""),
-            claim_id=str(partial.get("claim_id") or ""),
-            method=str(partial.get("method") or ""),
-        )
         try:
-            if prefix and summary.run_id and summary.claim_id and self.store.owns(str(prefix)):
+            # the failed Summary goes where the submitter looks, only if that is this pool's own key
+            # for safe ids; anything else (a crafted ../ id, another prefix) gets a poison record
+            if is_safe_id(run_id) and is_safe_id(claim_id) and prefix == self.store.run_prefix(str(run_id)):
+                summary = self._summary(
+                    ref,
+                    lease,
+                    ok=False,
+                    error=error,
+                    items=ref.item_count if ref else 0,
+                    failed=ref.item_count if ref else 0,
+                    warm_hit=self._enter_charged,
+                    enter_paid=0.0,
+                    started_at=lease.received_at,
+                    claim_seconds=0.0,
+                    method_seconds=0.0,
+                    run_id=str(run_id),
+                    claim_id=str(claim_id),
+                    method=str(partial.get("method") or ""),
+                )
                 if not self.store.put_summary(str(prefix), summary, if_absent=True):
                     log.info("claim of message %s already has a Summary: deleting it", lease.message_id)
             else:
@@ -596,12 +602,6 @@ class Worker:
             with contextlib.suppress(OSError):
                 self.metrics.write_textfile(self.spec.metrics_textfile)
         return errors
-
-
-def _first_error(exc: ValidationError) -> str:
-    e = exc.errors()[0]
-    where = ".".join(str(p) for p in e.get("loc", ())) or "(body)"
-    return f"{where}: {e.get('msg')}"
 
 
 def _partial_ref(body: str) -> dict[str, Any]:

@@ -15,9 +15,10 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from calque.errors import InfrastructureError, UsageError
+from calque.aws.errors import describe, kind, translate
+from calque.errors import UsageError
 from calque.models.acquire import CohortSpec, Lifecycle
 
 TAG_COHORT = "calque:cohort"
@@ -111,17 +112,20 @@ def resolve_image(ec2: Any, ssm: Any, spec: CohortSpec) -> tuple[str, str]:
         name = spec.ami_ssm_parameter or DEFAULT_AMI_SSM_PARAMETER
         try:
             image_id = str(ssm.get_parameter(Name=name)["Parameter"]["Value"])
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("ParameterNotFound", "ValidationException"):
+        except (ClientError, BotoCoreError) as exc:
+            if kind(exc) in ("not_found", "invalid"):
                 raise UsageError(
                     f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
                 ) from exc
-            raise InfrastructureError(f"cannot read SSM parameter {name!r}: {exc}") from exc
+            raise translate(exc, f"read SSM parameter {name!r}") from exc
     try:
         images = ec2.describe_images(ImageIds=[image_id])["Images"]
-    except ClientError as exc:
-        raise UsageError(f"AMI {image_id!r} cannot be used: {exc}. Give an AMI id that exists in this region") from exc
+    except (ClientError, BotoCoreError) as exc:
+        if kind(exc) in ("not_found", "invalid"):
+            raise UsageError(
+                f"AMI {image_id!r} cannot be used ({describe(exc)}): give an AMI id that exists here"
+            ) from exc
+        raise translate(exc, f"describe AMI {image_id!r}") from exc
     if not images:
         raise UsageError(f"AMI {image_id!r} was not found in this region; give an AMI id that exists here")
     return image_id, str(images[0].get("RootDeviceName") or "/dev/xvda")
