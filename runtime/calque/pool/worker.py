@@ -461,6 +461,8 @@ class Worker:
         run_id = ref.run_id if ref else partial.get("run_id")
         claim_id = ref.claim_id if ref else partial.get("claim_id")
         prefix = ref.results_prefix if ref else partial.get("results_prefix")
+        count = ref.item_count if ref else partial.get("item_count")
+        items = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
         try:
             # the failed Summary goes where the submitter looks, only if that is this pool's own key
             # for safe ids; anything else (a crafted ../ id, another prefix) gets a poison record
@@ -470,8 +472,8 @@ class Worker:
                     lease,
                     ok=False,
                     error=error,
-                    items=ref.item_count if ref else 0,
-                    failed=ref.item_count if ref else 0,
+                    items=items,
+                    failed=items,
                     warm_hit=self._enter_charged,
                     enter_paid=0.0,
                     started_at=lease.received_at,
