@@ -107,3 +107,14 @@ def test_a_bad_duration_in_a_model_names_the_field_and_gives_examples() -> None:
     with pytest.raises(ValidationError) as err:
         PoolSpec.model_validate({"model": "m", "workload": "w.py", "bucket": "bkt", "idle_timeout_s": "ten minutes"})
     assert "idle_timeout_s" in str(err.value) and "e.g. 90, 90s" in str(err.value)
+
+
+def test_time_left_is_shown_in_the_grammar_people_type_back() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from calque.session.core import human_left
+
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    shown = [human_left(now + timedelta(seconds=s), now) for s in (3 * 3600 + 5 * 60 + 30, 90, 0, -5)]
+    assert shown == ["3h5m", "1m30s", "0s", "0s"]
+    assert parse_duration(shown[0]) == 3 * 3600 + 5 * 60  # `calque session extend --by 3h5m` reads it

@@ -135,3 +135,27 @@ def test_the_ids_calque_makes_are_safe(ok: str) -> None:
 def test_pool_spec_key_parts_are_safe(field: str, value: str) -> None:
     with pytest.raises(ValidationError, match=field):
         PoolSpec.model_validate({"model": "m", "workload": "w.py", "bucket": "bkt", field: value})
+
+
+def test_an_older_reader_meeting_a_newer_summary_says_what_to_upgrade(moto: str) -> None:
+    from calque.aws.clients import client
+    from calque.aws.store import RunStore, StoreError
+
+    s3 = client("s3")
+    s3.create_bucket(Bucket="runs")
+    store = RunStore(s3, "runs", "calque", "q")
+    prefix = store.run_prefix("run-1")
+    store.put(f"{prefix}summaries/c00000.json", json.dumps({"version": 2, "claim_id": "c00000"}).encode())
+    with pytest.raises(StoreError) as err:
+        store.summaries(prefix)
+    assert str(err.value) == (
+        f"{prefix}summaries/c00000.json is not a valid Summary: Summary version 2 is newer than this calque "
+        "reads (version 1): upgrade calque where the results are read (calque pool results/status)"
+    )
+
+
+def test_results_of_a_run_id_that_is_not_an_id_are_refused_before_s3() -> None:
+    from calque.pool.submit import PoolTarget, load_run
+
+    with pytest.raises(UsageError, match=r"run id '\.\./\.\./x' is not one calque makes"):
+        load_run(PoolTarget("m", "bucket"), "../../x")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import BaseModel, ValidationError
@@ -39,6 +39,17 @@ class StoreError(InfrastructureError):
 
 class ManifestProblem(Exception):
     """A claim's manifest is missing, too large or invalid (the claim is poison)."""
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], data: bytes, uri: str) -> M:
+    """``model`` from an object's bytes; StoreError naming the object and every problem (a newer version too)."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise StoreError(format_validation_error(exc, f"{uri} is not a valid {model.__name__}")) from exc
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -188,17 +199,19 @@ class RunStore:
         self._put_model(record.results_prefix + "run.json", record)
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        data = self.get(self.run_prefix(run_id) + "run.json")
-        return None if data is None else RunRecord.model_validate_json(data)
+        uri = self.run_prefix(run_id) + "run.json"
+        data = self.get(uri)
+        return None if data is None else _parse(RunRecord, data, uri)
 
     def summaries(self, results_prefix: str) -> dict[str, Summary]:
         """Every Summary written so far for a run, by claim id."""
         out: dict[str, Summary] = {}
         bucket = parse_s3_uri(results_prefix)[0]
         for key in self._keys(results_prefix + "summaries/"):
-            data = self.get(f"s3://{bucket}/{key}")
+            uri = f"s3://{bucket}/{key}"
+            data = self.get(uri)
             if data is not None:
-                s = Summary.model_validate_json(data)
+                s = _parse(Summary, data, uri)
                 out[s.claim_id] = s
         return out
 
@@ -208,12 +221,7 @@ class RunStore:
     def get_summary(self, results_prefix: str, claim_id: str) -> Summary | None:
         uri = self.summary_uri(results_prefix, claim_id)
         data = self.get(uri)
-        if data is None:
-            return None
-        try:
-            return Summary.model_validate_json(data)
-        except ValidationError as exc:
-            raise StoreError(format_validation_error(exc, f"{uri} is not a valid Summary")) from exc
+        return None if data is None else _parse(Summary, data, uri)
 
     def results(self, record: RunRecord) -> list[ItemResult]:
         """The run's ItemResults in item order: for each claim, the results its Summary vouches for.
@@ -231,9 +239,10 @@ class RunStore:
                 key = self.vouches_for(s)
             except ValueError as exc:
                 raise StoreError(str(exc)) from exc
-            data = self.get(self.results_uri(record.results_prefix, claim_id, key))
+            uri = self.results_uri(record.results_prefix, claim_id, key)
+            data = self.get(uri)
             if data:
-                out += [ItemResult.model_validate_json(line) for line in data.splitlines() if line.strip()]
+                out += [_parse(ItemResult, line, uri) for line in data.splitlines() if line.strip()]
         out.sort(key=lambda r: r.index)
         return out
 

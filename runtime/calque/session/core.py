@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from calque.durations import parse_duration
+from calque.durations import format_duration, parse_duration
 from calque.errors import RefusedError, UsageError
 from calque.models.session import Session, SliceState, UsageReport
 from calque.session.client import NoFreeSliceError, SessionClient
@@ -84,9 +84,7 @@ def report(client: SessionClient, since: str) -> UsageReport:
 
 def human_left(until: datetime, now: datetime | None = None) -> str:
     secs = int(max(0.0, (until - (now or datetime.now(timezone.utc))).total_seconds()))
-    h, rem = divmod(secs, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+    return format_duration(secs - secs % 60 if secs >= 3600 else secs)  # seconds only matter in the last hour
 
 
 def stderr(msg: str) -> None:
