@@ -43,3 +43,25 @@ shared_gpu_consent_option = click.option(
     is_flag=True,
     help="Required for MPS: tenants of one GPU share memory and faults, with no isolation.",
 )
+
+
+class DurationType(click.ParamType[float, Any]):
+    """A click type for durations in the one grammar (``calque.durations``): ``90``, ``30m``, ``1h 30m``."""
+
+    name = "duration"
+
+    def __init__(self, *, whole: bool = False) -> None:
+        self.whole = whole  # whole seconds, for settings AWS takes as integers
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from calque.durations import DurationError, parse_duration, parse_seconds
+
+        what = f"--{param.name.replace('_', '-')}" if param is not None and param.name else ""
+        try:
+            return (parse_seconds if self.whole else parse_duration)(value, what=what)
+        except DurationError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+WHOLE_DURATION = DurationType(whole=True)
