@@ -113,3 +113,18 @@ def test_an_unreachable_endpoint_is_an_infrastructure_error_naming_the_queue(mot
         PoolQueue(sqs, "org/model").state()
     assert "cannot look up SQS queue calque-pool-org-model-" in str(err.value)
     assert "check the network, the region and the endpoint URL" in str(err.value)
+
+
+def test_a_name_aws_does_not_know_is_the_callers_to_fix(moto: str) -> None:
+    from calque.aws.acquire.launch_spec import resolve_image
+    from calque.models import CohortSpec
+
+    spec = CohortSpec(name="lab", count=1, instance_types=["g6.xlarge"], ami_ssm_parameter="/no/such/ami")
+    with pytest.raises(UsageError) as err:
+        resolve_image(client("ec2"), client("ssm"), spec)
+    assert str(err.value).startswith(
+        "SSM parameter '/no/such/ami' does not exist in this region; give ami or another ami_ssm_parameter "
+        "(ParameterNotFound:"
+    )
+    with pytest.raises(UsageError, match=r"AMI 'ami-12345678' cannot be used in this region \(InvalidAMIID"):
+        resolve_image(client("ec2"), client("ssm"), spec.model_copy(update={"ami": "ami-12345678"}))

@@ -150,13 +150,18 @@ def describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def translate(exc: BaseException, doing: str, *, error: type[CalqueError] = InfrastructureError) -> CalqueError:
+def translate(
+    exc: BaseException, doing: str, *, error: type[CalqueError] = InfrastructureError, missing: str | None = None
+) -> CalqueError:
     """The calque error for ``exc``, raised while trying to ``doing`` (``"read s3://b/k"``).
 
     The caller's input or credentials (an invalid request, access denied) become ``UsageError``;
     everything else becomes ``error`` (``InfrastructureError`` or a subclass such as ``StoreError``).
+    ``missing``: the sentence for a name the caller gave that AWS does not know (a ``UsageError``).
     """
     k = kind(exc)
+    if missing is not None and k in ("not_found", "invalid"):
+        return UsageError(f"{missing} ({describe(exc)})")
     # EC2 names a missing id the caller gave "Invalid...NotFound": that is the caller's input too
     caller = k in ("invalid", "access_denied") or error_code(exc).startswith(_INVALID_PREFIXES)
     cls = UsageError if caller else error
@@ -166,9 +171,11 @@ def translate(exc: BaseException, doing: str, *, error: type[CalqueError] = Infr
 
 
 @contextmanager
-def aws_errors(doing: str, *, error: type[CalqueError] = InfrastructureError) -> Iterator[None]:
-    """Run the block; a botocore error in it is raised again as ``translate(exc, doing, error=error)``."""
+def aws_errors(
+    doing: str, *, error: type[CalqueError] = InfrastructureError, missing: str | None = None
+) -> Iterator[None]:
+    """Run the block; a botocore error in it is raised again as ``translate(exc, doing, ...)``."""
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, doing, error=error) from exc
+        raise translate(exc, doing, error=error, missing=missing) from exc
