@@ -128,3 +128,18 @@ def test_a_name_aws_does_not_know_is_the_callers_to_fix(moto: str) -> None:
     )
     with pytest.raises(UsageError, match=r"AMI 'ami-12345678' cannot be used in this region \(InvalidAMIID"):
         resolve_image(client("ec2"), client("ssm"), spec.model_copy(update={"ami": "ami-12345678"}))
+
+
+def test_a_stale_receipt_handle_is_a_lost_lease_not_a_request_to_fix(moto: str) -> None:
+    from calque.models import QueueSettings
+
+    q = PoolQueue(client("sqs"), "org/model")
+    q.ensure(QueueSettings(visibility_timeout=30, receive_wait=0, encryption=False))
+    q.sqs.send_message(QueueUrl=q.url(), MessageBody="{}")
+    (msg,) = q.receive(1)
+    q.ack(msg["ReceiptHandle"])
+    with pytest.raises(InfrastructureError) as err:
+        q.extend(msg["ReceiptHandle"], 30)
+    assert type(err.value) is InfrastructureError
+    assert "the message is no longer held by this worker" in str(err.value)
+    assert "its visibility ran out or another worker received it" in str(err.value)

@@ -14,10 +14,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
-from calque.aws.errors import aws_errors, is_not_found, translate
+from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
-from calque.errors import InfrastructureError
+from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
+
+_STALE_RECEIPT_CODES = frozenset({"InvalidParameterValue", "ReceiptHandleIsInvalid", "MessageNotInflight"})
 
 
 class QueueState(CalqueModel):
@@ -249,8 +251,10 @@ class PoolQueue:
     def extend(self, receipt_handle: str, seconds: int) -> None:
         """Change a held message's visibility (heartbeat, or 0 to release it at once)."""
         url = self.url()
-        with aws_errors(f"change visibility on {self.name}"):
+        try:
             self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._held_error(exc, "change visibility on") from exc
 
     def release(self, receipt_handle: str) -> None:
         """Give a held message back at once (visibility 0) so another worker takes it now."""
@@ -263,5 +267,17 @@ class PoolQueue:
 
     def ack(self, receipt_handle: str) -> None:
         url = self.url()
-        with aws_errors(f"delete a message from {self.name}"):
+        try:
             self.sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt_handle)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._held_error(exc, "delete a message from") from exc
+
+    def _held_error(self, exc: ClientError | BotoCoreError, doing: str) -> CalqueError:
+        # SQS answers a receipt handle that is no longer ours as an invalid parameter: that is a lost
+        # lease (the visibility ran out, another worker received it), not a request to fix
+        if error_code(exc) in _STALE_RECEIPT_CODES:
+            return InfrastructureError(
+                f"cannot {doing} {self.name}: the message is no longer held by this worker ({describe(exc)}); "
+                "its visibility ran out or another worker received it"
+            )
+        return translate(exc, f"{doing} {self.name}")
