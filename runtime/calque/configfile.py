@@ -13,14 +13,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from calque.errors import UsageError
+from calque.errors import UsageError, format_validation_error
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def validation_problems(exc: ValidationError) -> str:
-    """Every problem pydantic found, as ``field.path: message`` joined by ``; ``."""
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors())
 
 
 def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
@@ -48,7 +43,7 @@ def validate(model: type[M], doc: Any, path: str | Path, what: str) -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise UsageError(f"{what} {path}: {validation_problems(exc)}") from exc
+        raise UsageError(format_validation_error(exc, f"{what} {path}")) from exc
 
 
 def load_model(model: type[M], path: str | Path, what: str, *, empty_ok: bool = False) -> M:

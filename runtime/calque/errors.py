@@ -5,6 +5,11 @@ Each subclass carries the exit code the CLI root maps it to; nothing else calls 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic stays unimported until an error is formatted: errors.py is on every import path
+    import pydantic
+
 
 class CalqueError(Exception):
     """Root of every error calque raises on purpose. Exit code 1 unless a subclass says otherwise."""
@@ -43,3 +48,24 @@ EXIT_CODES = {
     3: "infrastructure error: AWS, the GPU driver or the session daemon",
     4: "refused by a safety gate (consent or spend limit)",
 }
+
+
+# pydantic's prefixes for errors raised in validators: the sentence after them is ours and says it all
+_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def format_validation_error(exc: pydantic.ValidationError, source: str | None = None) -> str:
+    """Every problem pydantic found, as ``field.path: message`` joined by ``; ``, after ``source: ``.
+
+    ``source`` names what was read (``pool spec /etc/calque/pool.yaml``); a problem with the
+    document as a whole (a newer version, a wrong type) is given without a field.
+    """
+    problems = []
+    for e in exc.errors():
+        msg = str(e["msg"])
+        for prefix in _PREFIXES:
+            msg = msg.removeprefix(prefix)
+        where = ".".join(str(x) for x in e["loc"])
+        problems.append(f"{where}: {msg}" if where else msg)
+    text = "; ".join(problems) or str(exc)
+    return f"{source}: {text}" if source else text

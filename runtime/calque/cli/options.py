@@ -62,3 +62,23 @@ def wheelhouse_target_options(f: F) -> F:
     for opt in (platform_option, python_version_option):
         f = opt(f)
     return f
+class DurationType(click.ParamType[float, Any]):
+    """A click type for durations in the one grammar (``calque.durations``): ``90``, ``30m``, ``1h 30m``."""
+
+    name = "duration"
+
+    def __init__(self, *, whole: bool = False) -> None:
+        self.whole = whole  # whole seconds, for settings AWS takes as integers
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from calque.durations import DurationError, parse_duration, parse_seconds
+
+        what = f"--{param.name.replace('_', '-')}" if param is not None and param.name else ""
+        try:
+            return (parse_seconds if self.whole else parse_duration)(value, what=what)
+        except DurationError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+WHOLE_DURATION = DurationType(whole=True)

@@ -11,7 +11,7 @@ import click
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
-from calque.cli.options import aws_options, json_option, wheelhouse_target_options
+from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
 from calque.cli.output import emit, progress_to_stderr, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 from calque.models import QueueDepth, RunRecord, RunReport
@@ -50,7 +50,7 @@ def status(model: str, region: str | None, endpoint_url: str | None, profile: st
 @pool.command()
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="PoolSpec file (YAML).")
 @click.option("--index", type=int, default=None, help="Run only worker N of the spec (systemd template units).")
-@click.option("--idle-timeout", type=float, default=None, help="Override: exit after this many idle seconds.")
+@click.option("--idle-timeout", type=DURATION, default=None, help="Override: exit after this long idle (600, 10m).")
 @click.option("--metrics-port", type=int, default=None, help="Override: serve Prometheus metrics on PORT.")
 @click.option("--metrics-addr", default=None, help="Override: the address the metrics port binds (default 127.0.0.1).")
 @click.option("--metrics-textfile", default=None, help="Override: write metrics to this node_exporter .prom file.")
@@ -181,7 +181,9 @@ def _render_record(r: RunRecord) -> str:
 @click.option("--method", default=None, help="Method to call (default: the pool's default method).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Items per claim.")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the run to finish.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout", type=DURATION, default=3600.0, show_default=True, help="How long to wait (seconds, 90m, 1h)."
+)
 @click.option("--workload-digest", default=None, help="Refuse workers that run another script/parameters.")
 @bucket_option
 @prefix_option
@@ -318,6 +320,7 @@ def _render_staged(staged: dict[str, object]) -> str:
 @prefix_option
 @click.option(
     "--ttl",
+    type=WHOLE_DURATION,
     default="3h",
     show_default=True,
     help="How long the instances may download it (their TTL): seconds or 90m, 3h, 1d; at most 7 days.",
@@ -347,7 +350,7 @@ def _render_staged(staged: dict[str, object]) -> str:
 def stage_runtime(
     bucket: str | None,
     prefix: str,
-    ttl: str,
+    ttl: int,
     wheel_path: str | None,
     wheelhouse_path: str | None,
     no_wheelhouse: bool,
@@ -364,21 +367,16 @@ def stage_runtime(
     `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
     for the wheel alone): instances download, check and install exactly the pinned versions.
     """
-    from calque.models.acquire import parse_duration
     from calque.pool.runtime_wheel import stage_runtime as stage
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
     if no_wheelhouse and wheelhouse_path:
         raise UsageError("--wheelhouse and --no-wheelhouse contradict each other: pass one")
-    try:
-        ttl_s = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     staged = stage(
         bucket,
         prefix,
-        ttl_s=ttl_s,
+        ttl_s=ttl,
         wheel=wheel_path,
         wheelhouse=False if no_wheelhouse else (wheelhouse_path or True),
         python_version=python_version,

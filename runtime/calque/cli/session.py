@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.options import DURATION, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
 from calque.models.session import Session, SliceState, UsageReport
 from calque.session import core
 from calque.session.client import SessionClient
-from calque.session.config import DEFAULT_SOCKET, load_config, parse_duration
+from calque.session.config import DEFAULT_SOCKET, load_config
 from calque.session.isolation import shell_exports
 
 socket_option = click.option(
@@ -106,7 +106,7 @@ def session() -> None:
 @click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
 @click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
 @click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 3.")
-@click.option("--wait-timeout", default=None, help="Give up waiting after this long, e.g. 10m.")
+@click.option("--wait-timeout", type=DURATION, default=None, help="Give up waiting after this long, e.g. 10m.")
 @click.option(
     "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
 )
@@ -119,7 +119,7 @@ def checkout(
     gpu: int | None,
     ttl: str | None,
     wait: bool,
-    wait_timeout: str | None,
+    wait_timeout: float | None,
     as_shell: bool,
     as_json: bool,
     shared_gpu_consent: bool,
@@ -136,7 +136,7 @@ def checkout(
         ttl=ttl,
         consent=shared_gpu_consent,
         wait=wait,
-        wait_timeout=parse_duration(wait_timeout) if wait_timeout else None,
+        wait_timeout=wait_timeout,
         progress=core.stderr,
     )
     for w in s.warnings:

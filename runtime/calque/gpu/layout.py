@@ -24,11 +24,11 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from calque.configfile import load_model, validation_problems
-from calque.errors import UsageError
+from calque.configfile import load_model
+from calque.errors import UsageError, format_validation_error
 from calque.gpu.catalog import Card, load_catalog
 from calque.models import GpuDevice
-from calque.models.base import CalqueModel
+from calque.models.base import CalqueModel, check_version_number
 
 LAYOUT_VERSION = 1
 
@@ -85,8 +85,7 @@ class LayoutFile(CalqueModel):
     @field_validator("version")
     @classmethod
     def _known(cls, v: int) -> int:
-        if v != LAYOUT_VERSION:
-            raise ValueError(f"layout version {v} is not supported; this runtime reads version {LAYOUT_VERSION}")
+        check_version_number("layout", v, LAYOUT_VERSION, "upgrade calque on this host, or write an older layout")
         return v
 
     def select(self, name: str | None) -> tuple[str, list[LayoutEntry]]:
@@ -106,7 +105,7 @@ def parse_entries(data: Any) -> list[LayoutEntry]:
     try:
         return [LayoutEntry.model_validate(e) for e in data]
     except ValidationError as exc:
-        raise UsageError(f"invalid layout: {validation_problems(exc)}") from exc
+        raise UsageError(format_validation_error(exc, "invalid layout")) from exc
 
 
 def load_layout(path: Path | str) -> LayoutFile:

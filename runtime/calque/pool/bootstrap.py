@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from botocore.exceptions import BotoCoreError, ClientError
 
 from calque import __version__
 from calque.aws.clients import client
+from calque.aws.errors import aws_errors
 from calque.aws.store import parse_s3_uri
-from calque.errors import InfrastructureError, UsageError
+from calque.errors import UsageError
 from calque.models import PoolSpec
 
 SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
@@ -215,10 +215,8 @@ def stage_workload(s3: Any, bucket: str, prefix: str, queue_name: str, workload:
     if not path.is_file():
         raise UsageError(f"workload script {path} does not exist")
     key = workload_key(prefix, queue_name, path)
-    try:
+    with aws_errors(f"stage workload {path} at s3://{bucket}/{key}"):
         s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="AES256")
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot stage workload {path} at s3://{bucket}/{key}: {exc}") from exc
     return f"s3://{bucket}/{key}{sep}{target}"
 
 
@@ -235,10 +233,8 @@ def materialize_workload(spec: PoolSpec) -> PoolSpec:
     dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:16] / Path(key).name
     dest.parent.mkdir(parents=True, exist_ok=True)
     s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
-    try:
+    with aws_errors(f"download workload {uri}"):
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot download workload {uri}: {exc}") from exc
     # several worker processes may fetch at once: write aside, then rename into place
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
     with os.fdopen(fd, "wb") as fh:

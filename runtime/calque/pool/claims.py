@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from calque.aws.store import ManifestProblem, RunStore, parse_s3_uri
-from calque.errors import CalqueError
+from calque.errors import CalqueError, format_validation_error
 from calque.models import ClaimRef, Manifest, PoolSpec
 from calque.pool.lease import Lease, Prepared, Role, State
 from calque.pool.submit import DEFAULT_METHOD
@@ -55,7 +55,7 @@ class ClaimChecker:
         try:
             ref = ClaimRef.model_validate_json(lease.body)
         except ValidationError as exc:
-            return _Poison(f"unparseable ClaimRef: {_first_error(exc)}")
+            return _Poison(f"unparseable ClaimRef: {format_validation_error(exc)}")
         lease.ref = ref
         if lease.receive_count > spec.max_receive_count:
             return _Poison(
@@ -69,8 +69,9 @@ class ClaimChecker:
                 f"claim wants workload {ref.workload_digest} but this worker runs {sup.digest}: "
                 "submit to the pool that runs that script and parameters"
             )
-        if not self.store.owns(ref.results_prefix) or not ref.manifest_uri.startswith(ref.results_prefix):
-            return _Poison(f"claim points outside this pool's bucket/prefix ({ref.results_prefix}, {ref.manifest_uri})")
+        outside = self.store.outside_run(ref.run_id, ref.results_prefix, ref.manifest_uri)
+        if outside:
+            return _Poison(outside)
         manifest = self._read(lease, ref)
         if not isinstance(manifest, Manifest):
             return manifest
@@ -119,12 +120,6 @@ class _Duplicate:
 @dataclass(frozen=True)
 class _Unreadable:
     error: str
-
-
-def _first_error(exc: ValidationError) -> str:
-    e = exc.errors()[0]
-    where = ".".join(str(p) for p in e.get("loc", ())) or "(body)"
-    return f"{where}: {e.get('msg')}"
 
 
 def partial_ref(body: str) -> dict[str, Any]:

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from calque import __version__
 from calque.aws.clients import client
-from calque.errors import InfrastructureError, UsageError
+from calque.aws.errors import aws_errors, is_not_found
+from calque.errors import UsageError
 from calque.packaging import build_wheel, build_wheelhouse, sha256_file, wheel_name
 from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_python_version
 
@@ -87,11 +88,11 @@ def pack_wheelhouse(directory: Path, dest: Path) -> Path:
 
 def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: str) -> tuple[str, bool]:
     digest = sha256_file(path)
-    try:
+    with aws_errors(f"stage the calque runtime at s3://{bucket}/{key}"):
         try:
             present = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(SHA_METADATA)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            if not is_not_found(exc):
                 raise
             present = None
         if present == digest:
@@ -104,16 +105,12 @@ def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: st
             ContentType=content_type,
             Metadata={SHA_METADATA: digest},
         )
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot stage the calque runtime at s3://{bucket}/{key}: {exc}") from exc
     return digest, True
 
 
 def _presign(s3: Any, bucket: str, key: str, ttl_s: int) -> str:
-    try:
+    with aws_errors(f"presign s3://{bucket}/{key}"):
         return str(s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=ttl_s))
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot presign s3://{bucket}/{key}: {exc}") from exc
 
 
 def stage_runtime(

@@ -23,6 +23,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import ClaimRef, Item, ItemResult, Manifest, PoolSpec, RunRecord, RunReport, Summary
+from calque.models.ids import RULE, is_safe_id
 from calque.pool.cost import run_cost
 
 # A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
@@ -100,6 +101,8 @@ def submit(
     pq.url()  # InfrastructureError naming the queue looked for, before anything is staged
     store = target.store(pq.name)
     run_id = run_id or new_run_id()
+    if not is_safe_id(run_id):
+        raise UsageError(f"run id {run_id!r} cannot name S3 keys: use {RULE}")
     prefix = store.run_prefix(run_id)
     now = datetime.now(timezone.utc)
     method = method or DEFAULT_METHOD
@@ -140,6 +143,8 @@ def submit(
 
 
 def load_run(target: PoolTarget, run_id: str) -> tuple[RunStore, RunRecord]:
+    if not is_safe_id(run_id):
+        raise UsageError(f"run id {run_id!r} is not one calque makes: run ids are {RULE}")
     pq_name = target.queue_name or PoolQueue(None, target.model).name
     store = target.store(pq_name)
     record = store.get_run(run_id)

@@ -18,6 +18,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore, StoreError
 from calque.errors import CalqueError
 from calque.models import ItemResult, Summary
+from calque.models.ids import is_safe_id
 from calque.pool.claims import partial_ref
 from calque.pool.lease import Lease, Role, State
 from calque.pool.metrics import Metrics
@@ -119,25 +120,31 @@ class ClaimWriter:
         log.error("poison claim in message %s: %s", lease.message_id, error)
         ref = lease.ref
         partial = partial_ref(lease.body)
+        run_id = ref.run_id if ref else partial.get("run_id")
+        claim_id = ref.claim_id if ref else partial.get("claim_id")
         prefix = ref.results_prefix if ref else partial.get("results_prefix")
-        summary = self.summaries.make(
-            ref,
-            lease,
-            ok=False,
-            error=error,
-            items=ref.item_count if ref else 0,
-            failed=ref.item_count if ref else 0,
-            warm_hit=self._warm_hit(),
-            enter_paid=0.0,
-            started_at=lease.received_at,
-            claim_seconds=0.0,
-            method_seconds=0.0,
-            run_id=str(partial.get("run_id") or ""),
-            claim_id=str(partial.get("claim_id") or ""),
-            method=str(partial.get("method") or ""),
-        )
+        count = ref.item_count if ref else partial.get("item_count")
+        items = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0
         try:
-            if prefix and summary.run_id and summary.claim_id and self.store.owns(str(prefix)):
+            # the failed Summary goes where the submitter looks, only if that is this pool's own key
+            # for safe ids; anything else (a crafted ../ id, another prefix) gets a poison record
+            if is_safe_id(run_id) and is_safe_id(claim_id) and prefix == self.store.run_prefix(str(run_id)):
+                summary = self.summaries.make(
+                    ref,
+                    lease,
+                    ok=False,
+                    error=error,
+                    items=items,
+                    failed=items,
+                    warm_hit=self._warm_hit(),
+                    enter_paid=0.0,
+                    started_at=lease.received_at,
+                    claim_seconds=0.0,
+                    method_seconds=0.0,
+                    run_id=str(run_id),
+                    claim_id=str(claim_id),
+                    method=str(partial.get("method") or ""),
+                )
                 if not self.store.put_summary(str(prefix), summary, if_absent=True):
                     log.info("claim of message %s already has a Summary: deleting it", lease.message_id)
             else:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calque.errors import CalqueError, InfrastructureError, RefusedError, UsageError
+from calque.errors import CalqueError, InfrastructureError, RefusedError, UsageError, format_validation_error
 from calque.models.session import SessionRequest, SessionResponse
 from calque.session.config import DEFAULT_SOCKET
 
@@ -89,7 +89,10 @@ class SessionClient:
     def _decode(self, raw: bytes) -> Any:
         try:
             resp = SessionResponse.model_validate_json(raw)
-        except (ValidationError, json.JSONDecodeError) as exc:
+        except ValidationError as exc:
+            why = format_validation_error(exc, "the session daemon sent a response this client cannot read")
+            raise InfrastructureError(why) from exc
+        except json.JSONDecodeError as exc:
             raise InfrastructureError(f"the session daemon sent a response this client cannot read: {exc}") from exc
         if not resp.ok:
             assert resp.error is not None

@@ -8,66 +8,27 @@ unknown keys.
 from __future__ import annotations
 
 import ipaddress
-import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from calque.configfile import validation_problems
-from calque.errors import UsageError
+from calque.configfile import load_model
+from calque.durations import Seconds
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
-from calque.models.base import CalqueModel
+from calque.models.base import CalqueModel, VersionedModel
 
 CONFIG_VERSION = 1
 DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
 DEFAULT_SOCKET = Path("/run/calque/session.sock")
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str | int | float) -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``7d`` → seconds."""
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise UsageError(f"duration {text!r} is negative; give e.g. 30m or 2h")
-        return float(text)
-    s = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", s):
-        return float(s)
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise UsageError(f"cannot read duration {text!r}; write e.g. 90s, 30m, 2h or 1h30m")
-    return total
-
-
-def _duration_field(v: object) -> object:
-    """A duration field's value in seconds; a bad one is a field error (the file and key are named)."""
-    if not isinstance(v, str):
-        return v
-    try:
-        return parse_duration(v)
-    except UsageError as exc:
-        raise ValueError(str(exc)) from None
 
 
 class Limits(CalqueModel):
     """Limits for a user or group; unset fields fall back to the defaults."""
 
     max_sessions: int | None = Field(None, ge=0, description="concurrent sessions")
-    max_ttl: float | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
-
-    @field_validator("max_ttl", mode="before")
-    @classmethod
-    def _dur(cls, v: object) -> object:
-        return _duration_field(v)
+    max_ttl: Seconds | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
 
 
 class Policy(CalqueModel):
@@ -88,7 +49,9 @@ class MpsGpu(CalqueModel):
     log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
-class SessionConfig(CalqueModel):
+class SessionConfig(VersionedModel):
+    version_label: ClassVar[str] = "session config"
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the file's older version"
     version: int = CONFIG_VERSION
     socket: Path = DEFAULT_SOCKET
     db: Path = Path("/var/lib/calque/sessions.db")
@@ -108,20 +71,20 @@ class SessionConfig(CalqueModel):
         description="serialised-per-user: all slots of one MPS daemon go to one Unix user at a time "
         "(see `calque gpu mps status`); multi-user: slots of one daemon may go to different users",
     )
-    default_ttl: float = 3600
-    max_total_ttl: float = 12 * 3600
-    notice_before: float = 300
+    default_ttl: Seconds = 3600
+    max_total_ttl: Seconds = 12 * 3600
+    notice_before: Seconds = 300
     notice_signal: str = "SIGUSR1"
-    kill_grace: float = 10
-    reassert_every: float = Field(
+    kill_grace: Seconds = 10
+    reassert_every: Seconds = Field(
         5.0, gt=0, description="seconds between re-checks of capability node owners and modes (holders and free slices)"
     )
-    idle_expiry: float | None = Field(None, description="end a session with no process on its slice this long")
+    idle_expiry: Seconds | None = Field(None, description="end a session with no process on its slice this long")
     policy: Policy = Field(default_factory=Policy)
     spot: bool = Field(
         False, description="this host is a spot instance (the session_service role: calque_session_service_spot)"
     )
-    request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
+    request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
     processes: int = Field(
         2,
@@ -147,11 +110,6 @@ class SessionConfig(CalqueModel):
         except ValueError:
             raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
-    @field_validator("default_ttl", "max_total_ttl", "notice_before", "kill_grace", "idle_expiry", mode="before")
-    @classmethod
-    def _dur(cls, v: object) -> object:
-        return _duration_field(v)
-
     @field_validator("notice_signal")
     @classmethod
     def _signal(cls, v: str) -> str:
@@ -161,13 +119,6 @@ class SessionConfig(CalqueModel):
             raise ValueError(f"notice_signal {v!r} is not a signal name; use e.g. SIGUSR1 or SIGHUP")
         return v
 
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: int) -> int:
-        if v != CONFIG_VERSION:
-            raise ValueError(f"config version {v} is not supported; this calque reads version {CONFIG_VERSION}")
-        return v
-
 
 def load_config(path: Path | None) -> SessionConfig:
     """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
@@ -175,15 +126,4 @@ def load_config(path: Path | None) -> SessionConfig:
         if not DEFAULT_CONFIG.exists():
             return SessionConfig()
         path = DEFAULT_CONFIG
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError as exc:
-        raise UsageError(f"session config {path} does not exist; pass --config with an existing file") from exc
-    except yaml.YAMLError as exc:
-        raise UsageError(f"session config {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"session config {path} must be a mapping of settings")
-    try:
-        return SessionConfig.model_validate(data)
-    except ValidationError as exc:
-        raise UsageError(f"session config {path} is invalid: {validation_problems(exc)}") from exc
+    return load_model(SessionConfig, path, "session config", empty_ok=True)
