@@ -8,7 +8,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# Options every GPU module takes (documented once, in doc_fragments/gpu_backend.py).
+# Options every GPU module takes (documented once, in doc_fragments/gpu_backend.py; the runtime's
+# calque.ops.gpu_host.GpuHostRequest has the same fields).
 GPU_BACKEND_ARGS = dict(
     host_config=dict(type="path"),
     sim_state=dict(type="path"),
@@ -17,17 +18,11 @@ GPU_BACKEND_ARGS = dict(
 
 def gpu_backend(module):
     """The backend the module's options select: the simulator at O(sim_state), else the host config."""
-    from calque.gpu.hostconfig import GpuHostConfig, SimHostConfig, load_gpu_config, open_backend
+    from calque.ops.gpu_host import GpuHostRequest
 
-    if module.params.get("sim_state"):
-        config = GpuHostConfig(backend="sim", sim=SimHostConfig(state=module.params["sim_state"]))
-    else:
-        config = load_gpu_config(module.params.get("host_config"))
-    return open_backend(config)
+    return GpuHostRequest(host_config=module.params.get("host_config"), sim_state=module.params.get("sim_state")).backend()
 
 
 def dump(model):
-    """A pydantic model (or a list of them) as plain data for exit_json."""
-    if isinstance(model, list):
-        return [m.model_dump(mode="json") for m in model]
+    """A pydantic model as plain data for exit_json."""
     return model.model_dump(mode="json")
