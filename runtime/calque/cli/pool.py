@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,9 +12,11 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.cli.options import aws_options, json_option
+from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 from calque.models import QueueDepth, RunRecord, RunReport
+from calque.ops.outcome import Outcome
 from calque.pool import submit as core
 from calque.pool.cost import cost_line
 from calque.pool.submit import PoolTarget
@@ -103,23 +105,31 @@ def worker(
     default=None,
     help="Override: pip requirement or URL that installs calque on the instance (wins over --runtime-url).",
 )
-def user_data(spec_path: str, runtime_url: str | None, runtime_sha256: str | None, runtime_pip: str | None) -> None:
+@json_option
+def user_data(
+    spec_path: str, runtime_url: str | None, runtime_sha256: str | None, runtime_pip: str | None, as_json: bool
+) -> None:
     """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
 
     playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first. Without
     --runtime-url or --runtime-pip the instance runs `pip install calque==<this version>`, which
     needs an index that has calque.
     """
-    from calque.pool.bootstrap import worker_user_data
+    from calque.ops.pool_spec import PoolSpecOp, PoolSpecRequest
     from calque.pool.spec import load_spec
 
-    text = worker_user_data(
-        load_spec(spec_path),
+    request = PoolSpecRequest(
+        spec=load_spec(spec_path).model_dump(mode="json"),
+        stage_runtime=False,
         runtime_pip=runtime_pip or None,
         runtime_url=runtime_url or None,
         runtime_sha256=runtime_sha256 or None,
     )
-    click.echo(text, nl=False)
+    outcome = PoolSpecOp().run(request)
+    if as_json:
+        emit_outcome(outcome, as_json)
+    else:  # the human view is the script itself, to pipe or save
+        click.echo(outcome.result.user_data, nl=False)
 
 
 # -- submit / results -----------------------------------------------------------------------------
@@ -282,9 +292,10 @@ def sweep(
 # -- stage-runtime --------------------------------------------------------------------------------
 
 
-def _render_staged(staged: dict[str, object]) -> str:
-    state = "uploaded" if staged["uploaded"] else "already staged"
-    return f"s3://{staged['bucket']}/{staged['key']} ({state})\nsha256 {staged['sha256']}\n{staged['url']}"
+def _render_staged(o: Outcome[Any]) -> str:
+    r = o.result
+    state = "uploaded" if r.uploaded else "already staged"
+    return f"s3://{r.bucket}/{r.key} ({state})\nsha256 {r.sha256}\n{r.url}"
 
 
 @pool.command("stage-runtime")
@@ -320,16 +331,11 @@ def stage_runtime(
     Uploads only when the stored sha256 differs. Pass the URL and sha256 to `calque pool user-data`
     (--runtime-url, --runtime-sha256): instances download, check and pip install the wheel.
     """
-    from calque.models.acquire import parse_duration
-    from calque.pool.runtime_wheel import stage_runtime as stage
+    from calque.ops.base import AwsSession
+    from calque.ops.runtime import RuntimeOp
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    try:
-        ttl_s = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    staged = stage(
-        bucket, prefix, ttl_s=ttl_s, wheel=wheel_path, region=region, endpoint_url=endpoint_url, profile=profile
-    )
-    emit(asdict(staged), as_json, _render_staged)
+    op = RuntimeOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile))
+    request = op.request({"bucket": bucket, "prefix": prefix, "ttl": ttl, "wheel": wheel_path})
+    emit_outcome(op.run(request), as_json, _render_staged)

@@ -20,6 +20,7 @@ OPERATIONS = {
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
     "runtime": "calque.ops.runtime:RuntimeOp",
+    "gpu_info": "calque.ops.gpu_facts:GpuFactsOp",
 }
 
 
