@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue, QueueState
@@ -48,3 +50,21 @@ def test_queue_operation_keeps_values_across_runs_and_checks_without_changing(mo
 def test_an_empty_model_is_refused_before_aws() -> None:
     with pytest.raises(UsageError, match="model is empty"):
         PoolQueueOp().request({"model": " "})
+
+
+def test_cli_pool_queue_renders_the_same_outcome_as_the_module(moto: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from calque.cli.main import run
+
+    assert run(["pool", "queue", "--model", MODEL, "--visibility-timeout", "77", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["resource"] == "pool_queue" and first["changed"] is True
+    assert first["result"]["attributes"]["visibility_timeout"] == 77
+    assert run(["pool", "queue", "--model", MODEL, "--check", "--receive-wait", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "plan (check mode, nothing changed):" in out and "would change" in out
+    assert run(["pool", "queue", "--model", MODEL, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["changed"] is False and again["result"]["attributes"]["visibility_timeout"] == 77
+    assert again["result"]["attributes"]["receive_wait"] == 20  # the check changed nothing
+    assert run(["pool", "queue", "--model", MODEL, "--max-receive-count", "0"]) == 2
+    assert "max_receive_count=0" in capsys.readouterr().err

@@ -15,14 +15,17 @@ from calque.ops.outcome import Outcome
 
 def render_outcome(outcome: Outcome[Any], detail: Callable[[Outcome[Any]], str] | None = None) -> str:
     """Actions (planned, in check mode), the resource's own detail, what is pending, and the verdict."""
-    lines = [("would " if outcome.check_mode else "") + a for a in outcome.actions] or ["nothing to do"]
+    if outcome.check_mode and outcome.actions:
+        lines = ["plan (check mode, nothing changed):", *(f"  {a}" for a in outcome.actions)]
+    else:
+        lines = list(outcome.actions) or ["nothing to do"]
     extra = detail(outcome) if detail else ""
     if extra:
         lines += ["", extra]
     if outcome.pending:
         lines.append(f"pending: a {outcome.pending} (calque does not do it on its own)")
     if outcome.check_mode:
-        lines.append("would change (check mode: nothing changed)" if outcome.changed else "no change needed")
+        lines.append("would change" if outcome.changed else "no change needed")
     else:
         lines.append("changed" if outcome.changed else "no change")
     return "\n".join(lines)

@@ -46,6 +46,38 @@ def status(model: str, region: str | None, endpoint_url: str | None, profile: st
     emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
 
 
+def _render_queue(o: Outcome[Any]) -> str:
+    r = o.result
+    attrs = ", ".join(f"{k}={v}" for k, v in r.attributes.items()) or "-"
+    return f"queue {r.queue_name}  url {r.queue_url or '-'}\ndlq {r.dlq_arn or '-'}\nattributes {attrs}"
+
+
+@pool.command()
+@click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--state", type=click.Choice(["present", "absent"]), default="present", show_default=True)
+@click.option("--visibility-timeout", type=int, default=None, help="Seconds a claim stays invisible (0..43200).")
+@click.option("--message-retention", type=int, default=None, help="Seconds SQS keeps a message (60..1209600).")
+@click.option("--receive-wait", type=int, default=None, help="Long-poll wait in seconds (0..20).")
+@click.option("--max-receive-count", type=int, default=None, help="Receives before the DLQ (1..1000).")
+@click.option("--dlq-retention", type=int, default=None, help="Seconds the DLQ keeps a message (60..1209600).")
+@click.option("--encryption/--no-encryption", default=None, help="SQS-managed server-side encryption.")
+@click.option("--check", is_flag=True, help="Show what would change, change nothing.")
+@aws_options
+@json_option
+def queue(
+    check: bool, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool, **options: Any
+) -> None:
+    """Create, update or delete a pool's SQS queue and dead-letter queue (as calque.gpu.pool_queue does).
+
+    Settings left out keep an existing queue's values; a new queue gets the defaults.
+    """
+    from calque.ops.base import AwsSession
+    from calque.ops.pool_queue import PoolQueueOp
+
+    op = PoolQueueOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile))
+    emit_outcome(op.run(op.request(options), check_mode=check), as_json, _render_queue)
+
+
 # -- worker ---------------------------------------------------------------------------------------
 
 

@@ -33,4 +33,3 @@ def require_calque(module):
             msg=missing_required_lib("calque", url="install the calque runtime with the calque.gpu.runtime role"),
             exception=CALQUE_IMPORT_ERROR,
         )
-
