@@ -178,10 +178,9 @@ notes:
     gated at the on-demand rate, the most they can cost.
   - The vCPU quota is read from Service Quotas where the credentials allow; otherwise the module warns
     and lets EC2 enforce it.
-  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
-    loopback, so offline runs can never reach a real AWS account.
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.offline
   - calque.gpu.attributes
   - amazon.aws.common.modules
   - amazon.aws.region.modules

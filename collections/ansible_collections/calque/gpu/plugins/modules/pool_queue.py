@@ -62,11 +62,9 @@ options:
     description:
       - SQS-managed server-side encryption of both queues. Defaults to V(true).
     type: bool
-notes:
-  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
-    loopback, so offline runs (the sandbox, the tests) can never reach a real AWS account.
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.offline
   - calque.gpu.attributes
   - amazon.aws.common.modules
   - amazon.aws.region.modules

@@ -68,10 +68,9 @@ options:
 notes:
   - The wheel is staged with the module's region, profile and O(endpoint_url), and the credentials of
     the standard AWS chain.
-  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
-    loopback, so offline runs can never reach a real AWS account.
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.offline
   - calque.gpu.attributes
   - amazon.aws.common.modules
   - amazon.aws.region.modules
