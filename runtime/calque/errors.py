@@ -55,7 +55,7 @@ _PREFIXES = ("Value error, ", "Assertion failed, ")
 
 
 def format_validation_error(exc: pydantic.ValidationError, source: str | None = None) -> str:
-    """Every problem pydantic found, as ``field.path: message`` joined by ``; ``, after ``source: ``.
+    """Every problem pydantic found, as ``field.path=given: message; change field.path``, after ``source: ``.
 
     ``source`` names what was read (``pool spec /etc/calque/pool.yaml``); a problem with the
     document as a whole (a newer version, a wrong type) is given without a field.
@@ -66,6 +66,13 @@ def format_validation_error(exc: pydantic.ValidationError, source: str | None = 
         for prefix in _PREFIXES:
             msg = msg.removeprefix(prefix)
         where = ".".join(str(x) for x in e["loc"])
-        problems.append(f"{where}: {msg}" if where else msg)
+        if not where:
+            problems.append(msg)
+        elif e.get("type") == "missing":
+            problems.append(f"{where}: {msg}; set {where}")
+        else:
+            given = repr(e.get("input"))
+            given = given if len(given) <= 80 else given[:77] + "..."
+            problems.append(f"{where}={given}: {msg}; change {where}")
     text = "; ".join(problems) or str(exc)
     return f"{source}: {text}" if source else text

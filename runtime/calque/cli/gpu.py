@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from calque.cli.options import json_option, shared_gpu_consent_option
-from calque.cli.output import emit, table, warn
+from calque.cli.outcome import emit_outcome
+from calque.cli.output import emit, table
 from calque.errors import PartialFailure
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
 from calque.gpu.hostconfig import load_gpu_config, open_backend
-from calque.gpu.layout import load_layout
 from calque.gpu.mps import (
     DEFAULT_LOG_ROOT,
     DEFAULT_PIPE_ROOT,
     MpsControl,
-    MpsResult,
-    MpsSettings,
     MpsStatus,
 )
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
-from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
+from calque.gpu.planner import MigState, current_layout
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
+from calque.ops.mig import MigLayoutOp, MigRequest
+from calque.ops.mps import MpsDaemonsOp, MpsRequest
+from calque.ops.outcome import Outcome
 
 
 @click.group()
@@ -176,47 +178,21 @@ def _render_state(s: MigState) -> str:
     return table(["gpu", "card", "MIG", "instances (profile@start [CI split])"], rows)
 
 
-def _render_plan(p: MigPlan) -> str:
-    if not p.gpus:
+def _render_layouts(o: Outcome[Any]) -> str:
+    """Each selected GPU's layout before and after (planned, in check mode), then its MIG devices."""
+
+    def shown(view: dict[str, Any] | None) -> str:
+        if not view:
+            return "-"
+        return " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
+
+    if not o.after:
         return "the layout selects no GPU on this host"
-    lines = []
-    done = [g for g in p.gpus if not g.ops]
-    if done:
-        lines.append(f"GPU {', '.join(str(g.index) for g in done)}: already as the layout says (nothing to do)")
-    for g in p.gpus:
-        if not g.ops:
-            continue
-        before = " ".join(g.before.instances) or ("MIG on, empty" if g.before.mig_enabled else "MIG off")
-        after = " ".join(g.after.instances) or ("MIG on, empty" if g.after.mig_enabled else "MIG off")
-        lines.append(f"GPU {g.index} ({g.card}): {before}  ->  {after}")
-        lines += [f"  {op.describe()}" for op in g.ops]
-        for b in g.busy_destroyed:
-            lines.append(f"  force: stops pids {b.pids} on {b.profile}@{b.start} (GI {b.gi_id})")
-        if g.needs_reset:
-            lines.append("  needs a GPU reset (apply with --allow-reset, or reboot)")
-    return "\n".join(lines)
-
-
-def _render_apply(r: MigApplyResult) -> str:
-    lines = []
-    for g in r.gpus:
-        lines.append(f"GPU {g.index}: {len(g.done)} operation(s)" + (f"; {g.blocked}" if g.blocked else ""))
-        if g.reset_required and not g.blocked:
-            lines.append("  MIG mode change pending: reset the GPU (--allow-reset) or reboot, then apply again")
-        if g.reboot_required:
-            lines.append("  reboot the host, then apply again")
-    if r.mig_devices:
-        lines.append("")
-        lines.append(
-            table(
-                ["gpu", "profile", "start", "gi", "ci", "uuid"],
-                [
-                    [d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid]
-                    for d in r.mig_devices
-                ],
-            )
-        )
-    lines.append("changed" if r.changed else "no change")
+    lines = [f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}" for gpu, view in o.after.items()]
+    devices = o.result.mig_devices
+    if devices and not o.check_mode:
+        rows = [[d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid] for d in devices]
+        lines += ["", table(["gpu", "profile", "start", "gi", "ci", "uuid"], rows)]
     return "\n".join(lines)
 
 
@@ -239,6 +215,10 @@ force_option = click.option(
 )
 
 
+def _mig_request(config_file: str, select: str | None, force: bool, allow_reset: bool, host: str | None) -> MigRequest:
+    return MigRequest(config=config_file, select=select, force=force, allow_reset=allow_reset, host_config=host)
+
+
 @mig.command("plan")
 @config_option
 @select_option
@@ -247,8 +227,8 @@ force_option = click.option(
 @json_option
 def mig_plan(config_file: str, select: str | None, force: bool, host_config: str | None, as_json: bool) -> None:
     """Show what applying a layout would change (changes nothing)."""
-    name, entries = load_layout(config_file).select(select)
-    emit(MigPlanner(_backend(host_config)).plan(entries, force=force, config=name), as_json, _render_plan)
+    request = _mig_request(config_file, select, force, False, host_config)
+    emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
 
 
 @mig.command("apply")
@@ -263,17 +243,14 @@ def mig_plan(config_file: str, select: str | None, force: bool, host_config: str
 def mig_apply(
     config_file: str, select: str | None, force: bool, allow_reset: bool, host_config: str | None, as_json: bool
 ) -> None:
-    """Apply a layout with the fewest changes; a satisfied layout changes nothing."""
-    name, entries = load_layout(config_file).select(select)
-    planner = MigPlanner(_backend(host_config))
-    plan = planner.plan(entries, force=force, config=name)
-    result = planner.apply(plan, allow_reset=allow_reset, progress=_progress)
-    emit(result, as_json, _render_apply)
-    blocked = [g for g in result.gpus if g.blocked]
-    if blocked:
-        raise PartialFailure("; ".join(f"GPU {g.index}: {g.blocked}" for g in blocked))
-    if result.reset_required:
-        warn("a MIG mode change is pending a GPU reset: rerun with --allow-reset or reboot, then apply again")
+    """Apply a layout with the fewest changes; a satisfied layout changes nothing.
+
+    A reset left pending (no --allow-reset) or a reboot the platform needs is not an error: exit 0
+    with a warning and `pending` in the result. A reset that --allow-reset allowed but something
+    holding the GPU prevented exits 1.
+    """
+    request = _mig_request(config_file, select, force, allow_reset, host_config)
+    emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)
 
 
 @gpu.group()
@@ -315,11 +292,33 @@ def _render_mps_status(s: MpsStatus) -> str:
     return out
 
 
-def _render_mps_result(r: MpsResult) -> str:
-    lines = r.actions or ["nothing to do"]
-    lines.append("")
-    lines.append(_render_mps_status(MpsStatus(daemons=r.daemons)))
-    return "\n".join(lines)
+def _render_mps_daemons(o: Outcome[Any]) -> str:
+    return _render_mps_status(MpsStatus(daemons=o.result.daemons))
+
+
+def _mps_run(
+    state: str,
+    check: bool,
+    consent: bool,
+    gpus: str | None,
+    per_mig: bool,
+    pipe_root: str,
+    log_root: str,
+    host_config: str | None,
+    as_json: bool,
+    **limits: Any,
+) -> None:
+    request = MpsRequest(
+        state=state,
+        gpus=_gpu_list(gpus),
+        per_mig=per_mig,
+        pipe_root=pipe_root,
+        log_root=log_root,
+        host_config=host_config,
+        i_understand_shared_gpu_has_no_isolation=consent,
+        **limits,
+    )
+    emit_outcome(MpsDaemonsOp(progress=_progress).run(request, check_mode=check), as_json, _render_mps_daemons)
 
 
 @mps.command("status")
@@ -351,12 +350,8 @@ def mps_start(
     as_json: bool,
 ) -> None:
     """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
-    settings = MpsSettings(active_thread_percentage=active_thread_percentage, pinned_memory_limit=pinned_memory_limit)
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
-    result = ctl.start(
-        settings, consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
-    )
-    emit(result, as_json, _render_mps_result)
+    limits = {"active_thread_percentage": active_thread_percentage, "pinned_memory_limit": pinned_memory_limit}
+    _mps_run("started", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, host_config, as_json, **limits)
 
 
 @mps.command("stop")
@@ -374,11 +369,7 @@ def mps_stop(
     as_json: bool,
 ) -> None:
     """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
-    result = ctl.stop(
-        consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
-    )
-    emit(result, as_json, _render_mps_result)
+    _mps_run("stopped", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, host_config, as_json)
 
 
 def _render_units(u: MpsUnits) -> str:

@@ -62,6 +62,8 @@ def wheelhouse_target_options(f: F) -> F:
     for opt in (platform_option, python_version_option):
         f = opt(f)
     return f
+
+
 class DurationType(click.ParamType[float, Any]):
     """A click type for durations in the one grammar (``calque.durations``): ``90``, ``30m``, ``1h 30m``."""
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,9 +12,11 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
+from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, progress_to_stderr, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 from calque.models import QueueDepth, RunRecord, RunReport
+from calque.ops.outcome import Outcome
 from calque.pool import submit as core
 from calque.pool.cost import cost_line
 from calque.pool.submit import PoolTarget
@@ -42,6 +44,38 @@ def status(model: str, region: str | None, endpoint_url: str | None, profile: st
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
     emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
+
+
+def _render_queue(o: Outcome[Any]) -> str:
+    r = o.result
+    attrs = ", ".join(f"{k}={v}" for k, v in r.attributes.items()) or "-"
+    return f"queue {r.queue_name}  url {r.queue_url or '-'}\ndlq {r.dlq_arn or '-'}\nattributes {attrs}"
+
+
+@pool.command()
+@click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--state", type=click.Choice(["present", "absent"]), default="present", show_default=True)
+@click.option("--visibility-timeout", type=int, default=None, help="Seconds a claim stays invisible (0..43200).")
+@click.option("--message-retention", type=int, default=None, help="Seconds SQS keeps a message (60..1209600).")
+@click.option("--receive-wait", type=int, default=None, help="Long-poll wait in seconds (0..20).")
+@click.option("--max-receive-count", type=int, default=None, help="Receives before the DLQ (1..1000).")
+@click.option("--dlq-retention", type=int, default=None, help="Seconds the DLQ keeps a message (60..1209600).")
+@click.option("--encryption/--no-encryption", default=None, help="SQS-managed server-side encryption.")
+@click.option("--check", is_flag=True, help="Show what would change, change nothing.")
+@aws_options
+@json_option
+def queue(
+    check: bool, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool, **options: Any
+) -> None:
+    """Create, update or delete a pool's SQS queue and dead-letter queue (as calque.gpu.pool_queue does).
+
+    Settings left out keep an existing queue's values; a new queue gets the defaults.
+    """
+    from calque.ops.base import AwsSession
+    from calque.ops.pool_queue import PoolQueueOp
+
+    op = PoolQueueOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile))
+    emit_outcome(op.run(op.request(options), check_mode=check), as_json, _render_queue)
 
 
 # -- worker ---------------------------------------------------------------------------------------
@@ -112,6 +146,7 @@ def worker(
     default=None,
     help="Override: pip requirement or URL that installs calque on the instance (wins over --runtime-url).",
 )
+@json_option
 def user_data(
     spec_path: str,
     runtime_url: str | None,
@@ -119,6 +154,7 @@ def user_data(
     wheelhouse_url: str | None,
     wheelhouse_sha256: str | None,
     runtime_pip: str | None,
+    as_json: bool,
 ) -> None:
     """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
 
@@ -127,18 +163,23 @@ def user_data(
     needs an index that has calque. With --wheelhouse-url the instance installs calque and exactly
     the dependency versions in constraints.txt from the staged wheelhouse, with no index.
     """
-    from calque.pool.bootstrap import worker_user_data
+    from calque.ops.pool_spec import PoolSpecOp, PoolSpecRequest
     from calque.pool.spec import load_spec
 
-    text = worker_user_data(
-        load_spec(spec_path),
+    request = PoolSpecRequest(
+        spec=load_spec(spec_path).model_dump(mode="json"),
+        stage_runtime=False,
         runtime_pip=runtime_pip or None,
         runtime_url=runtime_url or None,
         runtime_sha256=runtime_sha256 or None,
         wheelhouse_url=wheelhouse_url or None,
         wheelhouse_sha256=wheelhouse_sha256 or None,
     )
-    click.echo(text, nl=False)
+    outcome = PoolSpecOp().run(request)
+    if as_json:
+        emit_outcome(outcome, as_json)
+    else:  # the human view is the script itself, to pipe or save
+        click.echo(outcome.result.user_data, nl=False)
 
 
 # -- submit / results -----------------------------------------------------------------------------
@@ -303,15 +344,12 @@ def sweep(
 # -- stage-runtime --------------------------------------------------------------------------------
 
 
-def _render_staged(staged: dict[str, object]) -> str:
-    state = "uploaded" if staged["uploaded"] else "already staged"
-    lines = [f"s3://{staged['bucket']}/{staged['key']} ({state})", f"sha256 {staged['sha256']}", str(staged["url"])]
-    if staged.get("wheelhouse_key"):
-        lines += [
-            f"s3://{staged['bucket']}/{staged['wheelhouse_key']}",
-            f"sha256 {staged['wheelhouse_sha256']}",
-            str(staged["wheelhouse_url"]),
-        ]
+def _render_staged(o: Outcome[Any]) -> str:
+    r = o.result
+    state = "uploaded" if r.uploaded else "already staged"
+    lines = [f"s3://{r.bucket}/{r.key} ({state})", f"sha256 {r.sha256}", str(r.url)]
+    if r.wheelhouse_key:
+        lines += [f"s3://{r.bucket}/{r.wheelhouse_key}", f"sha256 {r.wheelhouse_sha256}", str(r.wheelhouse_url)]
     return "\n".join(lines)
 
 
@@ -367,23 +405,24 @@ def stage_runtime(
     `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
     for the wheel alone): instances download, check and install exactly the pinned versions.
     """
-    from calque.pool.runtime_wheel import stage_runtime as stage
+    from calque.ops.base import AwsSession
+    from calque.ops.runtime import RuntimeOp
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
     if no_wheelhouse and wheelhouse_path:
         raise UsageError("--wheelhouse and --no-wheelhouse contradict each other: pass one")
-    staged = stage(
-        bucket,
-        prefix,
-        ttl_s=ttl,
-        wheel=wheel_path,
-        wheelhouse=False if no_wheelhouse else (wheelhouse_path or True),
-        python_version=python_version,
-        platform=platform,
-        region=region,
-        endpoint_url=endpoint_url,
-        profile=profile,
-        progress=progress_to_stderr,
+    op = RuntimeOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile), progress_to_stderr)
+    request = op.request(
+        {
+            "bucket": bucket,
+            "prefix": prefix,
+            "ttl": str(ttl),
+            "wheel": wheel_path,
+            "wheelhouse": not no_wheelhouse,
+            "wheelhouse_dir": wheelhouse_path,
+            "python_version": python_version,
+            "platform": platform,
+        }
     )
-    emit(asdict(staged), as_json, _render_staged)
+    emit_outcome(op.run(request), as_json, _render_staged)

@@ -266,6 +266,7 @@ class PoolSpec(VersionedModel):
             return str(ipaddress.ip_address(v))
         except ValueError:
             raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
+
     @field_validator("prefix")
     @classmethod
     def _prefix_is_safe(cls, v: str) -> str:

@@ -1,7 +1,8 @@
 """How an instance becomes a pool worker: the PoolSpec file and the user-data that starts the worker.
 
 One definition serves every path that puts a worker on an instance: ``playbooks/pool.yml`` renders
-the user-data with ``calque pool user-data --spec -`` and hands it to ``calque.gpu.ec2_cohort``;
+the user-data with ``calque.gpu.pool_spec`` (``calque.ops.pool_spec``, as does ``calque pool
+user-data``) and hands it to ``calque.gpu.ec2_cohort``;
 ``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
 boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
 ``/etc/calque/pool.yml`` and starts ``calque pool worker`` under systemd. ``spec_yaml`` is the spec

@@ -23,7 +23,6 @@ DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
 DEFAULT_SOCKET = Path("/run/calque/session.sock")
 
 
-
 class Limits(CalqueModel):
     """Limits for a user or group; unset fields fall back to the defaults."""
 

@@ -37,8 +37,3 @@ def require_calque(module):
             ),
             exception=CALQUE_IMPORT_ERROR,
         )
-
-
-def fail_on_calque_error(module, exc, **result):
-    """Turn a CalqueError into ``fail_json`` with its message and exit code."""
-    module.fail_json(msg=str(exc), calque_exit_code=getattr(exc, "exit_code", 1), **result)
