@@ -69,8 +69,8 @@ def test_crafted_ids_newer_versions_and_foreign_uris_are_poison_and_nothing_esca
 
     records = wait_until(lambda: len(poison()) >= 3 and poison(), PROC_WAIT, "three poison records")
     errors = sorted(r["error"] for r in records)
-    assert any("claim_id: '../../x' is not a safe identifier" in e for e in errors), errors
-    assert any("run_id: '../escape' is not a safe identifier" in e for e in errors), errors
+    assert any("claim_id='../../x': '../../x' is not a safe identifier" in e for e in errors), errors
+    assert any("run_id='../escape': '../escape' is not a safe identifier" in e for e in errors), errors
     assert any(f"results_prefix {foreign} is not this pool's prefix" in e for e in errors), errors
     wait_until(lambda: pool.queue.depth().visible + pool.queue.depth().in_flight == 0, PROC_WAIT, "an empty queue")
 

@@ -135,7 +135,7 @@ def test_poison_claims_fail_with_a_clear_summary_and_the_worker_keeps_serving(ma
     w = pool.start()
     want = {
         "missing": "does not exist",
-        "invalid": "is invalid: run_id: Input should be a valid string",
+        "invalid": "is invalid: run_id=3: Input should be a valid string; change run_id",
         "huge": "over the pool's limit of 1024",
         "nomethod": "method 'does_not_exist' does not exist on Steady",
         "digest": "claim wants workload sha256:0000",
