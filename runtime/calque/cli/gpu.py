@@ -187,6 +187,8 @@ def _render_plan(p: MigPlan) -> str:
         if not g.ops:
             continue
         before = " ".join(g.before.instances) or ("MIG on, empty" if g.before.mig_enabled else "MIG off")
+        if g.mig_pending is not None:
+            before += f" (MIG {'on' if g.mig_pending else 'off'} pending a reset)"
         after = " ".join(g.after.instances) or ("MIG on, empty" if g.after.mig_enabled else "MIG off")
         lines.append(f"GPU {g.index} ({g.card}): {before}  ->  {after}")
         lines += [f"  {op.describe()}" for op in g.ops]

@@ -17,13 +17,12 @@ from typing import Any, TypeVar
 from calque.gpu import errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
-from calque.gpu.catalog import load_catalog
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
 from calque.models import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
 
 T = TypeVar("T")
 _MAX_GI_ID = 15  # the driver's GPU-instance ids are 0..14
 _MAX_CI_ID = 8
-_CI_CONSTANTS = {1: "1_SLICE", 2: "2_SLICE", 3: "3_SLICE", 4: "4_SLICE", 7: "7_SLICE", 8: "8_SLICE", 6: "6_SLICE"}
 _COMPUTE_MODE_NAMES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
 
 
@@ -242,7 +241,7 @@ class NvmlBackend:
 
     def _ci_slices(self, gi: Any, ci_profile_id: int) -> int:
         """Compute slices of a CI profile id (by asking the driver for each CI profile's id)."""
-        for n, suffix in _CI_CONSTANTS.items():
+        for n, suffix in COMPUTE_INSTANCE_PROFILES.items():
             info = self._maybe(
                 "read a compute-instance profile",
                 self._nv.nvmlGpuInstanceGetComputeInstanceProfileInfo,
@@ -424,7 +423,7 @@ class NvmlBackend:
         )
 
     def create_compute_instance(self, index: int, gi_id: int, compute_slices: int) -> int:
-        suffix = _CI_CONSTANTS.get(compute_slices)
+        suffix = COMPUTE_INSTANCE_PROFILES.get(compute_slices)
         if suffix is None:
             raise nv.driver_error(nv.INVALID_ARGUMENT, f"no {compute_slices}-slice compute-instance profile")
         gi = self._gi(index, gi_id)

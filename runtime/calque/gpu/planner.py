@@ -24,14 +24,14 @@ from typing import Literal
 from pydantic import Field
 
 from calque.gpu.backend import GpuBackend
-from calque.gpu.catalog import Card, GiProfile
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile
 from calque.gpu.errors import BusyInstancesError, GpuDriverError, GpuInUse, GpuNotSupported, LayoutError
 from calque.gpu.layout import LayoutEntry, card_of
 from calque.gpu.placement import Placed, place, problems
 from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.base import CalqueModel
 
-CI_SIZES = (1, 2, 3, 4, 6, 7, 8)  # the compute-instance profiles NVML defines (NVML_COMPUTE_INSTANCE_PROFILE_*)
+CI_SIZES = tuple(COMPUTE_INSTANCE_PROFILES)  # kept for callers of the planner's API
 OpKind = Literal["destroy_ci", "destroy_gi", "set_mig_mode", "reset", "create_gi", "create_ci"]
 
 
@@ -47,11 +47,15 @@ class MigOp(CalqueModel):
     ci_id: int | None = None
     enabled: bool | None = None
     compute_slices: list[int] = Field(default_factory=list, description="CIs to create in a new or kept GI")
+    cancels_pending: bool = Field(False, description="set_mig_mode back to the current mode: no reset needed")
 
     def describe(self) -> str:
         where = f"GPU {self.gpu_index}"
         if self.kind == "set_mig_mode":
-            return f"{where}: set MIG mode {'on' if self.enabled else 'off'} (pending until reset)"
+            mode = "on" if self.enabled else "off"
+            if self.cancels_pending:
+                return f"{where}: cancel the pending MIG mode change (MIG stays {mode})"
+            return f"{where}: set MIG mode {mode} (pending until reset)"
         if self.kind == "reset":
             return f"{where}: reset the GPU"
         if self.kind == "create_gi":
@@ -84,6 +88,7 @@ class GpuPlan(CalqueModel):
     card: str
     before: GpuLayout
     after: GpuLayout
+    mig_pending: bool | None = Field(None, description="the MIG mode waiting for a reset, when it differs")
     ops: list[MigOp] = Field(default_factory=list)
     needs_reset: bool = False
     busy_destroyed: list[BusyInstance] = Field(default_factory=list, description="only with force")
@@ -158,6 +163,20 @@ def catalog_profile(card: Card, gi: GpuInstance) -> GiProfile:
     return found
 
 
+def check_indexes(entries: Sequence[LayoutEntry], gpus: Sequence[GpuDevice]) -> None:
+    """A layout that names a GPU index this host lacks fails before any change (a typo must not
+    silently leave a GPU unconfigured)."""
+    present = sorted(g.index for g in gpus)
+    named = sorted({i for e in entries for i in e.indexes()})
+    missing = [i for i in named if i not in present]
+    if missing:
+        have = ", ".join(map(str, present)) or "none"
+        raise LayoutError(
+            f"the layout names GPU {', '.join(map(str, missing))}, which this host does not have "
+            f"(its GPU indexes: {have}); fix the entry's devices: or use devices: all"
+        )
+
+
 def valid_profiles(card: Card) -> str:
     return ", ".join(f"{p.name} (max {p.max_count})" for p in card.profiles)
 
@@ -177,6 +196,7 @@ class MigPlanner:
         procs = self.backend.processes()
         migs = self.backend.mig_devices()
         out = MigPlan(config=config, force=force)
+        check_indexes(entries, gpus)
         for gpu in gpus:
             card = card_of(gpu)
             chosen = [e for e in entries if e.selects(gpu, card)]
@@ -220,7 +240,8 @@ class MigPlanner:
         before = GpuLayout(
             mig_enabled=gpu.mig_current, instances=_view(gpu.mig_current, [gi_view(g) for g in existing]).instances
         )
-        plan = GpuPlan(index=i, card=card.key, before=before, after=before)
+        pending = gpu.mig_pending if gpu.mig_pending != gpu.mig_current else None
+        plan = GpuPlan(index=i, card=card.key, before=before, after=before, mig_pending=pending)
         ops = plan.ops
 
         def split_for(p: GiProfile) -> list[int]:
@@ -232,7 +253,7 @@ class MigPlanner:
             for gi in existing:
                 ops += self._destroy(i, gi)
             if gpu.mig_pending:
-                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=False))
+                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=False, cancels_pending=not gpu.mig_current))
             if gpu.mig_current:
                 ops.append(MigOp(kind="reset", gpu_index=i))
                 plan.needs_reset = True
@@ -249,8 +270,8 @@ class MigPlanner:
             ops += [self._create(i, p, s, split_for(p)) for p, s in placed]
             plan.after = _view(True, [(p.name, s, split_for(p), p.compute_slices) for p, s in placed])
             return plan
-        if not gpu.mig_pending:  # a disable is pending: cancel it
-            ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True))
+        if not gpu.mig_pending:  # a disable is pending: cancel it (no reset: MIG is still current)
+            ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True, cancels_pending=True))
 
         keep, placed = self._choose(card, existing, wanted, pids, force, i)
         dropped = [gi for gi in existing if gi not in keep]

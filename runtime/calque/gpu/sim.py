@@ -37,7 +37,7 @@ from calque.errors import InfrastructureError, UsageError
 from calque.gpu import errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import access_file_text, cap_minor, mig_capability_devices, proc_access_files
-from calque.gpu.catalog import Card, GiProfile, load_catalog
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile, load_catalog
 from calque.gpu.placement import Placed, place, problems
 from calque.models import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.base import CalqueModel
@@ -45,7 +45,6 @@ from calque.models.base import CalqueModel
 SIM_STATE_VERSION = 1
 DEFAULT_DRIVER_VERSION = "595.91.07"
 _NS = uuidlib.UUID("5b0c1d7e-4a52-4d0b-9d4e-63616c717565")
-_CI_SIZES = (1, 2, 3, 4, 6, 7, 8)
 
 
 class SimComputeInstance(CalqueModel):
@@ -259,11 +258,15 @@ class SimGpu:
 
     @staticmethod
     def _require_mig(c: SimCard) -> None:
-        if c.mig_current and c.mig_pending:
-            return
-        if c.mig_current != c.mig_pending:
-            raise nv.driver_error(nv.RESET_REQUIRED, f"GPU {c.index} has a MIG mode change pending a reset")
-        raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {c.index} is not in MIG mode")
+        """MIG calls follow the *current* mode only, as NVML does: nvmlDeviceGetMigMode reports a current
+        and a pending mode, and "the pending MIG mode refers to the target mode following the next
+        activation trigger" (a reset or reboot; NVML API Reference, Multi Instance GPU Management,
+        https://docs.nvidia.com/deploy/nvml-api/group__nvmlMultiInstanceGPU.html). Until then the GPU
+        stays in its current mode: instances can be listed, destroyed and created while a disable
+        waits, and nothing MIG exists while an enable waits (NOT_SUPPORTED, as the driver answers)."""
+        if not c.mig_current:
+            pending = " (MIG on is pending a reset)" if c.mig_pending else ""
+            raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {c.index} is not in MIG mode{pending}")
 
     def _device_uuids(self, c: SimCard) -> set[str]:
         out = {c.uuid}
@@ -469,7 +472,7 @@ class SimGpu:
             self._require_mig(c)
             gi = self._gi(c, gi_id)
             p = self._profile(c, gi)
-            if compute_slices not in _CI_SIZES or compute_slices > p.compute_slices:
+            if compute_slices not in COMPUTE_INSTANCE_PROFILES or compute_slices > p.compute_slices:
                 raise nv.driver_error(
                     nv.INVALID_ARGUMENT, f"a {p.name} instance cannot hold a {compute_slices}-slice compute instance"
                 )
