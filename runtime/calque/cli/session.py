@@ -105,7 +105,7 @@ def session() -> None:
 @click.option("--mps", is_flag=True, help="Check out an MPS client slot instead of a MIG slice.")
 @click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
 @click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
-@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 3.")
+@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 5.")
 @click.option("--wait-timeout", default=None, help="Give up waiting after this long, e.g. 10m.")
 @click.option(
     "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
@@ -125,7 +125,7 @@ def checkout(
     shared_gpu_consent: bool,
     socket_path: Path,
 ) -> None:
-    """Check a slice out; exit 3 naming what is busy until when if none is free."""
+    """Check a slice out; exit 5 naming what is busy until when if none is free."""
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
     s = core.checkout(
