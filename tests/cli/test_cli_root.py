@@ -166,3 +166,28 @@ def test_cli_docs_are_current() -> None:
         [str(REPO / "scripts" / "gen-cli-docs"), "--check"], capture_output=True, text=True, env=env, timeout=120
     )
     assert proc.returncode == 0, proc.stderr + " (run scripts/gen-cli-docs and commit docs/cli.md)"
+
+
+RESEARCHER_COMMANDS = [
+    ["session", "checkout"],
+    ["session", "checkin"],
+    ["session", "status"],
+    ["session", "list"],
+    ["pool", "status"],
+    ["pool", "results"],
+]
+
+
+@pytest.mark.parametrize("command", RESEARCHER_COMMANDS, ids=[" ".join(c) for c in RESEARCHER_COMMANDS])
+def test_researcher_commands_start_without_heavy_libraries(command: list[str]) -> None:
+    """What makes start-up slow is never loaded before a command runs (bench/cli_startup.py has the times)."""
+    probe = (
+        "import sys; from calque.cli.main import run; code = run(sys.argv[1:]); "
+        "heavy = ('pydantic', 'boto3', 'botocore', 'rich', 'yaml', 'calque.models.pool', 'calque.models.acquire'); "
+        "print(sorted(m for m in heavy if m in sys.modules)); sys.exit(code)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *command, "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

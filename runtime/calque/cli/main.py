@@ -9,7 +9,6 @@ error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from collections.abc import Sequence
 
@@ -67,6 +66,8 @@ def _wants_json(args: Sequence[str]) -> bool:
 
 def _fail(message: str, code: int, as_json: bool) -> int:
     if as_json:
+        import json  # only on the error path: start-up stays lean
+
         error = {"kind": EXIT_KINDS.get(code, "failure"), "message": message, "exit_code": code}
         click.echo(json.dumps({"error": error}), err=True)
     else:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from calque.aws.clients import client
-from calque.aws.queue import PoolQueue
-from calque.aws.store import RunStore
 from calque.cli.options import aws_options, json_option
 from calque.cli.output import emit, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
-from calque.models import QueueDepth, RunRecord, RunReport
-from calque.pool import submit as core
-from calque.pool.cost import cost_line
-from calque.pool.submit import PoolTarget
+
+# boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
+if TYPE_CHECKING:
+    from calque.aws.store import RunStore
+    from calque.models import QueueDepth, RunRecord, RunReport
+    from calque.pool.submit import PoolTarget
 
 
 @click.group()
@@ -39,6 +39,9 @@ def _render_depth(d: QueueDepth) -> str:
 @json_option
 def status(model: str, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
     """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age."""
+    from calque.aws.clients import client
+    from calque.aws.queue import PoolQueue
+
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
     emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
@@ -133,12 +136,16 @@ prefix_option = click.option("--prefix", default="calque", show_default=True, he
 def _target(
     model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
 ) -> PoolTarget:
+    from calque.pool.submit import PoolTarget
+
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
     return PoolTarget(model, bucket, prefix, region, endpoint, profile)
 
 
 def _render_report(r: RunReport) -> str:
+    from calque.pool.cost import cost_line
+
     ips = "-" if r.items_per_second is None else f"{r.items_per_second:.2f}"
     lines = [
         f"run {r.run_id}  model {r.model}  queue {r.queue_name}",
@@ -187,6 +194,8 @@ def submit(
 
     Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
     """
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     items = core.read_items(Path(items_path))
     record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
@@ -208,6 +217,8 @@ def submit(
 def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> RunReport:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from calque.pool import submit as core
 
     console = Console(stderr=True)
     with Progress(
@@ -240,6 +251,8 @@ def results(
     profile: str | None,
 ) -> None:
     """Print a run's ItemResults as JSONL on stdout, in item order."""
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
     out = core.results(store, record)
@@ -273,6 +286,8 @@ def sweep(
 
     Prints each one's URI. Claims without a Summary yet are left alone.
     """
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from calque.errors import CalqueError, InfrastructureError, NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.session import SessionRequest, SessionResponse
-from calque.session.config import DEFAULT_SOCKET
+from calque.session.paths import DEFAULT_SOCKET
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 # Ops that are safe to send twice (checkout carries a request id that makes it idempotent).

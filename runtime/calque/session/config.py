@@ -17,10 +17,9 @@ from pydantic import Field, ValidationError, field_validator
 from calque.errors import UsageError
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.models.base import CalqueModel
+from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
-DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
-DEFAULT_SOCKET = Path("/run/calque/session.sock")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
