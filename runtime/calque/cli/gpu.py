@@ -6,13 +6,12 @@ from collections.abc import Callable
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.options import gpu_backend_options, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
 from calque.errors import PartialFailure
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.layout import load_layout
 from calque.gpu.mps import (
     DEFAULT_LOG_ROOT,
@@ -25,6 +24,7 @@ from calque.gpu.mps import (
 )
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
+from calque.gpu.selection import GpuSelection, open_gpu
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
 
@@ -144,17 +144,8 @@ def verify(strict: bool, as_json: bool) -> None:
         raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
 
 
-host_config_option = click.option(
-    "--host-config",
-    type=click.Path(dir_okay=False),
-    envvar="CALQUE_HOST_CONFIG",
-    default=None,
-    help="Host configuration (gpu.backend: nvml | sim); default /etc/calque/host.yaml.",
-)
-
-
-def _backend(host_config: str | None) -> GpuBackend:
-    return open_backend(load_gpu_config(host_config))
+def _backend(gpu: GpuSelection) -> GpuBackend:
+    return open_gpu(gpu)
 
 
 def _progress(message: str) -> None:
@@ -223,11 +214,11 @@ def _render_apply(r: MigApplyResult) -> str:
 
 
 @mig.command("show")
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_show(host_config: str | None, as_json: bool) -> None:
+def mig_show(gpu: GpuSelection, as_json: bool) -> None:
     """Show every GPU's MIG mode and instances."""
-    emit(current_layout(_backend(host_config)), as_json, _render_state)
+    emit(current_layout(_backend(gpu)), as_json, _render_state)
 
 
 config_option = click.option(
@@ -245,12 +236,12 @@ force_option = click.option(
 @config_option
 @select_option
 @force_option
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_plan(config_file: str, select: str | None, force: bool, host_config: str | None, as_json: bool) -> None:
+def mig_plan(config_file: str, select: str | None, force: bool, gpu: GpuSelection, as_json: bool) -> None:
     """Show what applying a layout would change (changes nothing)."""
     name, entries = load_layout(config_file).select(select)
-    emit(MigPlanner(_backend(host_config)).plan(entries, force=force, config=name), as_json, _render_plan)
+    emit(MigPlanner(_backend(gpu)).plan(entries, force=force, config=name), as_json, _render_plan)
 
 
 @mig.command("apply")
@@ -260,14 +251,14 @@ def mig_plan(config_file: str, select: str | None, force: bool, host_config: str
 @click.option(
     "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
 )
-@host_config_option
+@gpu_backend_options
 @json_option
 def mig_apply(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, host_config: str | None, as_json: bool
+    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Apply a layout with the fewest changes; a satisfied layout changes nothing."""
     name, entries = load_layout(config_file).select(select)
-    planner = MigPlanner(_backend(host_config))
+    planner = MigPlanner(_backend(gpu))
     plan = planner.plan(entries, force=force, config=name)
     result = planner.apply(plan, allow_reset=allow_reset, progress=_progress)
     emit(result, as_json, _render_apply)
@@ -298,11 +289,10 @@ def _mps_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--per-mig", is_flag=True, help="One daemon per MIG device instead of per GPU."),
         click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="Pipe directories root."),
         click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="Log directories root."),
-        host_config_option,
         json_option,
     ):
         f = opt(f)
-    return f
+    return gpu_backend_options(f)
 
 
 def _render_mps_status(s: MpsStatus) -> str:
@@ -327,10 +317,10 @@ def _render_mps_result(r: MpsResult) -> str:
 @mps.command("status")
 @_mps_options
 def mps_status(
-    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, host_config: str | None, as_json: bool
+    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Show each MPS control daemon, its limits and the GPU's compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     emit(ctl.status(_gpu_list(gpus), per_mig), as_json, _render_mps_status)
 
 
@@ -349,12 +339,12 @@ def mps_start(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
     settings = MpsSettings(active_thread_percentage=active_thread_percentage, pinned_memory_limit=pinned_memory_limit)
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     result = ctl.start(
         settings, consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
     )
@@ -372,11 +362,11 @@ def mps_stop(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     result = ctl.stop(
         consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
     )
@@ -418,9 +408,15 @@ def _render_facts(f: HostGpuFacts) -> str:
 @gpu.command()
 @click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="MPS pipe directories root.")
 @click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="MPS log directories root.")
-@host_config_option
+@gpu_backend_options
 @json_option
-def info(pipe_root: str, log_root: str, host_config: str | None, as_json: bool) -> None:
+def info(pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool) -> None:
     """Show GPUs, MIG instances and devices, processes, MPS daemons and each card's catalog entry."""
-    backend = _backend(host_config)
+    backend = _backend(gpu)
     emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
+
+
+# `calque gpu sim ...` lives in its own file (cli/gpu_sim.py); it is part of this group.
+from calque.cli.gpu_sim import sim  # noqa: E402
+
+gpu.add_command(sim)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.options import gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
 from calque.session.paths import DEFAULT_SOCKET
 
@@ -245,14 +245,7 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
     "--db", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_DB", default=None, help="SQLite registry."
 )
 @click.option("--audit-log", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_AUDIT", default=None)
-@click.option("--gpu-backend", type=click.Choice(["nvml", "sim", "none"]), envvar="CALQUE_GPU_BACKEND", default=None)
-@click.option(
-    "--gpu-state",
-    type=click.Path(path_type=Path),
-    envvar="CALQUE_GPU_STATE",
-    default=None,
-    help="Simulator state (with --gpu-backend sim).",
-)
+@gpu_backend_flags
 @click.option(
     "--host-root",
     type=click.Path(path_type=Path),

@@ -8,22 +8,21 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# Options every GPU module takes (documented once, in doc_fragments/gpu_backend.py).
+# Options every GPU module takes (documented once, in doc_fragments/gpu_backend.py), in the words of
+# calque.gpu.selection, which the CLI and the session configuration use too.
 GPU_BACKEND_ARGS = dict(
+    gpu_backend=dict(type="str", choices=["host", "nvml", "sim"], default="host"),
     host_config=dict(type="path"),
     sim_state=dict(type="path"),
 )
 
 
 def gpu_backend(module):
-    """The backend the module's options select: the simulator at O(sim_state), else the host config."""
-    from calque.gpu.hostconfig import GpuHostConfig, SimHostConfig, load_gpu_config, open_backend
+    """The backend the module's options select, through the runtime's one resolver."""
+    from calque.gpu.selection import GpuSelection, open_gpu
 
-    if module.params.get("sim_state"):
-        config = GpuHostConfig(backend="sim", sim=SimHostConfig(state=module.params["sim_state"]))
-    else:
-        config = load_gpu_config(module.params.get("host_config"))
-    return open_backend(config)
+    p = module.params
+    return open_gpu(GpuSelection(p.get("gpu_backend") or "host", sim_state=p.get("sim_state"), host_config=p.get("host_config")))
 
 
 def dump(model):
