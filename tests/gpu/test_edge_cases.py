@@ -7,6 +7,7 @@ state lives in a real state file, and checks what a person would see.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,14 @@ mig-configs:
 """
 
 
+Point = Callable[[SimGpu], SimGpu]
+
+
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimGpu:
+def host(tmp_path: Path, point_host_config: Point) -> SimGpu:
     """A one-GPU A100 host selected by the host configuration, MIG on, and a layout file beside it."""
-    cfg = tmp_path / "host.yaml"
-    cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {tmp_path}/gpus.json}}\n")
-    monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
     (tmp_path / "mig.yaml").write_text(LAYOUTS)
-    return SimGpu.create(tmp_path / "gpus.json", ["A100-40GB"], mig=True)
+    return point_host_config(SimGpu.create(tmp_path / "gpus.json", ["A100-40GB"], mig=True))
 
 
 def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:  # type: ignore[type-arg]
@@ -88,13 +89,10 @@ def test_a_pending_mig_disable_never_locks_the_cli(
 
 
 def test_a_pending_mig_enable_is_shown_and_planned_around(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, point_host_config: Point, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = tmp_path / "host.yaml"
-    cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {tmp_path}/gpus.json}}\n")
-    monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
     (tmp_path / "mig.yaml").write_text(LAYOUTS)
-    sim = SimGpu.create(tmp_path / "gpus.json", ["A100-40GB"])
+    sim = point_host_config(SimGpu.create(tmp_path / "gpus.json", ["A100-40GB"]))
     sim.set_mig_mode(0, True)
     assert run(["gpu", "mig", "show"]) == 0
     assert "off (pending on: reset needed)" in capsys.readouterr().out
@@ -160,12 +158,9 @@ def test_mig_parted_v1_files_apply_as_mig_parted_reads_them(
 
 
 def test_mig_parted_compute_instance_keys_become_compute_splits(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], point_host_config: Point
 ) -> None:
-    sim = SimGpu.create(tmp_path / "gpus.json", ["A100-40GB", "H100-80GB"], mig=True)
-    cfg = tmp_path / "host.yaml"
-    cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {sim.state_path}}}\n")
-    monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
+    point_host_config(SimGpu.create(tmp_path / "gpus.json", ["A100-40GB", "H100-80GB"], mig=True))
     done = _json(["gpu", "mig", "apply", "--config", str(MIG_PARTED), "--select", "split-3g"], capsys)
     devs = [d for d in done["mig_devices"] if d["gpu_index"] == 0]
     assert len(devs) == 6 and {d["ci_profile"] for d in devs} == {"1c.3g.20gb"}
