@@ -11,7 +11,14 @@ from typing import Any
 from calque.errors import RefusedError, UsageError
 from calque.models.session import Session, SliceState, UsageReport
 from calque.session.client import NoFreeSliceError, SessionClient
-from calque.session.config import parse_duration
+
+
+def _parse_duration(text: str) -> float:
+    # imported here: the session config module (and the GPU layer it reads) is not needed to talk to
+    # the daemon, and a researcher's `calque session status` should not load it
+    from calque.session.config import parse_duration
+
+    return parse_duration(text)
 
 
 def checkout(
@@ -34,7 +41,7 @@ def checkout(
             "pass --i-understand-shared-gpu-has-no-isolation to accept that"
         )
     if ttl is not None:
-        parse_duration(ttl)  # fail on a typo before talking to the daemon
+        _parse_duration(ttl)  # fail on a typo before talking to the daemon
     args: dict[str, Any] = {"mps": mps, "profile": profile, "gpu": gpu, "ttl": ttl, "consent": consent}
     started = time.monotonic()
     delay = 0.5
@@ -59,7 +66,7 @@ def checkin(client: SessionClient, session_id: str | None) -> Session:
 
 
 def extend(client: SessionClient, session_id: str | None, by: str) -> Session:
-    parse_duration(by)
+    _parse_duration(by)
     return Session.model_validate(client.call("extend", id=session_id, by=by))
 
 
@@ -78,7 +85,7 @@ def release(client: SessionClient, session_id: str, force: bool, reason: str | N
 
 
 def report(client: SessionClient, since: str) -> UsageReport:
-    parse_duration(since)
+    _parse_duration(since)
     return UsageReport.model_validate(client.call("report", since=since))
 
 
