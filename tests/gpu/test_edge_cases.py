@@ -113,6 +113,9 @@ def test_a_layout_naming_a_missing_gpu_index_fails_before_any_change(
     assert run(["gpu", "mig", "apply", "--config", str(tmp_path / "mig.yaml"), "--select", "typo"]) == 2
     err = capsys.readouterr().err
     assert "names GPU 3, which this host does not have (its GPU indexes: 0)" in err
+    assert run(["gpu", "mig", "plan", "--config", str(tmp_path / "mig.yaml"), "--select", "typo", "--json"]) == 2
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert error["kind"] == "usage" and error["exit_code"] == 2 and "names GPU 3" in error["message"]
     assert host.state() == before
 
 
