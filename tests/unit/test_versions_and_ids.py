@@ -121,8 +121,8 @@ def test_a_refused_id_says_what_to_use() -> None:
     with pytest.raises(ValidationError) as err:
         ClaimRef.model_validate({**REF, "claim_id": "../../x"})
     assert _message(err.value) == (
-        "claim_id: '../../x' is not a safe identifier: use 1 to 128 characters from A-Z a-z 0-9 . _ -, "
-        "starting with a letter or digit, without '..'"
+        "claim_id='../../x': '../../x' is not a safe identifier: use 1 to 128 characters from A-Z a-z 0-9 . _ -, "
+        "starting with a letter or digit, without '..'; change claim_id"
     )
 
 
