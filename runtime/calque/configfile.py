@@ -18,6 +18,17 @@ from calque.errors import UsageError, format_validation_error
 M = TypeVar("M", bound=BaseModel)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as booleans; as mapping keys (config names such
+    as a layout called ``off``) they are kept as the text written, so ``--select off`` finds them."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
     """The YAML (or JSON) mapping in ``path`` (``-`` reads standard input)."""
     p = Path(path)
@@ -28,7 +39,7 @@ def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict
     except OSError as exc:
         raise UsageError(f"cannot read {what} {p}: {exc}") from exc
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise UsageError(f"{what} {p} is not valid YAML: {exc}") from exc
     if doc is None and empty_ok:

@@ -147,8 +147,8 @@ def test_mps_checkout_without_consent_is_refused_before_any_daemon(tmp_path: Pat
     assert run(["session", "checkout", "--mps", "--socket", str(tmp_path / "none.sock")]) == 4
 
 
-def test_no_daemon_is_exit_3_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(["session", "status", "--socket", str(tmp_path / "none.sock")]) == 3
+def test_no_daemon_is_exit_6_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["session", "status", "--socket", str(tmp_path / "none.sock")]) == 6
     assert "calque-session.service" in capsys.readouterr().err
 
 

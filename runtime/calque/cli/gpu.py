@@ -7,14 +7,13 @@ from typing import Any
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.options import gpu_backend_options, json_option, shared_gpu_consent_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
-from calque.errors import PartialFailure
+from calque.errors import PartialFailure, UsageError
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.mps import (
     DEFAULT_LOG_ROOT,
     DEFAULT_PIPE_ROOT,
@@ -24,6 +23,7 @@ from calque.gpu.mps import (
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.planner import MigState, current_layout
+from calque.gpu.selection import GpuSelection, open_gpu
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
 from calque.ops.mig import MigLayoutOp, MigRequest
@@ -146,17 +146,19 @@ def verify(strict: bool, as_json: bool) -> None:
         raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
 
 
-host_config_option = click.option(
-    "--host-config",
-    type=click.Path(dir_okay=False),
-    envvar="CALQUE_HOST_CONFIG",
-    default=None,
-    help="Host configuration (gpu.backend: nvml | sim); default /etc/calque/host.yaml.",
-)
+def _backend(gpu: GpuSelection) -> GpuBackend:
+    return open_gpu(gpu)
 
 
-def _backend(host_config: str | None) -> GpuBackend:
-    return open_backend(load_gpu_config(host_config))
+def _request_backend(gpu: GpuSelection) -> dict[str, Any]:
+    """The GPU options of an ops request (``GpuHostRequest``), from the CLI's backend flags."""
+    if gpu.backend == "none":
+        raise UsageError("this command needs a GPU: choose --gpu-backend host, nvml or sim")
+    return {
+        "gpu_backend": gpu.backend,
+        "sim_state": str(gpu.sim_state) if gpu.sim_state is not None else None,
+        "host_config": str(gpu.host_config) if gpu.host_config is not None else None,
+    }
 
 
 def _progress(message: str) -> None:
@@ -184,7 +186,10 @@ def _render_layouts(o: Outcome[Any]) -> str:
     def shown(view: dict[str, Any] | None) -> str:
         if not view:
             return "-"
-        return " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
+        text = " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
+        if view.get("mig_pending") is not None:
+            text += f" (MIG {'on' if view['mig_pending'] else 'off'} pending a reset)"
+        return text
 
     if not o.after:
         return "the layout selects no GPU on this host"
@@ -197,11 +202,11 @@ def _render_layouts(o: Outcome[Any]) -> str:
 
 
 @mig.command("show")
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_show(host_config: str | None, as_json: bool) -> None:
+def mig_show(gpu: GpuSelection, as_json: bool) -> None:
     """Show every GPU's MIG mode and instances."""
-    emit(current_layout(_backend(host_config)), as_json, _render_state)
+    emit(current_layout(_backend(gpu)), as_json, _render_state)
 
 
 config_option = click.option(
@@ -215,19 +220,19 @@ force_option = click.option(
 )
 
 
-def _mig_request(config_file: str, select: str | None, force: bool, allow_reset: bool, host: str | None) -> MigRequest:
-    return MigRequest(config=config_file, select=select, force=force, allow_reset=allow_reset, host_config=host)
+def _mig_request(config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection) -> MigRequest:
+    return MigRequest(config=config_file, select=select, force=force, allow_reset=allow_reset, **_request_backend(gpu))
 
 
 @mig.command("plan")
 @config_option
 @select_option
 @force_option
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_plan(config_file: str, select: str | None, force: bool, host_config: str | None, as_json: bool) -> None:
+def mig_plan(config_file: str, select: str | None, force: bool, gpu: GpuSelection, as_json: bool) -> None:
     """Show what applying a layout would change (changes nothing)."""
-    request = _mig_request(config_file, select, force, False, host_config)
+    request = _mig_request(config_file, select, force, False, gpu)
     emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
 
 
@@ -238,10 +243,10 @@ def mig_plan(config_file: str, select: str | None, force: bool, host_config: str
 @click.option(
     "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
 )
-@host_config_option
+@gpu_backend_options
 @json_option
 def mig_apply(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, host_config: str | None, as_json: bool
+    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Apply a layout with the fewest changes; a satisfied layout changes nothing.
 
@@ -249,7 +254,7 @@ def mig_apply(
     with a warning and `pending` in the result. A reset that --allow-reset allowed but something
     holding the GPU prevented exits 1.
     """
-    request = _mig_request(config_file, select, force, allow_reset, host_config)
+    request = _mig_request(config_file, select, force, allow_reset, gpu)
     emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)
 
 
@@ -273,11 +278,10 @@ def _mps_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--per-mig", is_flag=True, help="One daemon per MIG device instead of per GPU."),
         click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="Pipe directories root."),
         click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="Log directories root."),
-        host_config_option,
         json_option,
     ):
         f = opt(f)
-    return f
+    return gpu_backend_options(f)
 
 
 def _render_mps_status(s: MpsStatus) -> str:
@@ -304,7 +308,7 @@ def _mps_run(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
     **limits: Any,
 ) -> None:
@@ -314,7 +318,7 @@ def _mps_run(
         per_mig=per_mig,
         pipe_root=pipe_root,
         log_root=log_root,
-        host_config=host_config,
+        **_request_backend(gpu),
         i_understand_shared_gpu_has_no_isolation=consent,
         **limits,
     )
@@ -324,10 +328,10 @@ def _mps_run(
 @mps.command("status")
 @_mps_options
 def mps_status(
-    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, host_config: str | None, as_json: bool
+    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Show each MPS control daemon, its limits and the GPU's compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     emit(ctl.status(_gpu_list(gpus), per_mig), as_json, _render_mps_status)
 
 
@@ -346,12 +350,12 @@ def mps_start(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
     limits = {"active_thread_percentage": active_thread_percentage, "pinned_memory_limit": pinned_memory_limit}
-    _mps_run("started", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, host_config, as_json, **limits)
+    _mps_run("started", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json, **limits)
 
 
 @mps.command("stop")
@@ -365,11 +369,11 @@ def mps_stop(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
-    _mps_run("stopped", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, host_config, as_json)
+    _mps_run("stopped", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json)
 
 
 def _render_units(u: MpsUnits) -> str:
@@ -420,9 +424,15 @@ def _render_facts(f: HostGpuFacts) -> str:
 @gpu.command()
 @click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="MPS pipe directories root.")
 @click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="MPS log directories root.")
-@host_config_option
+@gpu_backend_options
 @json_option
-def info(pipe_root: str, log_root: str, host_config: str | None, as_json: bool) -> None:
+def info(pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool) -> None:
     """Show GPUs, MIG instances and devices, processes, MPS daemons and each card's catalog entry."""
-    backend = _backend(host_config)
+    backend = _backend(gpu)
     emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
+
+
+# `calque gpu sim ...` lives in its own file (cli/gpu_sim.py); it is part of this group.
+from calque.cli.gpu_sim import sim  # noqa: E402
+
+gpu.add_command(sim)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -64,6 +66,40 @@ def wheelhouse_target_options(f: F) -> F:
     return f
 
 
+def gpu_backend_flags(f: F) -> F:
+    """--gpu-backend, --sim-state and --host-config as three plain values (None when not given), in the
+    vocabulary the host config, the modules and the session config share (``calque.gpu.selection``)."""
+    from calque.gpu.selection import BACKENDS
+
+    for opt in (
+        click.option(
+            "--host-config",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar="CALQUE_HOST_CONFIG",
+            default=None,
+            help="Host configuration read by --gpu-backend host (default /etc/calque/host.yaml).",
+        ),
+        click.option(
+            "--sim-state",
+            "--gpu-state",
+            "sim_state",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar=["CALQUE_SIM_STATE", "CALQUE_GPU_STATE"],
+            default=None,
+            help="A simulated host's state file (alone, it means --gpu-backend sim).",
+        ),
+        click.option(
+            "--gpu-backend",
+            type=click.Choice(BACKENDS),
+            envvar="CALQUE_GPU_BACKEND",
+            default=None,
+            help="host: as the host configuration says (default); nvml; sim; none.",
+        ),
+    ):
+        f = opt(f)
+    return f
+
+
 class DurationType(click.ParamType[float, Any]):
     """A click type for durations in the one grammar (``calque.durations``): ``90``, ``30m``, ``1h 30m``."""
 
@@ -84,3 +120,17 @@ class DurationType(click.ParamType[float, Any]):
 
 DURATION = DurationType()
 WHOLE_DURATION = DurationType(whole=True)
+
+
+def gpu_backend_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The same three flags, handed to the command as one ``gpu`` argument (a ``GpuSelection``)."""
+    from calque.gpu.selection import GpuSelection
+
+    @functools.wraps(f)
+    def with_selection(
+        *args: Any, gpu_backend: str | None, sim_state: Path | None, host_config: Path | None, **kwargs: Any
+    ) -> Any:
+        sel = GpuSelection(gpu_backend or "host", sim_state=sim_state, host_config=host_config)  # type: ignore[arg-type]
+        return f(*args, gpu=sel, **kwargs)
+
+    return gpu_backend_flags(with_selection)

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-from pydantic import BaseModel
 
 M = TypeVar("M")
 
@@ -22,6 +21,8 @@ def emit(data: M, as_json: bool, render: Callable[[M], str]) -> None:
 
 
 def to_json(data: Any) -> str:
+    from pydantic import BaseModel  # only when printing JSON: the human path never needs it
+
     if isinstance(data, BaseModel):
         return data.model_dump_json(indent=2)
     if isinstance(data, (list, tuple)) and all(isinstance(d, BaseModel) for d in data):

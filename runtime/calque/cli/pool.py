@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.aws.clients import client
-from calque.aws.queue import PoolQueue
-from calque.aws.store import RunStore
 from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
-from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, progress_to_stderr, table
 from calque.errors import InfrastructureError, PartialFailure, UsageError
-from calque.models import QueueDepth, RunRecord, RunReport
-from calque.ops.outcome import Outcome
-from calque.pool import submit as core
-from calque.pool.cost import cost_line
-from calque.pool.submit import PoolTarget
+
+# boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
+if TYPE_CHECKING:
+    from calque.aws.store import RunStore
+    from calque.models import QueueDepth, RunRecord, RunReport
+    from calque.ops.outcome import Outcome
+    from calque.pool.submit import PoolTarget
 
 
 @click.group()
@@ -41,6 +39,9 @@ def _render_depth(d: QueueDepth) -> str:
 @json_option
 def status(model: str, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
     """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age."""
+    from calque.aws.clients import client
+    from calque.aws.queue import PoolQueue
+
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
     emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
@@ -71,6 +72,7 @@ def queue(
 
     Settings left out keep an existing queue's values; a new queue gets the defaults.
     """
+    from calque.cli.outcome import emit_outcome
     from calque.ops.base import AwsSession
     from calque.ops.pool_queue import PoolQueueOp
 
@@ -163,6 +165,7 @@ def user_data(
     needs an index that has calque. With --wheelhouse-url the instance installs calque and exactly
     the dependency versions in constraints.txt from the staged wheelhouse, with no index.
     """
+    from calque.cli.outcome import emit_outcome
     from calque.ops.pool_spec import PoolSpecOp, PoolSpecRequest
     from calque.pool.spec import load_spec
 
@@ -193,12 +196,16 @@ prefix_option = click.option("--prefix", default="calque", show_default=True, he
 def _target(
     model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
 ) -> PoolTarget:
+    from calque.pool.submit import PoolTarget
+
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
     return PoolTarget(model, bucket, prefix, region, endpoint, profile)
 
 
 def _render_report(r: RunReport) -> str:
+    from calque.pool.cost import cost_line
+
     ips = "-" if r.items_per_second is None else f"{r.items_per_second:.2f}"
     lines = [
         f"run {r.run_id}  model {r.model}  queue {r.queue_name}",
@@ -249,6 +256,8 @@ def submit(
 
     Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
     """
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     items = core.read_items(Path(items_path))
     record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
@@ -270,6 +279,8 @@ def submit(
 def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> RunReport:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from calque.pool import submit as core
 
     console = Console(stderr=True)
     with Progress(
@@ -302,6 +313,8 @@ def results(
     profile: str | None,
 ) -> None:
     """Print a run's ItemResults as JSONL on stdout, in item order."""
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
     out = core.results(store, record)
@@ -335,6 +348,8 @@ def sweep(
 
     Prints each one's URI. Claims without a Summary yet are left alone.
     """
+    from calque.pool import submit as core
+
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):
@@ -405,6 +420,7 @@ def stage_runtime(
     `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
     for the wheel alone): instances download, check and install exactly the pinned versions.
     """
+    from calque.cli.outcome import emit_outcome
     from calque.ops.base import AwsSession
     from calque.ops.runtime import RuntimeOp
 

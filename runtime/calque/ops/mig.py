@@ -77,11 +77,15 @@ def settle(applied: MigApplyResult) -> tuple[Pending | None, Failure | None, lis
 
 
 def _views(state: MigState, indices: set[int]) -> dict[str, Any]:
-    return {
-        f"gpu{g.index}": {"mig_enabled": g.layout.mig_enabled, "instances": g.layout.instances}
-        for g in state.gpus
-        if g.index in indices
-    }
+    """Each GPU's layout; ``mig_pending`` only where a MIG mode change waits for a reset."""
+    views: dict[str, Any] = {}
+    for g in state.gpus:
+        if g.index in indices:
+            view: dict[str, Any] = {"mig_enabled": g.layout.mig_enabled, "instances": g.layout.instances}
+            if g.mig_pending != g.mig_current:
+                view["mig_pending"] = g.mig_pending
+            views[f"gpu{g.index}"] = view
+    return views
 
 
 class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):

@@ -11,16 +11,16 @@ import ipaddress
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from calque.configfile import load_model
 from calque.durations import Seconds
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
+from calque.gpu.selection import Backend
 from calque.models.base import CalqueModel, VersionedModel
+from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
-DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
-DEFAULT_SOCKET = Path("/run/calque/session.sock")
 
 
 class Limits(CalqueModel):
@@ -58,10 +58,15 @@ class SessionConfig(VersionedModel):
     host_root: Path | None = Field(
         None, description="where /proc/driver/nvidia and /dev/nvidia-caps live (default: /, or the simulator's root)"
     )
-    gpu_backend: Literal["host", "nvml", "sim", "none"] = Field(
+    gpu_backend: Backend = Field(
         "host", description="host: the GPU layer's host configuration (/etc/calque/host.yaml); none: MPS slots only"
     )
-    gpu_state: Path | None = Field(None, description="simulator state file (gpu_backend: sim)")
+    sim_state: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("sim_state", "gpu_state"),  # gpu_state: its name before calque 0.2
+        description="simulator state file (gpu_backend: sim)",
+    )
+    host_config: Path | None = Field(None, description="host configuration for gpu_backend: host (default as the CLI)")
     mps: list[MpsGpu] = Field(default_factory=list)
     mps_pipe_root: Path = Field(DEFAULT_PIPE_ROOT, description="as the GPU layer's MPS daemons use it")
     mps_log_root: Path = DEFAULT_LOG_ROOT

@@ -8,9 +8,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# Documented once, in doc_fragments/gpu_backend.py; the runtime's calque.ops.gpu_host.GpuHostRequest
-# has the same fields and opens the backend they select.
+# Documented once, in doc_fragments/gpu_backend.py, in the words of calque.gpu.selection (which the CLI
+# and the session configuration use too); the runtime's calque.ops.gpu_host.GpuHostRequest has the same
+# fields and opens the backend they select.
 GPU_BACKEND_ARGS = dict(
+    gpu_backend=dict(type="str", choices=["host", "nvml", "sim"], default="host"),
     host_config=dict(type="path"),
     sim_state=dict(type="path"),
 )

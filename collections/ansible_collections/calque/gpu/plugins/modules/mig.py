@@ -36,11 +36,13 @@ options:
   config:
     description:
       - "Path of a layout file on the managed host: C(version: 1) and C(mig-configs:), a mapping of named configs."
+      - "NVIDIA mig-parted's own files (C(version: v1)) are read as they are, compute-instance keys such as C(1c.3g.20gb) included."
       - Mutually exclusive with O(layout).
     type: path
   select:
     description:
       - Name of the config in O(config) to apply; may be left out when the file has exactly one.
+      - "Quote names YAML reads as booleans: V('off'), V('on') (unquoted, they reach the module as C(False)/C(True))."
     type: str
   layout:
     description:
