@@ -17,9 +17,10 @@ does when it meets a newer document.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import ipaddress
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 
 class CalqueModel(BaseModel):
@@ -67,3 +68,14 @@ def check_version_number(label: str, version: Any, newest: int, upgrade_hint: st
         )
     if version < oldest:
         raise ValueError(f"{label} version {version} is not one this calque reads (versions {oldest} to {newest})")
+
+
+def _ip_address(v: str) -> str:
+    try:
+        return str(ipaddress.ip_address(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
+
+
+# The address a metrics port binds: an IP literal, never a name a resolver could answer differently.
+BindAddress = Annotated[str, AfterValidator(_ip_address)]

@@ -7,14 +7,13 @@ one ``Summary`` per claim. See shared/seeds/pool-queue-contract.md.
 
 from __future__ import annotations
 
-import ipaddress
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from calque.durations import Seconds, WholeSeconds
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import BindAddress, CalqueModel, VersionedModel
 from calque.models.ids import SafeId, check_id
 
 # Bump when a model that crosses a process boundary changes incompatibly.
@@ -255,17 +254,11 @@ class PoolSpec(VersionedModel):
     heartbeat_s: Seconds | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
     prefetch: bool = Field(True, description="receive the next claim while one drains")
     metrics_port: int | None = Field(None, ge=1, le=65535)
-    metrics_addr: str = Field("127.0.0.1", description="address the metrics port binds (loopback unless exposed)")
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="address the metrics port binds (loopback unless exposed)"
+    )
     metrics_textfile: str | None = Field(None, description="a *.prom file for node_exporter's textfile collector")
     backend: Literal["process"] = "process"
-
-    @field_validator("metrics_addr")
-    @classmethod
-    def _ip_address(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_address(v))
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
     @field_validator("prefix")
     @classmethod

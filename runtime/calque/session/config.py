@@ -7,7 +7,6 @@ unknown keys.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -17,7 +16,7 @@ from calque.configfile import load_model
 from calque.durations import Seconds
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import BindAddress, CalqueModel, VersionedModel
 from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
@@ -103,16 +102,10 @@ class SessionConfig(VersionedModel):
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus metrics on <port> (off if unset)"
     )
-    metrics_addr: str = Field("127.0.0.1", description="the address the metrics port binds (loopback unless exposed)")
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
+    )
     metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
-
-    @field_validator("metrics_addr")
-    @classmethod
-    def _ip_address(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_address(v))
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
     @field_validator("notice_signal")
     @classmethod

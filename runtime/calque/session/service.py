@@ -426,8 +426,6 @@ class Service:
 
         return render(registry_of(self))
 
-    # -- start-up ---------------------------------------------------------------------------------
-
     def reconcile(self) -> None:
         """After a (re)start: holders keep their nodes, free slices go back to root, vanished slices end."""
         slices = {s.id: s for s in self.slices(fresh=True)}
