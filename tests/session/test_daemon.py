@@ -170,7 +170,7 @@ def test_wait_gets_the_slice_when_it_is_checked_in(host: Host, make_user: Callab
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(1.0)
+    time.sleep(3.0)  # the waiter's CLI must have found nothing free first (its start-up is slow on a loaded box)
     host.client().call("checkin", id=held[3]["id"])
     t.join(90)
     res = out["res"]
