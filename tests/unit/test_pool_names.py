@@ -22,7 +22,7 @@ def test_every_derived_name_fits_its_aws_limit(pool: str) -> None:
     assert re.fullmatch(r"[\w+=,.@-]{1,64}", names.role)
     assert re.fullmatch(r"[\w+=,.@-]{1,128}", names.instance_profile)
     assert len(names.group) <= 255
-    assert names.prefix == f"pools/{pool}"
+    assert names.prefix == f"pools/{names.base}"
 
 
 @given(POOLS, POOLS)
@@ -30,6 +30,13 @@ def test_two_pools_never_share_a_resource_name(a: str, b: str) -> None:
     if a != b:
         assert pool_names(a).queue != pool_names(b).queue
         assert pool_names(a).role != pool_names(b).role
+
+
+@given(POOLS, POOLS)
+def test_no_pool_prefix_contains_another_pools_keys(a: str, b: str) -> None:
+    if a != b:
+        assert not pool_names(b).prefix.startswith(pool_names(a).prefix + "/")
+        assert not (pool_names(b).prefix + "/").startswith(pool_names(a).prefix + "/")
 
 
 def test_two_labs_serving_one_model_get_two_queues() -> None:
