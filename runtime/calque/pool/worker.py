@@ -15,7 +15,8 @@ one role). Threads, each with one job:
 - spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM.
 
 Stopping (SIGTERM, a spot notice, the idle timeout; the stopper): stop receiving, release every
-unfinished claim with visibility 0 so another worker takes it at once, flush finished ones, run ``@exit``.
+unfinished claim so another worker takes it at once (re-sent, ``calque.pool.release``: a graceful
+release is not a delivery attempt), flush finished ones, run ``@exit``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from calque.models import PoolSpec
 from calque.pool.claims import ClaimChecker
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
+from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
 from calque.pool.summaries import SummaryMaker, now
 from calque.pool.writer import ClaimWriter, Finished
@@ -145,10 +147,11 @@ class Worker:
         return lease.extend(lambda receipt: self.queue.extend(receipt, self.vt), refused, require=require)
 
     def _release(self, lease: Lease, by: Role = Role.STOPPER) -> None:
-        released, error = lease.release(self.queue.release, by)
+        # re-sent, not made visible again: a graceful release must not count as a delivery attempt
+        released, error = lease.release(lambda receipt: release_uncounted(self.queue, lease, receipt), by)
         if released:
             if error is None:
-                log.info("released message %s (visibility 0)", lease.message_id)
+                log.info("released message %s (re-sent for another worker)", lease.message_id)
             else:
                 log.warning("could not release message %s: %s", lease.message_id, error)
             self.metrics.inc("calque_pool_claims_total", outcome="released")
@@ -299,9 +302,7 @@ class Worker:
             claim_seconds=claim_seconds,
             method_seconds=drain.method_seconds,
             method=method,
-            results_key=self.store.attempt_results_key(
-                ref.claim_id, max(lease.receive_count, 1), self.worker_id, lease.token
-            ),
+            results_key=self.store.attempt_results_key(ref.claim_id, lease.attempt, self.worker_id, lease.token),
         )
         self._claims += 1
         self.metrics.inc("calque_pool_items_total", len(drain.results) - failed, outcome="ok")
