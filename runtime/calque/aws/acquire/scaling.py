@@ -32,13 +32,23 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
 from calque.aws.errors import aws_errors, is_not_found, translate
-from calque.aws.pool_names import POOL_TAG, PoolNames, refuse_foreign
+from calque.aws.pool_names import POOL_TAG, ForeignPoolError, PoolNames, refuse_foreign
+from calque.errors import RefusedError
+from calque.models import QueueDepth
 from calque.models.base import CalqueModel
 
 TERMINATION_HOOK = "calque-drain"
 """The lifecycle hook a worker completes once it has drained (the same name in every pool's group)."""
 GROUP_METRICS = ["GroupDesiredCapacity", "GroupInServiceInstances"]
 _PERIOD_S = 60
+
+
+def refuse_other_pools(kind: str, name: str, tags: list[dict[str, str]], pool: str) -> None:
+    """``refuse_foreign`` as the CLI's and the modules' refusal (exit 4), not a bare ValueError."""
+    try:
+        refuse_foreign(kind, name, tags, pool)
+    except ForeignPoolError as exc:
+        raise RefusedError(str(exc)) from None
 
 
 def backlog_target(latency_s: float, seconds_per_claim: float) -> int:
@@ -235,7 +245,7 @@ class PoolScaling:
         """The parts that exist now, each projected onto the shape of ``like`` (the desired state)."""
         group = self.group()
         if group is not None:
-            refuse_foreign("Auto Scaling group", group.name, group.tags, self.names.pool)
+            refuse_other_pools("Auto Scaling group", group.name, group.tags, self.names.pool)
         alarms = self._alarms(list(like.alarms))
         if group is None:
             return ScalingState(group_exists=False, alarms=project(alarms, like.alarms))
@@ -271,7 +281,7 @@ class PoolScaling:
             if is_not_found(exc):
                 return
             raise translate(exc, f"read the tags of alarm {alarm['AlarmName']}") from exc
-        refuse_foreign("CloudWatch alarm", alarm["AlarmName"], tags, self.names.pool)
+        refuse_other_pools("CloudWatch alarm", alarm["AlarmName"], tags, self.names.pool)
 
     # -- changing ----------------------------------------------------------------------------------
 
@@ -321,3 +331,44 @@ class PoolScaling:
                 self.asg.delete_lifecycle_hook(AutoScalingGroupName=self.names.group, LifecycleHookName=name)
                 done.append(f"delete lifecycle hook {name}")
         return done
+
+
+class ScalingStatus(CalqueModel):
+    """A pool's size next to its backlog: what ``calque pool status --pool`` shows."""
+
+    pool: str
+    group_name: str
+    group_exists: bool
+    min_size: int | None = None
+    max_size: int | None = None
+    desired: int | None = None
+    in_service: int | None = None
+    backlog: int = Field(ge=0, description="claims visible or in flight on the pool's queue")
+    backlog_per_instance: float | None = Field(None, description="None at zero in-service instances")
+    target: float | None = Field(None, description="the backlog policy's target; None without the policy")
+    queue: QueueDepth
+
+
+def scaling_status(scaling: PoolScaling, depth: QueueDepth) -> ScalingStatus:
+    """The group's size, the queue's backlog and the backlog policy's target, read now."""
+    names, group = scaling.names, scaling.group()
+    backlog = depth.visible + depth.in_flight
+    if group is None:
+        return ScalingStatus(pool=names.pool, group_name=names.group, group_exists=False, backlog=backlog, queue=depth)
+    refuse_other_pools("Auto Scaling group", group.name, group.tags, names.pool)
+    with aws_errors(f"describe the scaling policies of {group.name}"):
+        found = scaling.asg.describe_policies(AutoScalingGroupName=group.name, PolicyNames=[policy_names(names)[0]])
+    target = next((p["TargetTrackingConfiguration"]["TargetValue"] for p in found["ScalingPolicies"]), None)
+    return ScalingStatus(
+        pool=names.pool,
+        group_name=group.name,
+        group_exists=True,
+        min_size=group.min_size,
+        max_size=group.max_size,
+        desired=group.desired,
+        in_service=group.in_service,
+        backlog=backlog,
+        backlog_per_instance=round(backlog / group.in_service, 2) if group.in_service else None,
+        target=target,
+        queue=depth,
+    )
