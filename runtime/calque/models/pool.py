@@ -261,7 +261,12 @@ class PoolSpec(VersionedModel):
     instance_type: str | None = None
     imds_endpoint: str = "http://169.254.169.254"
     spot_watch: bool = Field(True, description="poll IMDSv2 for a spot interruption notice")
-    spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice polls")
+    spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice and lifecycle polls")
+    scale_in_protection: bool = Field(
+        True,
+        description="on an Auto Scaling instance: protect it from scale-in while a claim is held, and drain "
+        "on its termination lifecycle hook (off an Auto Scaling instance this does nothing)",
+    )
     shutdown_grace_s: Seconds = Field(30.0, gt=0, le=600, description="bound on @exit and release at shutdown")
     heartbeat_s: Seconds | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
     prefetch: bool = Field(True, description="receive the next claim while one drains")

@@ -12,7 +12,10 @@ one role). Threads, each with one job:
   makes the lease LOST, and a LOST claim is neither summarised nor deleted (another worker owns it);
 - writers (``calque.pool.writer``): results, the Summary, the delete, in that order, behind the
   next claim's work; poison and duplicate claims too;
-- spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM.
+- spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM;
+- lifecycle watcher: on an Auto Scaling instance (``calque.pool.instance``) the worker protects it
+  from scale-in while it holds a claim, and a termination (target lifecycle state ``Terminated``)
+  stops it like SIGTERM, then completes the drain hook.
 
 Stopping (SIGTERM, a spot notice, the idle timeout; the stopper): stop receiving, release every
 unfinished claim so another worker takes it at once (re-sent, ``calque.pool.release``: a graceful
@@ -36,6 +39,7 @@ from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import PoolSpec
 from calque.pool.claims import ClaimChecker
+from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
 from calque.pool.release import release_uncounted
@@ -76,6 +80,7 @@ class Worker:
         worker_id: str | None = None,
         metrics: Metrics | None = None,
         instance_type: str | None = None,
+        instance: InstanceGuard | None = None,
     ) -> None:
         self.spec = spec
         self.sup = supervisor
@@ -97,6 +102,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._receiver: threading.Thread | None = None
         self._spot: SpotWatcher | None = None
+        self.instance: InstanceGuard = instance or NoInstance()  # scale-in protection and the drain hook
+        self._lifecycle: LifecycleWatcher | None = None
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait)
         self.writer = ClaimWriter(
@@ -130,12 +137,18 @@ class Worker:
         with self._held_lock:
             self._held.add(lease)
             self.metrics.set("calque_pool_leases_held", len(self._held))
+        self.instance.holding(self.worker_id, self._holds_any)
 
     def _drop(self, lease: Lease) -> None:
         """Stop holding a lease that reached a final state (the heartbeat no longer sees it)."""
         with self._held_lock:
             self._held.discard(lease)
             self.metrics.set("calque_pool_leases_held", len(self._held))
+        self.instance.holding(self.worker_id, self._holds_any)
+
+    def _holds_any(self) -> bool:
+        with self._held_lock:
+            return bool(self._held)
 
     def _extend(self, lease: Lease, require: State | None = None) -> bool:
         """The keeper: extend ``lease`` to a full VT; False (and LOST) when SQS says it is not ours."""
@@ -251,6 +264,12 @@ class Worker:
                 self.spec.imds_endpoint, self.spec.spot_poll_s, lambda a: self.request_stop("spot")
             )
             self._spot.start()
+        if not isinstance(self.instance, NoInstance):
+            self.instance.register(self.worker_id)
+            self._lifecycle = LifecycleWatcher(
+                self.instance, self.spec.spot_poll_s, lambda: self.request_stop("terminating")
+            )
+            self._lifecycle.start()
 
     def _handle(self, lease: Lease) -> None:
         state = lease.state
@@ -336,6 +355,8 @@ class Worker:
         log.info("stopping (%s)", self.stop_reason)
         if self._spot is not None:
             self._spot.stop()
+        if self._lifecycle is not None:
+            self._lifecycle.stop()
         self._release_prefetched()  # before waiting out the receiver's long poll
         if self._receiver is not None:
             self._receiver.join(timeout=self.receive_wait + 2.0)
@@ -356,4 +377,5 @@ class Worker:
         for e in errors:
             log.error("@exit hook failed: %s", e)
         self._write_textfile()
+        self.instance.leave(self.worker_id, drained=self.stop_reason == "terminating")
         return errors
