@@ -235,15 +235,6 @@ class PoolQueue:
             mid: str = self.sqs.send_message(QueueUrl=url, MessageBody=ref.body())["MessageId"]
         return mid
 
-    def resend(self, ref: ClaimRef, receipt_handle: str) -> str:
-        """Send ``ref`` as a new message, then delete the held one: SQS's receive count starts again.
-
-        Send first: a failed delete leaves a duplicate (its Summary makes it one), never a lost claim.
-        """
-        mid = self.send(ref)
-        self.ack(receipt_handle)
-        return mid
-
     def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:
         """Long-poll for messages, asking for ``ApproximateReceiveCount``."""
         url = self.url()
