@@ -160,3 +160,20 @@ def test_pool_status_shows_size_backlog_per_instance_and_target(moto: str, capsy
     human = capsys.readouterr().out
     assert "per instance" in human and "2.5" in human and "24" in human
     assert run(["pool", "status"]) == 2
+
+
+def test_the_cli_verb_plans_applies_and_then_has_nothing_to_do(moto: str, capsys: Any) -> None:
+    from calque.cli.main import run
+
+    group = make_group(POOL)
+    args = ["pool", "scaling", "--pool", POOL, "--seconds-per-claim", "12.5", "--latency", "5m"]
+    assert run([*args, "--check", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["changed"] and planned["check_mode"] and planned["result"]["target_backlog_per_instance"] == 24
+    assert _policies(group) == {}
+    assert run(args) == 0
+    assert "changed" in capsys.readouterr().out and len(_policies(group)) == 3
+    assert run([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changed"] is False
+    assert run(["pool", "scaling", "--pool", POOL]) == 2
+    assert "seconds_per_claim" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import click
 
 from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
 from calque.cli.output import emit, progress_to_stderr
+from calque.cli.pool_scaling import scaling
 from calque.cli.pool_status import status
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 
@@ -27,6 +28,7 @@ def pool() -> None:
 
 
 pool.add_command(status)
+pool.add_command(scaling)
 
 
 def _render_queue(o: Outcome[Any]) -> str:
