@@ -171,6 +171,7 @@ class FakeImds:
         self.tokenless = 0
         self.token_puts = 0
         self.authorised_gets = 0
+        self.paths: dict[str, str] = {}  # more metadata by path under /latest/meta-data/ (instance-id, ...)
         imds = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -196,6 +197,8 @@ class FakeImds:
                 imds.authorised_gets += 1
                 if self.path == "/latest/meta-data/spot/instance-action" and imds.notice:
                     self._reply(200, json.dumps({"action": "terminate", "time": "2026-01-01T00:02:00Z"}))
+                elif self.path.removeprefix("/latest/meta-data/") in imds.paths:
+                    self._reply(200, imds.paths[self.path.removeprefix("/latest/meta-data/")])
                 else:
                     self._reply(404)
 

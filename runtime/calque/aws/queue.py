@@ -232,7 +232,7 @@ class PoolQueue:
     def send(self, ref: ClaimRef) -> str:
         url = self.url()
         with aws_errors(f"send a claim to {self.name}"):
-            mid: str = self.sqs.send_message(QueueUrl=url, MessageBody=ref.model_dump_json())["MessageId"]
+            mid: str = self.sqs.send_message(QueueUrl=url, MessageBody=ref.body())["MessageId"]
         return mid
 
     def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:

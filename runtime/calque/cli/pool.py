@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
-from calque.cli.output import emit, progress_to_stderr, table
+from calque.cli.output import emit, progress_to_stderr
+from calque.cli.pool_scaling import scaling
+from calque.cli.pool_status import status
 from calque.errors import InfrastructureError, PartialFailure, UsageError
 
 # boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
 if TYPE_CHECKING:
     from calque.aws.store import RunStore
-    from calque.models import QueueDepth, RunRecord, RunReport
+    from calque.models import RunRecord, RunReport
     from calque.ops.outcome import Outcome
     from calque.pool.submit import PoolTarget
 
@@ -25,26 +27,8 @@ def pool() -> None:
     """Warm pools: one SQS queue per model and resident workers that keep the model loaded."""
 
 
-def _render_depth(d: QueueDepth) -> str:
-    age = "-" if d.oldest_message_age_s is None else f"{d.oldest_message_age_s}s"
-    return table(
-        ["queue", "visible", "in flight", "delayed", "dlq", "oldest"],
-        [[d.queue_name, d.visible, d.in_flight, d.delayed, d.dlq_visible, age]],
-    )
-
-
-@pool.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@aws_options
-@json_option
-def status(model: str, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
-    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age."""
-    from calque.aws.clients import client
-    from calque.aws.queue import PoolQueue
-
-    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
-    emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
+pool.add_command(status)
+pool.add_command(scaling)
 
 
 def _render_queue(o: Outcome[Any]) -> str:

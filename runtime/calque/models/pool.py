@@ -124,6 +124,16 @@ class ClaimRef(VersionedModel):
     workload_digest: str | None = None
     item_count: int = Field(ge=0)
     submitted_at: datetime
+    attempts: int = Field(
+        0,
+        ge=0,
+        description="deliveries of earlier messages of this claim that counted (crashes, lost leases); a "
+        "graceful release re-sends the claim with this raised by its uncounted receives, never by itself",
+    )
+
+    def body(self) -> str:
+        """The message body; ``attempts`` only when non-zero, so workers that predate it read every first send."""
+        return self.model_dump_json(exclude={"attempts"} if self.attempts == 0 else None)
 
 
 class ClaimCost(CalqueModel):
@@ -161,7 +171,9 @@ class Summary(VersionedModel):
     warm_hit: bool
     enter_seconds_paid: float = Field(ge=0)
     enter_count: int = Field(ge=0, description="how many times this worker process has run @enter")
-    attempt: int = Field(ge=1, description="SQS ApproximateReceiveCount of this delivery")
+    attempt: int = Field(
+        ge=1, description="this delivery's attempt: the claim's carried attempts plus SQS's ApproximateReceiveCount"
+    )
     worker_id: str
     instance_type: str | None = None
     workload_digest: str | None = None
@@ -249,7 +261,12 @@ class PoolSpec(VersionedModel):
     instance_type: str | None = None
     imds_endpoint: str = "http://169.254.169.254"
     spot_watch: bool = Field(True, description="poll IMDSv2 for a spot interruption notice")
-    spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice polls")
+    spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice and lifecycle polls")
+    scale_in_protection: bool = Field(
+        True,
+        description="on an Auto Scaling instance: protect it from scale-in while a claim is held, and drain "
+        "on its termination lifecycle hook (off an Auto Scaling instance this does nothing)",
+    )
     shutdown_grace_s: Seconds = Field(30.0, gt=0, le=600, description="bound on @exit and release at shutdown")
     heartbeat_s: Seconds | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
     prefetch: bool = Field(True, description="receive the next claim while one drains")

@@ -15,6 +15,7 @@ from calque.ops.base import Operation
 # operation name (the module's name) -> "module:class"
 OPERATIONS = {
     "pool_queue": "calque.ops.pool_queue:PoolQueueOp",
+    "pool_scaling": "calque.ops.pool_scaling:PoolScalingOp",
     "ec2_cohort": "calque.ops.cohort:CohortOp",
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",

@@ -57,9 +57,9 @@ class ClaimChecker:
         except ValidationError as exc:
             return _Poison(f"unparseable ClaimRef: {format_validation_error(exc)}")
         lease.ref = ref
-        if lease.receive_count > spec.max_receive_count:
+        if lease.attempt > spec.max_receive_count:
             return _Poison(
-                f"received {lease.receive_count} times, over the pool's max_receive_count "
+                f"received {lease.attempt} times, over the pool's max_receive_count "
                 f"{spec.max_receive_count}: giving up on this claim"
             )
         if ref.model != spec.model:

@@ -4,7 +4,7 @@
 
     CLAIMED --runner--> WORKING --runner--> WRITING --writer--> SUMMARISED --writer--> DELETED
        |                   |                   |                    |
-       |                   +--runner--> RELEASED (stopping mid-drain: visibility 0)
+       |                   +--runner--> RELEASED (stopping mid-drain: given back)
        +--claimer--> POISONED --writer--> SUMMARISED (a failed Summary or a poison record)
        +--claimer--> DUPLICATE --writer--> DELETED (its Summary already exists)
        +--claimer--> ABANDONED (a read kept failing: left to come back after the VT)
@@ -44,7 +44,7 @@ class State(enum.Enum):
     DUPLICATE = "duplicate"  # it already has a Summary: to be deleted without running
     SUMMARISED = "summarised"  # its Summary is in the store: the message is to be deleted
     DELETED = "deleted"  # done
-    RELEASED = "released"  # given back with visibility 0 (stopping)
+    RELEASED = "released"  # given back (stopping): re-sent, or visibility 0
     ABANDONED = "abandoned"  # let go without a delete: SQS redelivers it after the VT
     LOST = "lost"  # SQS refused the receipt: never summarised or deleted by us
 
@@ -125,6 +125,15 @@ class Lease:
             return self._state
 
     @property
+    def attempt(self) -> int:
+        """This delivery's attempt number: the attempts the claim carries plus this message's receive count.
+
+        Graceful releases re-send the claim (``calque.pool.release``), so they never add to either.
+        """
+        carried = self.ref.attempts if self.ref is not None else 0
+        return carried + max(self.receive_count, 1)
+
+    @property
     def last_extended(self) -> float:
         with self._lock:
             return self._last_extended
@@ -201,7 +210,9 @@ class Lease:
             return True
 
     def release(self, call: Callable[[str], object], by: Role) -> tuple[bool, CalqueError | None]:
-        """Give the message back (visibility 0) and end RELEASED: (False, None) when it had already ended.
+        """Give the message back (``call``: re-send, or visibility 0) and end RELEASED.
+
+        (False, None) when it had already ended.
 
         The error comes back when SQS refused the release (the lease ends RELEASED anyway: it comes back
         after the VT instead of at once). The receipt is used under the lock, so never after a delete.

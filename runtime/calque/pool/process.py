@@ -29,6 +29,7 @@ from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.pool.bootstrap import materialize_workload
+from calque.pool.instance import InstanceGuard, NoInstance, discover
 from calque.pool.metrics import Metrics
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.worker import Worker, WorkerReport
@@ -74,6 +75,16 @@ def _instance_type(spec: PoolSpec) -> str | None:
         return None
 
 
+def _instance_guard(spec: PoolSpec) -> InstanceGuard:
+    """Scale-in protection and the drain hook when this is an Auto Scaling instance, else nothing."""
+    if not spec.scale_in_protection or not imds_allowed(spec.imds_endpoint):
+        return NoInstance()
+    return discover(
+        Imds(spec.imds_endpoint),
+        lambda: client("autoscaling", region=spec.region, endpoint_url=spec.endpoint_url),
+    )
+
+
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle."""
     _setup_logging()
@@ -96,7 +107,17 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     sup = WarmSupervisor.load(spec)
     log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
     metrics = Metrics({"model": spec.model, "worker": worker_id})
-    worker = Worker(spec, sup, pool_queue, store, worker_id=worker_id, metrics=metrics, instance_type=instance_type)
+    instance = _instance_guard(spec)
+    worker = Worker(
+        spec,
+        sup,
+        pool_queue,
+        store,
+        worker_id=worker_id,
+        metrics=metrics,
+        instance_type=instance_type,
+        instance=instance,
+    )
     if spec.metrics_port is not None:
         port = metrics.serve(spec.metrics_port + (index or 0), spec.metrics_addr)
         log.info("metrics on http://%s:%d/metrics", spec.metrics_addr, port)

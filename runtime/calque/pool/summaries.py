@@ -58,7 +58,7 @@ class SummaryMaker:
             warm_hit=warm_hit,
             enter_seconds_paid=enter_paid,
             enter_count=self.sup.enter_count,
-            attempt=max(lease.receive_count, 1),
+            attempt=lease.attempt,
             worker_id=self.worker_id,
             instance_type=self.instance_type,
             workload_digest=self.sup.digest,

@@ -12,10 +12,14 @@ one role). Threads, each with one job:
   makes the lease LOST, and a LOST claim is neither summarised nor deleted (another worker owns it);
 - writers (``calque.pool.writer``): results, the Summary, the delete, in that order, behind the
   next claim's work; poison and duplicate claims too;
-- spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM.
+- spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM;
+- lifecycle watcher: on an Auto Scaling instance (``calque.pool.instance``) the worker protects it
+  from scale-in while it holds a claim, and a termination (target lifecycle state ``Terminated``)
+  stops it like SIGTERM, then completes the drain hook.
 
 Stopping (SIGTERM, a spot notice, the idle timeout; the stopper): stop receiving, release every
-unfinished claim with visibility 0 so another worker takes it at once, flush finished ones, run ``@exit``.
+unfinished claim so another worker takes it at once (re-sent, ``calque.pool.release``: a graceful
+release is not a delivery attempt), flush finished ones, run ``@exit``.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import PoolSpec
 from calque.pool.claims import ClaimChecker
+from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
+from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
 from calque.pool.summaries import SummaryMaker, now
 from calque.pool.writer import ClaimWriter, Finished
@@ -74,6 +80,7 @@ class Worker:
         worker_id: str | None = None,
         metrics: Metrics | None = None,
         instance_type: str | None = None,
+        instance: InstanceGuard | None = None,
     ) -> None:
         self.spec = spec
         self.sup = supervisor
@@ -95,6 +102,8 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._receiver: threading.Thread | None = None
         self._spot: SpotWatcher | None = None
+        self.instance: InstanceGuard = instance or NoInstance()  # scale-in protection and the drain hook
+        self._lifecycle: LifecycleWatcher | None = None
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait)
         self.writer = ClaimWriter(
@@ -128,12 +137,18 @@ class Worker:
         with self._held_lock:
             self._held.add(lease)
             self.metrics.set("calque_pool_leases_held", len(self._held))
+        self.instance.holding(self.worker_id, self._holds_any)
 
     def _drop(self, lease: Lease) -> None:
         """Stop holding a lease that reached a final state (the heartbeat no longer sees it)."""
         with self._held_lock:
             self._held.discard(lease)
             self.metrics.set("calque_pool_leases_held", len(self._held))
+        self.instance.holding(self.worker_id, self._holds_any)
+
+    def _holds_any(self) -> bool:
+        with self._held_lock:
+            return bool(self._held)
 
     def _extend(self, lease: Lease, require: State | None = None) -> bool:
         """The keeper: extend ``lease`` to a full VT; False (and LOST) when SQS says it is not ours."""
@@ -145,10 +160,11 @@ class Worker:
         return lease.extend(lambda receipt: self.queue.extend(receipt, self.vt), refused, require=require)
 
     def _release(self, lease: Lease, by: Role = Role.STOPPER) -> None:
-        released, error = lease.release(self.queue.release, by)
+        # re-sent, not made visible again: a graceful release must not count as a delivery attempt
+        released, error = lease.release(lambda receipt: release_uncounted(self.queue, lease, receipt), by)
         if released:
             if error is None:
-                log.info("released message %s (visibility 0)", lease.message_id)
+                log.info("released message %s (re-sent for another worker)", lease.message_id)
             else:
                 log.warning("could not release message %s: %s", lease.message_id, error)
             self.metrics.inc("calque_pool_claims_total", outcome="released")
@@ -248,6 +264,12 @@ class Worker:
                 self.spec.imds_endpoint, self.spec.spot_poll_s, lambda a: self.request_stop("spot")
             )
             self._spot.start()
+        if not isinstance(self.instance, NoInstance):
+            self.instance.register(self.worker_id)
+            self._lifecycle = LifecycleWatcher(
+                self.instance, self.spec.spot_poll_s, lambda: self.request_stop("terminating")
+            )
+            self._lifecycle.start()
 
     def _handle(self, lease: Lease) -> None:
         state = lease.state
@@ -299,9 +321,7 @@ class Worker:
             claim_seconds=claim_seconds,
             method_seconds=drain.method_seconds,
             method=method,
-            results_key=self.store.attempt_results_key(
-                ref.claim_id, max(lease.receive_count, 1), self.worker_id, lease.token
-            ),
+            results_key=self.store.attempt_results_key(ref.claim_id, lease.attempt, self.worker_id, lease.token),
         )
         self._claims += 1
         self.metrics.inc("calque_pool_items_total", len(drain.results) - failed, outcome="ok")
@@ -335,6 +355,8 @@ class Worker:
         log.info("stopping (%s)", self.stop_reason)
         if self._spot is not None:
             self._spot.stop()
+        if self._lifecycle is not None:
+            self._lifecycle.stop()
         self._release_prefetched()  # before waiting out the receiver's long poll
         if self._receiver is not None:
             self._receiver.join(timeout=self.receive_wait + 2.0)
@@ -355,4 +377,5 @@ class Worker:
         for e in errors:
             log.error("@exit hook failed: %s", e)
         self._write_textfile()
+        self.instance.leave(self.worker_id, drained=self.stop_reason == "terminating")
         return errors
