@@ -35,7 +35,7 @@ def test_worker_policy_names_only_the_pools_own_queue_keys_and_group() -> None:
     docs = pool_iam_documents("lab-a/embedder", **WHERE)
     names = pool_names("lab-a/embedder")
     s = _statements(docs.worker_policy)
-    assert set(s) == {"PoolQueue", "PoolObjects", "PoolKeysOnly", "PoolGroupOnly"}
+    assert set(s) == {"PoolQueue", "PoolObjects", "PoolKeysOnly", "PoolGroupOnly", "FindOwnGroup"}
     assert _resources(s["PoolQueue"]) == [f"arn:aws:sqs:us-east-1:123456789012:{names.queue}"]
     assert "sqs:SendMessage" in s["PoolQueue"]["Action"] and "sqs:DeleteQueue" not in s["PoolQueue"]["Action"]
     assert _resources(s["PoolObjects"]) == [f"arn:aws:s3:::lab-calque-runs/calque/pools/{names.queue}/*"]
@@ -44,7 +44,10 @@ def test_worker_policy_names_only_the_pools_own_queue_keys_and_group() -> None:
     assert s["PoolGroupOnly"]["Condition"] == {
         "StringEquals": {"autoscaling:ResourceTag/calque:pool": "lab-a/embedder"}
     }
-    assert all(r != "*" for st in s.values() for r in _resources(st))
+    unscoped = [st for st in s.values() if "*" in _resources(st)]
+    assert unscoped == [s["FindOwnGroup"]] and s["FindOwnGroup"]["Action"] == [
+        "autoscaling:DescribeAutoScalingInstances"
+    ]
     assert docs.trust_policy["Statement"] == [
         {
             "Sid": "PoolInstances",
@@ -62,7 +65,7 @@ def test_two_labs_serving_one_model_share_no_resource_in_their_policies() -> Non
     b_docs = pool_iam_documents("lab-b/embedder", **WHERE)
     for st in b_docs.worker_policy["Statement"]:
         for r in _resources(st):
-            if r != f"arn:aws:s3:::{WHERE['bucket']}":  # the shared bucket, listed only under b's prefix
+            if r not in (f"arn:aws:s3:::{WHERE['bucket']}", "*"):  # the shared bucket (listed under b's keys only)
                 assert r not in a
 
 

@@ -10,7 +10,8 @@ profile of the same name. Its inline policy grants what a worker calls and nothi
   to that same prefix, because without it S3 answers 403 instead of 404 for a missing object and a
   worker asks "does this claim's Summary exist" before every claim;
 - its own Auto Scaling group only: scale-in protection and the lifecycle action, for a group that is
-  both named for the pool and tagged ``calque:pool=<pool>``.
+  both named for the pool and tagged ``calque:pool=<pool>``; and ``DescribeAutoScalingInstances``
+  (read-only, which AWS cannot scope to a resource), by which a worker finds its instance's group.
 
 ``controller_policy`` is what a person running ``playbooks/pool.yml`` for that pool needs (bucket,
 queues, role and instance profile, ``iam:PassRole`` for that role alone, launch template, group,
@@ -44,6 +45,8 @@ WORKER_QUEUE_ACTIONS = (
 WORKER_OBJECT_ACTIONS = ("s3:DeleteObject", "s3:GetObject", "s3:PutObject")
 # SetInstanceProtection while a claim is held; CompleteLifecycleAction after a termination hook's @exit.
 WORKER_GROUP_ACTIONS = ("autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceProtection")
+# a worker finds its instance's group by asking (calque.pool.instance); AWS scopes no Describe call
+WORKER_UNSCOPED_READS = ("autoscaling:DescribeAutoScalingInstances",)
 
 _ACCOUNT = re.compile(r"\d{12}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
@@ -168,6 +171,7 @@ def worker_policy(arns: PoolArns) -> dict[str, Any]:
                 arns.group,
                 StringEquals={f"autoscaling:ResourceTag/{POOL_TAG}": arns.pool},
             ),
+            _statement("FindOwnGroup", WORKER_UNSCOPED_READS, "*"),
         ],
     }
 
