@@ -283,6 +283,7 @@ def controller_policy(arns: PoolArns) -> dict[str, Any]:
                     "autoscaling:DeleteLifecycleHook",
                     "autoscaling:DeletePolicy",
                     "autoscaling:DeleteTags",
+                    "autoscaling:EnableMetricsCollection",
                     "autoscaling:PutLifecycleHook",
                     "autoscaling:PutScalingPolicy",
                     "autoscaling:SetDesiredCapacity",
@@ -296,7 +297,12 @@ def controller_policy(arns: PoolArns) -> dict[str, Any]:
             ),
             _statement(
                 "PoolAlarms",
-                ("cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm", "cloudwatch:TagResource"),
+                (
+                    "cloudwatch:DeleteAlarms",
+                    "cloudwatch:ListTagsForResource",
+                    "cloudwatch:PutMetricAlarm",
+                    "cloudwatch:TagResource",
+                ),
                 arns.alarms,
             ),
             _statement(
