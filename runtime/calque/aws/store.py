@@ -33,6 +33,15 @@ from calque.models import ItemResult, Manifest, RunRecord, Summary
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def pool_key_base(prefix: str, queue_name: str) -> str:
+    """The key under which every object of one pool lives: ``<prefix>/pools/<queue name>``.
+
+    The workers' IAM policy (``calque.aws.iam_policy``) grants exactly this prefix, so it is computed
+    here once for both.
+    """
+    return "/".join(p for p in (prefix.strip("/"), "pools", queue_name) if p)
+
+
 class StoreError(InfrastructureError):
     """S3 failed (not a missing object: those are ``None``/``False``)."""
 
@@ -65,7 +74,7 @@ class RunStore:
     def __init__(self, s3: Any, bucket: str, prefix: str, queue_name: str) -> None:
         self.s3 = s3
         self.bucket = bucket
-        self.base = "/".join(p for p in (prefix.strip("/"), "pools", queue_name) if p)
+        self.base = pool_key_base(prefix, queue_name)
 
     # -- keys ---------------------------------------------------------------------------------------
 

@@ -426,3 +426,8 @@ def stage_runtime(
         }
     )
     emit_outcome(op.run(request), as_json, _render_staged)
+
+
+from calque.cli.pool_iam import iam_policy  # noqa: E402  (its own file: this one is full)
+
+pool.add_command(iam_policy)

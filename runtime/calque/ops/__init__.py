@@ -20,6 +20,7 @@ OPERATIONS = {
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
+    "pool_iam_policy": "calque.ops.pool_iam:PoolIamOp",
     "runtime": "calque.ops.runtime:RuntimeOp",
     "gpu_info": "calque.ops.gpu_facts:GpuFactsOp",
 }
