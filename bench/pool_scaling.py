@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import importlib
 import math
 from dataclasses import dataclass, field, fields
 
+from calque.aws.acquire import scaling
 from calque.aws.pricing import rate, rates_table
 
 INSTANCE_TYPE = "g6.xlarge"
@@ -98,16 +98,8 @@ class Outcome:
 
 
 def backlog_target(latency_s: float, seconds_per_claim: float) -> tuple[int, str]:
-    """The backlog-per-instance target and where the formula came from.
-
-    calque's own ``calque.aws.acquire.scaling.backlog_target`` when this checkout has it (the
-    `scale` branch of issue 10); until that merges, the same formula here as a stand-in.
-    """
-    try:
-        scaling = importlib.import_module("calque.aws.acquire.scaling")
-    except ImportError:
-        return max(1, math.floor(latency_s / seconds_per_claim)), "stand-in in bench/pool_scaling.py"
-    return int(scaling.backlog_target(latency_s, seconds_per_claim)), "calque.aws.acquire.scaling.backlog_target"
+    """The backlog-per-instance target from calque's own formula, and where it came from."""
+    return scaling.backlog_target(latency_s, seconds_per_claim), "calque.aws.acquire.scaling.backlog_target"
 
 
 def arrivals(sc: Scenario) -> list[float]:
