@@ -298,9 +298,11 @@ class Registry:
                         sl.pipe_directory if sl.kind == "mps" else None,
                     ),
                 )
-                db.executemany(
-                    "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)", [(g, session_id) for g in groups]
-                )
+                if groups:
+                    db.executemany(
+                        "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)",
+                        [(g, session_id) for g in groups],
+                    )
                 # Built from what was just inserted, not read back: the same values, one query and parse fewer.
                 s = Session(
                     id=session_id,
