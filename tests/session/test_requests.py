@@ -79,6 +79,17 @@ def test_directory_checks_refuse_writable_dirs_and_allow_sticky_tmp(tmp_path: Pa
     check_directory(inner, "state directory")  # like /tmp above a private directory
     with pytest.raises(UnsafePathError):
         check_directory(sticky, "state directory")  # but not as the directory itself
+    if os.geteuid() != 0:
+        return  # the rest gives a directory to other groups
+    syslog = tmp_path / "log"  # Ubuntu's /var/log: root:syslog 0775
+    syslog.mkdir(mode=0o775)
+    os.chown(syslog, 0, 104)
+    syslog.chmod(0o775)
+    (syslog / "calque").mkdir(mode=0o750)
+    check_directory(syslog / "calque", "audit log directory")
+    os.chown(syslog, 0, 4242)  # a users' group may not share it
+    with pytest.raises(UnsafePathError, match="group- or world-writable"):
+        check_directory(syslog / "calque", "audit log directory")
 
 
 def test_open_private_creates_0600_and_refuses_symlinks_and_hard_links(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ from pathlib import Path
 from calque.errors import RefusedError
 
 PRIVATE_UMASK = 0o077
+# Groups below this are system groups (login.defs' SYS_GID_MAX is 999 on Debian, Ubuntu and RHEL):
+# one of them may share write access to a directory above the daemon's, never to the daemon's own.
+SYSTEM_GID_MAX = 1000
 
 
 class UnsafePathError(RefusedError):
@@ -37,7 +40,8 @@ def _fix(path: Path, what: str) -> str:
 
 def check_directory(path: Path, what: str) -> None:
     """Refuse unless ``path`` and every directory above it is owned by a trusted user and not
-    writable by others (ancestors may be sticky and root-owned, like /tmp)."""
+    writable by others (ancestors may be sticky and root-owned, like /tmp, or writable by a system
+    group, like Ubuntu's /var/log)."""
     ok_uids = trusted_uids()
     path = Path(os.path.abspath(path))
     msg = _fix(path, what)
@@ -58,6 +62,8 @@ def check_directory(path: Path, what: str) -> None:
         if st.st_uid not in ok_uids:
             raise UnsafePathError(msg.format(why=f"{part} is owned by uid {st.st_uid}, not root"))
         writable_by_others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if i > 0 and not st.st_mode & stat.S_IWOTH and st.st_gid < SYSTEM_GID_MAX:
+            writable_by_others = 0  # Ubuntu's /var/log is root:syslog 0775: a system group, not users
         if writable_by_others and (i == 0 or not (st.st_mode & stat.S_ISVTX and st.st_uid == 0)):
             mode = stat.S_IMODE(st.st_mode)
             raise UnsafePathError(msg.format(why=f"{part} is group- or world-writable (mode {mode:04o})"))
