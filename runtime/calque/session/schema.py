@@ -40,8 +40,9 @@ CREATE INDEX IF NOT EXISTS usage_by_end ON usage(ended_at);
 CREATE TABLE IF NOT EXISTS live_group_sessions(
   grp TEXT NOT NULL,
   session_id TEXT NOT NULL,
-  PRIMARY KEY(grp, session_id)
+  PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
 """
 # Sessions that ended before the usage table existed (schema 1) are copied into it once.
 SCHEMA_VERSION = 2
