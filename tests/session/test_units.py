@@ -7,7 +7,7 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -17,10 +17,10 @@ from calque.cli.main import cli, run
 from calque.errors import UsageError
 from calque.models.session import Slice
 from calque.session.assets import example_config, systemd_unit
-from calque.session.audit import usage_report
 from calque.session.config import SessionConfig
 from calque.session.protocol import RequestError, parse_request, read_line
 from calque.session.registry import NoFreeSlice, Registry, TooManySessions
+from calque.session.usage import usage_report
 
 
 def _slices(n: int) -> list[Slice]:
@@ -87,26 +87,28 @@ def test_read_line_limits_size_and_time() -> None:
             read_line(a, 1024, 0.2)
 
 
-def test_usage_report_sums_hours_per_user_and_profile() -> None:
-    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+def test_usage_report_sums_hours_per_user_and_profile_from_the_registry(tmp_path: Path) -> None:
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
+    reg = Registry(tmp_path / "s.db")
+    slices = _slices(3)
 
-    def ev(event: str, sid: str, at: timedelta, uid: int = 1000, profile: str = "1g.5gb") -> dict[str, object]:
-        return {"event": event, "session": sid, "ts": (t0 + at).isoformat(), "uid": uid, "user": f"u{uid}",
-                "profile": profile, "kind": "mig"}  # fmt: skip
+    def take(sid: str, at_h: float, uid: int, sl: Slice) -> None:
+        reg.checkout([sl], session_id=sid, uid=uid, gid=uid, user=f"u{uid}", now=t0 + at_h * 3600, ttl=86400.0,
+                     max_sessions=None, request_id=None, env_for=lambda s: {})  # fmt: skip
 
-    events = [
-        ev("checkout", "a", timedelta(0)),
-        ev("extend", "a", timedelta(minutes=30)),
-        ev("checkin", "a", timedelta(hours=2)),
-        ev("checkout", "b", timedelta(hours=1), uid=1001, profile="3g.20gb"),
-        ev("expiry", "b", timedelta(hours=1, minutes=30), uid=1001, profile="3g.20gb"),
-        ev("checkout", "c", timedelta(hours=3)),  # still live at the end of the window
-    ]
-    rep = usage_report(events, t0, t0 + timedelta(hours=4), None)
+    take("a", 0, 1000, slices[0])
+    reg.end("a", "checkin", t0 + 2 * 3600)
+    take("b", 1, 1001, slices[1])
+    reg.end("b", "expired", t0 + 1.5 * 3600)
+    take("c", 3, 1000, slices[2])  # still live at the end of the window
+    take("d", 5, 1000, slices[0])  # after the window
+    since, until = datetime.fromtimestamp(t0, timezone.utc), datetime.fromtimestamp(t0 + 4 * 3600, timezone.utc)
+    rep = usage_report(reg, since, until, None)
     rows = {(r.user, r.profile): (r.sessions, r.gpu_hours) for r in rep.rows}
-    assert rows == {("u1000", "1g.5gb"): (2, 3.0), ("u1001", "3g.20gb"): (1, 0.5)}
-    mine = usage_report(events, t0, t0 + timedelta(hours=4), 1001)
-    assert [r.user for r in mine.rows] == ["u1001"]
+    assert rows == {("u1000", "1g.5gb"): (2, 3.0), ("u1001", "1g.5gb"): (1, 0.5)}
+    mine = usage_report(reg, since, until, 1001)
+    assert [(r.user, r.gpu_hours) for r in mine.rows] == [("u1001", 0.5)]
+    reg.close()
 
 
 def test_example_config_is_valid_and_unknown_keys_are_rejected() -> None:

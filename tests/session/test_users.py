@@ -150,27 +150,37 @@ def test_nothing_free_exits_5_naming_what_is_busy_until_when(host: Host, make_us
     assert "busy" in res.stderr and "until" in res.stderr and host.migs[0].uuid in res.stderr
 
 
-def test_policy_limits_sessions_and_ttl_per_group(host: Host, make_user: Callable[..., User]) -> None:
+def test_group_limit_counts_the_whole_group(host: Host, make_user: Callable[..., User]) -> None:
+    # Slurm's GrpTRES meaning: a group's max_sessions is what all its members hold together; each
+    # member still has their own (default) limit, and max_ttl stays a per-session limit.
     grp_name = "cqlab" + os.urandom(2).hex()
-    alice = make_user([grp_name])
+    alice, carol = make_user([grp_name]), make_user([grp_name])
     bob = make_user()
     host.start(
         max_total_ttl="3h",
         policy={
-            "default": {"max_sessions": 1, "max_ttl": "1h"},
+            "default": {"max_sessions": 2, "max_ttl": "1h"},
             "groups": {grp_name: {"max_sessions": 2, "max_ttl": "2h"}},
         },
     )
-    host.cli(alice, "session", "checkout", "--ttl", "1h", check=True)
-    host.cli(alice, "session", "checkout", "--ttl", "2h", check=True)
-    assert host.cli(alice, "session", "checkout").returncode == 4  # third session: over the group's 2
-    assert host.cli(bob, "session", "checkout", "--ttl", "2h").returncode == 4  # default max_ttl 1h
+    host.cli(alice, "session", "checkout", "--ttl", "2h", check=True)  # the group's max_ttl
+    host.cli(carol, "session", "checkout", "--ttl", "1h", check=True)
+    res = host.cli(alice, "session", "checkout")  # her own limit is 2, but the group holds 2
+    assert res.returncode == 4 and f"group {grp_name} holds 2" in res.stderr, res.stderr
+    assert host.cli(carol, "session", "checkout").returncode == 4
+    # Bob is in no limited group: his own limit (2) alone applies, and the default max_ttl (1h).
+    assert host.cli(bob, "session", "checkout", "--ttl", "2h").returncode == 4
     s = json.loads(host.cli(bob, "session", "checkout", "--ttl", "30m", "--json", check=True).stdout)
-    ext = host.cli(bob, "session", "extend", "--by", "20m", "--json")
+    host.cli(bob, "session", "checkout", "--ttl", "30m", check=True)
+    ext = host.cli(bob, "session", "extend", s["id"], "--by", "20m", "--json")
     assert ext.returncode == 0, ext.stderr
     assert json.loads(ext.stdout)["expires_at"] > s["expires_at"]
-    over = host.cli(bob, "session", "extend", "--by", "20m")
+    over = host.cli(bob, "session", "extend", s["id"], "--by", "20m")
     assert over.returncode == 4 and "at most" in over.stderr
+    # One member checks in: the group has room again, for any member.
+    host.cli(alice, "session", "checkin", check=True)
+    host.cli(carol, "session", "checkout", "--ttl", "30m", check=True)
+    assert host.cli(alice, "session", "checkout").returncode == 4
 
 
 def test_nodes_reset_behind_the_daemons_back_are_secured_again(host: Host, make_user: Callable[..., User]) -> None:

@@ -134,7 +134,7 @@ def checkout(
 ) -> None:
     """Check a slice out; exit 5 naming what is busy until when if none is free."""
     from calque.session import core
-    from calque.session.isolation import shell_exports
+    from calque.session.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
@@ -152,7 +152,7 @@ def checkout(
     for w in s.warnings:
         warn(w)
     if as_shell:
-        click.echo(shell_exports(s.env))
+        click.echo(shell_exports(s.env, warn))
         return
     emit(s, as_json, _render_session)
     if not as_json:
@@ -196,6 +196,25 @@ def status(as_json: bool, socket_path: Path) -> None:
     emit(core.status(_client(socket_path)), as_json, _render_sessions)
 
 
+@session.command("env")
+@click.argument("session_id", required=False)
+@click.option("--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session env --shell)".')
+@json_option
+@socket_option
+def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path) -> None:
+    """Your session's variables as the daemon has them now (CALQUE_SESSION_EXPIRES moves with `extend`)."""
+    from calque.session import core
+    from calque.session.shellenv import shell_exports
+
+    if as_shell and as_json:
+        raise click.UsageError("give --json or --shell, not both")
+    s = core.one_session(_client(socket_path), session_id)
+    if as_shell:
+        click.echo(shell_exports(s.env, warn))
+        return
+    emit(s, as_json, lambda x: "\n".join(f"{k}={v}" for k, v in sorted(x.env.items())))
+
+
 @session.command("list")
 @json_option
 @socket_option
@@ -224,7 +243,7 @@ def release(session_id: str, force: bool, reason: str | None, as_json: bool, soc
 @json_option
 @socket_option
 def report(since: str, as_json: bool, socket_path: Path) -> None:
-    """GPU-hours per user and profile, from the audit trail (yours only unless you are an admin)."""
+    """GPU-hours per user and profile, from the registry's usage table (yours only unless you are an admin)."""
     from calque.session import core
 
     emit(core.report(_client(socket_path), since), as_json, _render_report)

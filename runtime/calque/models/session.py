@@ -84,7 +84,7 @@ class SliceState(CalqueModel):
 
 
 class UsageRow(CalqueModel):
-    """Hours held per user and profile, from the audit trail."""
+    """Hours held per user and profile, from the registry's usage table."""
 
     user: str
     uid: int

@@ -1,4 +1,8 @@
-"""The append-only audit trail (JSONL, one fsync'd line per event) and the usage report built from it."""
+"""The append-only audit trail: JSONL, one fsync'd line per event, in a root-only log directory.
+
+It is a record for people (and logrotate), not the data usage reports are built from: those read the
+registry's usage table (``usage.py``), so nothing written to or planted in a log can bill anyone.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calque.models.session import UsageReport, UsageRow
+from calque.session.files import check_directory, open_private, private_directory
 from calque.session.registry import Held
 
 END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished"}
@@ -27,10 +31,10 @@ class AuditLog:
     while the registry itself (SQLite, synchronous=FULL) stays exact."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_directory(path.parent, "audit log directory", mode=0o750)
         self.path = path
         self._lock = threading.Lock()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        self._fd = self._open()
         self._dirty = threading.Event()
         self._closed = False
         self._flusher = threading.Thread(target=self._flush_loop, name="audit-fsync", daemon=True)
@@ -53,6 +57,26 @@ class AuditLog:
             os.fsync(self._fd)
             os.close(self._fd)
 
+    def _open(self) -> int:
+        # Root's own, regular, one link, never through a symlink: a planted log is refused, not used.
+        return open_private(self.path, os.O_WRONLY | os.O_APPEND, "audit log", tighten=False)
+
+    def _follow_rotation(self) -> None:
+        """After logrotate moved the file away, write to a new one at the path (no signal needed; each
+        worker process notices on its own next event). Called with ``_lock`` held."""
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        mine = os.fstat(self._fd)
+        if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
+            return
+        check_directory(self.path.parent, "audit log directory")
+        fd = self._open()
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = fd
+
     def record(self, event: str, held: Held, *, by_uid: int | None = None, reason: str = "", **extra: Any) -> None:
         s = held.session
         entry: dict[str, Any] = {
@@ -73,6 +97,7 @@ class AuditLog:
         entry.update(extra)
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
+            self._follow_rotation()
             os.write(self._fd, line)
         self._dirty.set()
 
@@ -104,6 +129,8 @@ class EventTally:
         with self._lock:
             try:
                 with self.path.open("rb") as f:
+                    if os.fstat(f.fileno()).st_size < self._offset:
+                        self._offset = 0  # rotated: a new file, counted from its start
                     f.seek(self._offset)
                     data = f.read()
             except FileNotFoundError:
@@ -133,53 +160,3 @@ class EventTally:
         for i, bound in enumerate(TRIP_BUCKETS_S):
             if seconds <= bound:
                 self._trip_buckets[i] += 1
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Every well-formed line; a torn last line (a crash mid-write) is skipped."""
-    out = []
-    try:
-        with path.open("rb") as f:
-            for raw in f:
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(obj, dict) and "event" in obj:
-                    out.append(obj)
-    except FileNotFoundError:
-        return []
-    return out
-
-
-def usage_report(events: list[dict[str, Any]], since: datetime, until: datetime, uid: int | None) -> UsageReport:
-    """Slice-hours per (user, profile) overlapping [since, until]; only ``uid``'s rows when given."""
-    starts: dict[str, dict[str, Any]] = {}
-    ends: dict[str, datetime] = {}
-    for e in events:
-        sid = e.get("session")
-        if not isinstance(sid, str):
-            continue
-        if e["event"] == "checkout":
-            starts[sid] = e
-        elif e["event"] in END_EVENTS and sid not in ends:
-            ends[sid] = datetime.fromisoformat(e["ts"])
-    acc: dict[tuple[int, str, str, str], list[float]] = {}
-    for sid, e in starts.items():
-        if uid is not None and e["uid"] != uid:
-            continue
-        begin = datetime.fromisoformat(e["ts"])
-        end = ends.get(sid, until)
-        lo, hi = max(begin, since), min(end, until)
-        if hi <= lo and not (since <= begin <= until):
-            continue
-        hours = max(0.0, (hi - lo).total_seconds() / 3600)
-        key = (e["uid"], e["user"], e["profile"], e["kind"])
-        cell = acc.setdefault(key, [0, 0.0])
-        cell[0] += 1
-        cell[1] += hours
-    rows = [
-        UsageRow(uid=k[0], user=k[1], profile=k[2], kind=k[3], sessions=int(v[0]), gpu_hours=round(v[1], 4))
-        for k, v in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][2]))
-    ]
-    return UsageReport(since=since, until=until, rows=rows)

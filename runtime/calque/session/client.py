@@ -5,7 +5,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pwd
 import socket
+import struct
 import time
 import uuid
 from pathlib import Path
@@ -49,11 +51,41 @@ def default_socket() -> Path:
     return Path(os.environ.get("CALQUE_SESSION_SOCKET", str(DEFAULT_SOCKET)))
 
 
+SERVICE_USER_ENV = "CALQUE_SESSION_SERVICE_USER"
+
+
+def trusted_server_uids() -> frozenset[int]:
+    """Who may answer at the socket: root, the service user the daemon runs as (when it is not root,
+    ``CALQUE_SESSION_SERVICE_USER``), or the caller itself (a daemon of one's own can do nothing a
+    process of one's own could not already do)."""
+    uids = {0, os.geteuid()}
+    name = os.environ.get(SERVICE_USER_ENV, "").strip()
+    if name:
+        try:
+            uids.add(int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid)
+        except KeyError as exc:
+            raise UsageError(f"{SERVICE_USER_ENV}={name!r} names no user on this host; fix or unset it") from exc
+    return frozenset(uids)
+
+
+def check_peer(sock: socket.socket, path: Path, trusted: frozenset[int]) -> None:
+    """Refuse to talk to a process at the socket that is not the session service (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", raw)
+    if uid not in trusted:
+        raise RefusedError(
+            f"the process answering at {path} (pid {pid}) runs as uid {uid}, not root or the session service "
+            f"user: refusing to trust it; check the socket path (--socket / CALQUE_SESSION_SOCKET), or set "
+            f"{SERVICE_USER_ENV} when the daemon runs as a service user"
+        )
+
+
 class SessionClient:
     def __init__(self, socket_path: Path | None = None, timeout: float = 30.0, retry_for: float = 3.0) -> None:
         self.path = socket_path or default_socket()
         self.timeout = timeout
         self.retry_for = retry_for
+        self.trusted = trusted_server_uids()
 
     def call(self, op: str, **args: Any) -> Any:
         if op == "checkout" and not args.get("request_id"):
@@ -67,6 +99,7 @@ class SessionClient:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                     s.settimeout(self.timeout)
                     s.connect(str(self.path))
+                    check_peer(s, self.path, self.trusted)  # before anything is sent or believed
                     s.sendall(line)
                     sent = True
                     raw = self._read(s)

@@ -7,6 +7,7 @@ unknown keys.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -25,7 +26,9 @@ CONFIG_VERSION = 1
 class Limits(CalqueModel):
     """Limits for a user or group; unset fields fall back to the defaults."""
 
-    max_sessions: int | None = Field(None, ge=0, description="concurrent sessions")
+    max_sessions: int | None = Field(
+        None, ge=0, description="concurrent sessions: of the user; for a group, of all its members together"
+    )
     max_ttl: Seconds | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
 
 
@@ -34,6 +37,27 @@ class Policy(CalqueModel):
     users: dict[str, Limits] = Field(default_factory=dict)
     groups: dict[str, Limits] = Field(default_factory=dict)
     admin_group: str | None = Field("calque-admin", description="members may list holders and force-release")
+
+    def limits_for(self, user: str, groups: Iterable[str], max_total_ttl: float) -> Limits:
+        """One user's own limits: their ``users`` entry, else ``default``. ``max_ttl`` is per session, so
+        a group's applies to each member (the largest of the user's groups); a group's ``max_sessions``
+        is not a per-member limit but the group's total (``group_limits``)."""
+        if user in self.users:
+            own = self.users[user]
+        else:
+            ttls = [self.groups[g].max_ttl for g in sorted(groups) if g in self.groups]
+            known = [t for t in ttls if t is not None]
+            own = Limits(max_sessions=None, max_ttl=max(known) if known else None)
+        max_sessions = own.max_sessions if own.max_sessions is not None else self.default.max_sessions
+        max_ttl = own.max_ttl if own.max_ttl is not None else self.default.max_ttl
+        if max_ttl is None or max_ttl > max_total_ttl:
+            max_ttl = max_total_ttl
+        return Limits(max_sessions=max_sessions, max_ttl=max_ttl)
+
+    def group_limits(self, groups: Iterable[str]) -> dict[str, int]:
+        """Session limits of the user's groups, each counted over all members together (Slurm's
+        GrpTRES meaning), on top of the user's own limit."""
+        return {g: lim for g in groups if g in self.groups and (lim := self.groups[g].max_sessions) is not None}
 
 
 class MpsGpu(CalqueModel):

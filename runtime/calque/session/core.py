@@ -67,6 +67,21 @@ def status(client: SessionClient) -> list[Session]:
     return [Session.model_validate(s) for s in client.call("status")]
 
 
+def one_session(client: SessionClient, session_id: str | None) -> Session:
+    """The caller's session ``session_id``, or their only one, as the daemon has it now."""
+    mine = status(client)
+    if session_id is not None:
+        for s in mine:
+            if s.id == session_id:
+                return s
+        raise UsageError(f"you hold no live session {session_id}; `calque session status` lists yours")
+    if len(mine) == 1:
+        return mine[0]
+    if not mine:
+        raise UsageError("you hold no session")
+    raise UsageError(f"you hold {len(mine)} sessions ({', '.join(s.id for s in mine)}); name one")
+
+
 def list_slices(client: SessionClient) -> list[SliceState]:
     return [SliceState.model_validate(s) for s in client.call("list")]
 

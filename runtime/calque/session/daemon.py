@@ -24,6 +24,7 @@ from calque.errors import CalqueError
 from calque.session.audit import AuditLog, EventTally
 from calque.session.config import SessionConfig
 from calque.session.enforcer import Enforcer
+from calque.session.files import PRIVATE_UMASK, lock_path, prepare_socket
 from calque.session.inventory import host_root, load_reader
 from calque.session.protocol import RequestError, error, ok, parse_request, peer_credentials, read_line
 from calque.session.registry import HostLock, Registry
@@ -50,9 +51,7 @@ class _Listener:
         self.path = daemon.config.socket
         self.owner = inherited_fd is None  # the process that bound the socket unlinks it
         if inherited_fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.path.is_socket() or self.path.exists():
-                self.path.unlink()
+            prepare_socket(self.path)  # a checked directory; a stale socket or symlink is unlinked
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.bind(str(self.path))
             os.chmod(self.path, 0o666)  # world-connectable: SO_PEERCRED says who is calling
@@ -145,7 +144,7 @@ class Daemon:
             reader=self.reader,
             host_root=host_root(config, self.reader),
             tally=EventTally(config.audit_log),
-            nodes_lock=HostLock(config.db.with_name(config.db.name + ".nodes.lock")),
+            nodes_lock=HostLock(lock_path(config.db, "nodes")),
         )
         self.enforcer = Enforcer(self.service)
         self.service.wake = self.enforcer.wake
@@ -227,7 +226,7 @@ class Daemon:
 def run_daemon(config: SessionConfig) -> None:
     """Serve until SIGTERM/SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.umask(0o022)
+    os.umask(PRIVATE_UMASK)
     d = Daemon(config)
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -248,7 +247,7 @@ def worker_main() -> None:
     """A worker process of ``processes > 1``: serve requests on the parent's socket until told to
     stop or until the parent is gone (then finish what is in flight and exit)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
-    os.umask(0o022)
+    os.umask(PRIVATE_UMASK)
     config = SessionConfig.model_validate_json(os.environ.pop(_ENV_CONFIG))
     fd = int(os.environ.pop(_ENV_FD))
     # The pid we were started by, not getppid() now: the main process may already be gone.

@@ -9,13 +9,12 @@ A commit happens before any answer goes out, so a client that was told "granted"
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,30 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from calque.models.session import EndReason, Session, Slice
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions(
-  id TEXT PRIMARY KEY,
-  slice_id TEXT NOT NULL,
-  uid INTEGER NOT NULL,
-  gid INTEGER NOT NULL,
-  user TEXT NOT NULL,
-  request_id TEXT,
-  created_at REAL NOT NULL,
-  expires_at REAL NOT NULL,
-  notice_sent INTEGER NOT NULL DEFAULT 0,
-  ended_at REAL,
-  end_reason TEXT,
-  last_active REAL NOT NULL,
-  slice_json TEXT NOT NULL,
-  env_json TEXT NOT NULL,
-  daemon TEXT
-);
-CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_id) WHERE ended_at IS NULL;
-CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS live_by_uid ON sessions(uid) WHERE ended_at IS NULL;
-"""
-
+from calque.session.files import lock_path, open_private, private_directory, secure_existing
+from calque.session.hostlock import HostLock as HostLock  # where daemon.py imports it from
+from calque.session.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION
 
 T = TypeVar("T")
 MAX_BATCH = 256
@@ -96,49 +74,13 @@ class NoFreeSlice(Exception):
 
 
 class TooManySessions(Exception):
-    def __init__(self, live: int, limit: int) -> None:
-        super().__init__(f"{live} live sessions, limit {limit}")
+    """The caller's own limit, or (``group`` set) the limit of a group counted over all its members."""
+
+    def __init__(self, live: int, limit: int, group: str | None = None) -> None:
+        super().__init__(f"{live} live sessions, limit {limit}" + (f" for group {group}" if group else ""))
         self.live = live
         self.limit = limit
-
-
-class HostLock:
-    """A lock held across threads and processes: a thread lock, then ``flock`` on a file."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._thread_lock = threading.Lock()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-
-    def __enter__(self) -> HostLock:
-        self._thread_lock.acquire()
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        except BaseException:
-            self._thread_lock.release()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._thread_lock.release()
-
-    @contextlib.contextmanager
-    def unless(self, done: Callable[[], bool]) -> Iterator[bool]:
-        """Hold the lock and yield True, or yield False without taking the file lock when ``done()``
-        is already true once this thread's turn comes (saves a flock pair per group-commit follower)."""
-        with self._thread_lock:
-            if done():
-                yield False
-                return
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            try:
-                yield True
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        os.close(self._fd)
+        self.group = group
 
 
 class Registry:
@@ -148,15 +90,24 @@ class Registry:
     another thread, and no caller returns before its change is durable. Reads use a second connection."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # SQLite opens these by name: the directory must be ours alone and the files ours, 0600,
+        # before it does (it creates -wal and -shm with the database file's mode).
+        private_directory(path.parent, "state directory")
+        for suffix in ("-wal", "-shm"):
+            secure_existing(path.with_name(path.name + suffix), "registry file")
+        os.close(open_private(path, os.O_RDWR, "session registry"))
         self.path = path
         self._db = self._connect(path)
-        self._db.executescript(_SCHEMA)
-        path.chmod(0o600)
+        self._db.executescript(SCHEMA)
+        if self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(BACKFILL_USAGE)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
         self._rdb = self._connect(path)
         self._rlock = threading.Lock()
         # Serialises writers of every daemon process (no SQLite busy back-off sleeps between them).
-        self._commit_lock = HostLock(path.with_name(path.name + ".write.lock"))
+        self._commit_lock = HostLock(lock_path(path, "write"))
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = queue.SimpleQueue()
 
     @staticmethod
@@ -238,6 +189,9 @@ class Registry:
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
         sl = _slice(row["slice_json"])
+        env = json.loads(row["env_json"])
+        if "CALQUE_SESSION_EXPIRES" in env:  # the deadline as it is now, after any extension
+            env["CALQUE_SESSION_EXPIRES"] = ts(row["expires_at"]).isoformat()
         s = Session(
             id=row["id"],
             slice_id=row["slice_id"],
@@ -252,7 +206,7 @@ class Registry:
             notice_sent=bool(row["notice_sent"]),
             ended_at=ts(row["ended_at"]) if row["ended_at"] is not None else None,
             end_reason=row["end_reason"],
-            env=json.loads(row["env_json"]),
+            env=env,
         )
         return Held(session=s, slice=sl, last_active=row["last_active"])
 
@@ -285,8 +239,13 @@ class Registry:
         request_id: str | None,
         env_for: Callable[[Slice], dict[str, str]],
         mps_one_user_per_daemon: bool = True,
+        group_limits: Mapping[str, int] | None = None,
     ) -> tuple[Held, bool]:
-        """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions."""
+        """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions.
+
+        ``group_limits``: the caller's groups that have a session limit, each counted over all of the
+        group's members (Slurm's GrpTRES), in the same transaction as the caller's own count."""
+        groups = dict(group_limits or {})
 
         def op(db: sqlite3.Connection) -> tuple[Held, bool]:
             if request_id:
@@ -296,6 +255,10 @@ class Registry:
             live = db.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL AND uid=?", (uid,)).fetchone()[0]
             if max_sessions is not None and live >= max_sessions:
                 raise TooManySessions(live, max_sessions)
+            for grp, limit in sorted(groups.items()):
+                n = db.execute("SELECT COUNT(*) FROM live_group_sessions WHERE grp=?", (grp,)).fetchone()[0]
+                if n >= limit:
+                    raise TooManySessions(n, limit, grp)
             busy = {r[0] for r in db.execute("SELECT slice_id FROM sessions WHERE ended_at IS NULL")}
             # MPS serialises clients of different Unix users on one control daemon: a daemon another
             # user holds a slot of is not offered (docs/gpu-mps.md), unless the host runs multi-user MPS.
@@ -335,6 +298,11 @@ class Registry:
                         sl.pipe_directory if sl.kind == "mps" else None,
                     ),
                 )
+                if groups:
+                    db.executemany(
+                        "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)",
+                        [(g, session_id) for g in groups],
+                    )
                 # Built from what was just inserted, not read back: the same values, one query and parse fewer.
                 s = Session(
                     id=session_id,
@@ -374,12 +342,41 @@ class Registry:
         return self._write(op)
 
     def end(self, session_id: str, reason: EndReason, now: float) -> Held | None:
-        """End a live session; None when it was not live (already ended or unknown)."""
-        return self._update(
-            session_id,
-            "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL",
-            (now, reason, session_id),
-        )
+        """End a live session and write its usage row, in one transaction; None when it was not live."""
+
+        def op(db: sqlite3.Connection) -> Held | None:
+            sql = "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL"
+            if db.execute(sql, (now, reason, session_id)).rowcount != 1:
+                return None
+            held = self._held(db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+            s = held.session
+            db.execute(
+                INSERT_USAGE,
+                (s.id, s.uid, s.user, s.kind, s.profile, s.gpu_index, s.slice_id, held.created, now, reason),
+            )
+            db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
+            return held
+
+        return self._write(op)
+
+    def usage(self, since: float, until: float, uid: int | None) -> list[sqlite3.Row]:
+        """Sessions and seconds per (uid, user, profile, kind) overlapping [since, until]: ended ones
+        from the usage table (indexed by end time), live ones counted up to ``until``."""
+        mine = "" if uid is None else " AND uid=:uid"
+        sql = f"""
+            SELECT uid, user, profile, kind, COUNT(*) AS sessions,
+                   SUM(MAX(0.0, MIN(ended_at, :until) - MAX(started_at, :since))) AS seconds
+            FROM (
+              SELECT uid, user, profile, kind, started_at, ended_at FROM usage
+              WHERE ended_at >= :since AND started_at <= :until{mine}
+              UNION ALL
+              SELECT uid, user, json_extract(slice_json, '$.profile'), json_extract(slice_json, '$.kind'),
+                     created_at, :until FROM sessions
+              WHERE ended_at IS NULL AND created_at <= :until{mine}
+            )
+            GROUP BY uid, user, profile, kind ORDER BY user, profile, kind"""
+        with self._rlock:
+            return self._rdb.execute(sql, {"since": since, "until": until, "uid": uid}).fetchall()
 
     def extend(self, session_id: str, new_expiry: float) -> Held | None:
         return self._update(

@@ -25,11 +25,21 @@ from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
 from calque.models.session import Session, Slice, SliceState
 from calque.session import isolation
-from calque.session.audit import AuditLog, EventTally, read_events, usage_report
+from calque.session.audit import AuditLog, EventTally
 from calque.session.config import Limits, SessionConfig
 from calque.session.inventory import inventory, layout_stamp
 from calque.session.protocol import RequestError
 from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
+from calque.session.requests import (
+    CheckoutArgs,
+    ExtendArgs,
+    ReleaseArgs,
+    ReportArgs,
+    RequestArgs,
+    SessionRefArgs,
+    parse_args,
+)
+from calque.session.usage import usage_report
 
 log = logging.getLogger("calque.session")
 
@@ -110,19 +120,7 @@ class Service:
         return Caller(pid=pid, uid=uid, gid=gid, user=name, admin=admin, groups=groups)
 
     def limits(self, c: Caller) -> Limits:
-        p = self.config.policy
-        if c.user in p.users:
-            own = p.users[c.user]
-        else:
-            groups = [p.groups[g] for g in sorted(c.groups) if g in p.groups]
-            sessions = [g.max_sessions for g in groups if g.max_sessions is not None]
-            ttls = [g.max_ttl for g in groups if g.max_ttl is not None]
-            own = Limits(max_sessions=max(sessions) if sessions else None, max_ttl=max(ttls) if ttls else None)
-        max_sessions = own.max_sessions if own.max_sessions is not None else p.default.max_sessions
-        max_ttl = own.max_ttl if own.max_ttl is not None else p.default.max_ttl
-        if max_ttl is None or max_ttl > self.config.max_total_ttl:
-            max_ttl = self.config.max_total_ttl
-        return Limits(max_sessions=max_sessions, max_ttl=max_ttl)
+        return self.config.policy.limits_for(c.user, c.groups, self.config.max_total_ttl)
 
     # -- inventory --------------------------------------------------------------------------------
 
@@ -155,31 +153,20 @@ class Service:
     # -- operations -------------------------------------------------------------------------------
 
     def handle(self, c: Caller, op: str, args: dict[str, Any]) -> Any:
-        fn = getattr(self, f"op_{op}", None)
-        if fn is None:
-            raise RequestError("usage", f"unknown operation {op!r}")
-        return fn(c, args)
+        typed = parse_args(op, args)  # unknown ops and keys, wrong types: refused by name
+        return getattr(self, f"op_{op}")(c, typed)
 
-    def op_ping(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_ping(self, c: Caller, args: RequestArgs) -> Any:
         return {"pong": True}
 
-    def op_whoami(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_whoami(self, c: Caller, args: RequestArgs) -> Any:
         return {"uid": c.uid, "gid": c.gid, "user": c.user, "admin": c.admin, "pid": c.pid}
 
-    def op_checkout(self, c: Caller, args: dict[str, Any]) -> Any:
-        mps = bool(args.get("mps", False))
-        profile = args.get("profile")
-        gpu = args.get("gpu")
-        raw_ttl = args.get("ttl")
-        if profile is not None and not isinstance(profile, str):
-            raise RequestError("usage", "profile must be a MIG profile name such as 1g.24gb")
-        if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
-            raise RequestError("usage", "gpu must be a GPU index (0, 1, ...)")
-        if raw_ttl is not None and (not isinstance(raw_ttl, (str, int, float)) or isinstance(raw_ttl, bool)):
-            raise RequestError("usage", "ttl must be a duration such as 30m or 2h")
+    def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
+        mps, profile, gpu, raw_ttl = args.mps, args.profile, args.gpu, args.ttl
         if mps and profile:
             raise RequestError("usage", "give either --mps or --profile, not both")
-        if mps and not args.get("consent"):
+        if mps and not args.consent:
             raise RequestError(
                 "refused",
                 "an MPS slot shares one GPU's memory and faults with other users; "
@@ -214,9 +201,7 @@ class Service:
         now = time.time()
         sid = "s-" + secrets.token_hex(5)
         expires = ts(now + ttl)
-        request_id = args.get("request_id")
-        if request_id is not None and (not isinstance(request_id, str) or len(request_id) > 128):
-            raise RequestError("usage", "request_id must be a string of at most 128 characters")
+        request_id = args.request_id
         try:
             held, created = self.registry.checkout(
                 cands,
@@ -230,8 +215,15 @@ class Service:
                 request_id=request_id,
                 env_for=lambda s: isolation.environment(s, sid, expires),
                 mps_one_user_per_daemon=self.config.mps_user_model == "serialised-per-user",
+                group_limits=self.config.policy.group_limits(c.groups),
             )
         except TooManySessions as exc:
+            if exc.group is not None:
+                raise RequestError(
+                    "refused",
+                    f"group {exc.group} holds {exc.live} session(s) among its members, its limit is {exc.limit}; "
+                    "wait for one of them to check in",
+                ) from exc
             raise RequestError(
                 "refused",
                 f"you hold {exc.live} session(s), your limit is {exc.limit}; check one in first "
@@ -306,8 +298,8 @@ class Service:
             ]
         return s
 
-    def _own(self, c: Caller, args: dict[str, Any], verb: str) -> Held:
-        sid = args.get("id")
+    def _own(self, c: Caller, args: SessionRefArgs, verb: str) -> Held:
+        sid = args.id
         if sid is None:
             mine = self.registry.live(c.uid)
             if len(mine) == 1:
@@ -317,8 +309,6 @@ class Service:
             raise RequestError(
                 "usage", f"you hold {len(mine)} sessions ({', '.join(h.session.id for h in mine)}); name one to {verb}"
             )
-        if not isinstance(sid, str):
-            raise RequestError("usage", "session id must be a string")
         held = self.registry.get(sid)
         if held is None or held.session.ended_at is not None:
             raise RequestError("not_found", f"no live session {sid}; `calque session status` lists yours")
@@ -338,7 +328,7 @@ class Service:
         self.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
         return ended
 
-    def op_checkin(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_checkin(self, c: Caller, args: SessionRefArgs) -> Any:
         held = self._own(c, args, "check in")
         ended = self.end(held, "checkin", "checkin", c.uid)
         if ended is None:
@@ -346,12 +336,12 @@ class Service:
         self.reclaim(ended)
         return ended.session.model_dump(mode="json")
 
-    def op_extend(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_extend(self, c: Caller, args: ExtendArgs) -> Any:
         held = self._own(c, args, "extend")
         if held.expires <= time.time():
             raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
         try:
-            by = parse_duration(args.get("by", ""), what="by")
+            by = parse_duration(args.by, what="by")
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         if by <= 0:
@@ -374,10 +364,10 @@ class Service:
         self.wake()
         return self._view(ext).model_dump(mode="json")
 
-    def op_status(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_status(self, c: Caller, args: RequestArgs) -> Any:
         return [self._view(h).model_dump(mode="json") for h in self.registry.live(c.uid)]
 
-    def op_list(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_list(self, c: Caller, args: RequestArgs) -> Any:
         live = {h.session.slice_id: h for h in self.registry.live()}
         out = []
         for sl in self.slices():
@@ -388,37 +378,35 @@ class Service:
             out.append(st.model_dump(mode="json"))
         return out
 
-    def op_release(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_release(self, c: Caller, args: ReleaseArgs) -> Any:
         if not c.admin:
             ag = self.config.policy.admin_group
             raise RequestError(
                 "forbidden", "only root" + (f" or members of {ag}" if ag else "") + " may force-release a session"
             )
-        if not args.get("force"):
+        if not args.force:
             raise RequestError("usage", "release ends another user's session; pass --force")
-        sid = args.get("id")
-        held = self.registry.get(sid) if isinstance(sid, str) else None
+        sid = args.id
+        held = self.registry.get(sid)
         if held is None or held.session.ended_at is not None:
             raise RequestError("not_found", f"no live session {sid}")
-        reason = args.get("reason")
-        why = "released" + (f": {reason[:500]}" if isinstance(reason, str) and reason else "")
+        why = "released" + (f": {args.reason}" if args.reason else "")
         ended = self.end(held, "released", "release", c.uid, note=why)
         if ended is None:
             raise RequestError("not_found", f"session {sid} already ended")
         self.reclaim(ended)
         return ended.session.model_dump(mode="json")
 
-    def op_report(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_report(self, c: Caller, args: ReportArgs) -> Any:
         try:
-            since_s = parse_duration(args.get("since", "7d"), what="since")
+            since_s = parse_duration(args.since, what="since")
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         until = datetime.now(timezone.utc)
         since = ts(until.timestamp() - since_s)
-        events = read_events(self.config.audit_log)
-        return usage_report(events, since, until, None if c.admin else c.uid).model_dump(mode="json")
+        return usage_report(self.registry, since, until, None if c.admin else c.uid).model_dump(mode="json")
 
-    def op_metrics(self, c: Caller, args: dict[str, Any]) -> Any:
+    def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
         return self.metrics_text()
 
     def metrics_text(self) -> str:

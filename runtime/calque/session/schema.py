@@ -1,0 +1,58 @@
+"""The registry's SQLite schema (version 2: the usage table and per-group live counts)."""
+
+from __future__ import annotations
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions(
+  id TEXT PRIMARY KEY,
+  slice_id TEXT NOT NULL,
+  uid INTEGER NOT NULL,
+  gid INTEGER NOT NULL,
+  user TEXT NOT NULL,
+  request_id TEXT,
+  created_at REAL NOT NULL,
+  expires_at REAL NOT NULL,
+  notice_sent INTEGER NOT NULL DEFAULT 0,
+  ended_at REAL,
+  end_reason TEXT,
+  last_active REAL NOT NULL,
+  slice_json TEXT NOT NULL,
+  env_json TEXT NOT NULL,
+  daemon TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_id) WHERE ended_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS live_by_uid ON sessions(uid) WHERE ended_at IS NULL;
+CREATE TABLE IF NOT EXISTS usage(
+  session_id TEXT PRIMARY KEY,
+  uid INTEGER NOT NULL,
+  user TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  profile TEXT NOT NULL,
+  gpu INTEGER NOT NULL,
+  slice_id TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL NOT NULL,
+  end_reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_by_uid ON usage(uid, ended_at);
+CREATE INDEX IF NOT EXISTS usage_by_end ON usage(ended_at);
+CREATE TABLE IF NOT EXISTS live_group_sessions(
+  grp TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  PRIMARY KEY(session_id, grp)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+"""
+# Sessions that ended before the usage table existed (schema 1) are copied into it once.
+SCHEMA_VERSION = 2
+BACKFILL_USAGE = """
+INSERT OR IGNORE INTO usage(session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason)
+SELECT id, uid, user, json_extract(slice_json, '$.kind'), json_extract(slice_json, '$.profile'),
+       json_extract(slice_json, '$.gpu_index'), slice_id, created_at, ended_at, COALESCE(end_reason, 'vanished')
+FROM sessions WHERE ended_at IS NOT NULL
+"""
+INSERT_USAGE = (
+    "INSERT OR IGNORE INTO usage(session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?)"
+)
