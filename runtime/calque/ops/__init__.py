@@ -16,6 +16,7 @@ from calque.ops.base import Operation
 OPERATIONS = {
     "pool_queue": "calque.ops.pool_queue:PoolQueueOp",
     "ec2_cohort": "calque.ops.cohort:CohortOp",
+    "pool_group": "calque.ops.pool_group:PoolGroupOp",
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
