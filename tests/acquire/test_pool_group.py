@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from calque.aws.clients import client
-from calque.aws.pool_names import ForeignPoolError, pool_names
+from calque.aws.pool_names import pool_names
 from calque.errors import RefusedError, UsageError
 from calque.ops.base import AwsSession
 from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
@@ -126,7 +126,7 @@ def test_another_pools_group_is_never_adopted(make: Any) -> None:
             }
         ]
     )
-    with pytest.raises(ForeignPoolError, match="lab-b/x"):
+    with pytest.raises(RefusedError, match="lab-b/x"):
         run(make())
 
 

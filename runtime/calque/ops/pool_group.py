@@ -31,7 +31,7 @@ from calque.aws.acquire.gate import (
     require_terminate_consent,
 )
 from calque.aws.acquire.validate import check_launch_inputs
-from calque.aws.pool_names import PoolName, PoolNames, pool_names
+from calque.aws.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
 from calque.models.acquire import RootVolume
@@ -158,6 +158,12 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
     Request = PoolGroupRequest
 
     def plan(self, request: PoolGroupRequest) -> PoolGroupPlan:
+        try:
+            return self._plan(request)
+        except ForeignPoolError as exc:
+            raise RefusedError(str(exc)) from None
+
+    def _plan(self, request: PoolGroupRequest) -> PoolGroupPlan:
         names = pool_names(request.pool)
         spend = None
         if request.state == "present":
@@ -355,6 +361,9 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
 
     def _result(self, plan: PoolGroupPlan, *, predicted: bool) -> PoolGroupResult:
         n, r = plan.names, plan.request
+        if not predicted and plan.changes and r.state == "absent":
+            ended = [i.instance_id for i in plan.before.instances] if plan.before else []
+            return PoolGroupResult(pool=r.pool, group=n.group, template=n.template, instances=ended, spend=plan.spend)
         if not predicted and plan.changes:
             now = grp.describe_group(self.aws.client("autoscaling"), self.aws.client("ec2"), n.group, r.pool)
             version = (
