@@ -225,7 +225,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
         tpl.dry_run(ec2, data, r.subnets[0] if r.subnets else None)
         plan.digest = digest
         old = plan.template
-        issued = _issued_for(user_data)
+        issued = tpl.urls_valid_for(user_data)
         if old is None:
             plan.data = data
             plan.actions.append(f"create launch template {n.template} (config {digest})")
@@ -428,10 +428,3 @@ def _shape_dict(shape: grp.GroupShape) -> dict[str, Any]:
         "on_demand_base": shape.on_demand_base,
         "spot": shape.spot,
     }
-
-
-def _issued_for(user_data: str) -> Any:
-    from datetime import timedelta
-
-    m = tpl._AMZ_EXPIRES.search(user_data)
-    return timedelta(seconds=int(m.group(1))) if m else None

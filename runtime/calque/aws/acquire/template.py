@@ -75,6 +75,12 @@ def urls_expire(user_data: str) -> datetime | None:
     return signed + timedelta(seconds=int(expires.group(1)))
 
 
+def urls_valid_for(user_data: str) -> timedelta | None:
+    """How long the presigned URLs in ``user_data`` were issued for (None when it has none)."""
+    m = _AMZ_EXPIRES.search(user_data)
+    return timedelta(seconds=int(m.group(1))) if m else None
+
+
 def config_digest(data: dict[str, Any], user_data: str) -> str:
     """16 hex of what an instance is bootstrapped with; a presigned URL's signature is not part of it."""
     identity = {k: v for k, v in data.items() if k not in ("UserData", "TagSpecifications")}
