@@ -42,7 +42,9 @@ def _free_port() -> int:
 def moto_endpoint() -> Iterator[str]:
     """A real moto server on a free loopback port, shared by the run."""
     from moto.server import ThreadedMotoServer
+    from support import fake_instance_refresh
 
+    fake_instance_refresh.install()  # moto 5.2 has no instance refresh: a strict fake, named as one
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -60,5 +62,8 @@ def moto(moto_endpoint: str) -> Iterator[str]:
     """The moto endpoint with clean state for this test."""
     req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
     urllib.request.urlopen(req, timeout=10).read()
+    from support import fake_instance_refresh
+
+    fake_instance_refresh.reset()
     os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
     yield moto_endpoint

@@ -48,7 +48,9 @@ def recorded_call(name: str) -> tuple[str, dict[str, Any]]:
 def _unoptional(annotation: Any) -> Any:
     if get_origin(annotation) in (typing.Union, types.UnionType):
         rest = [a for a in get_args(annotation) if a is not type(None)]
-        return rest[0] if len(rest) == 1 else annotation
+        return _unoptional(rest[0]) if len(rest) == 1 else annotation
+    if get_origin(annotation) is typing.Annotated:  # a validated str (PoolName) is still a str option
+        return get_args(annotation)[0]
     return annotation
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from calque.aws.clients import client
+from calque.aws.pool_names import pool_names
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -39,44 +40,74 @@ def instances() -> list[str]:
     return [i["InstanceId"] for r in res["Reservations"] for i in r["Instances"]]
 
 
+GROUP_TASK = "Pool instances (calque.gpu.pool_group, through the Acquirer)"
+GATE_TASK = "Spend gate (worst case, consents) before anything is made"
+SPEC_TASK = "Pool spec file, staged calque runtime and worker user-data"
+
+
+def changed_tasks(tasks: dict[str, dict[str, Any]]) -> list[str]:
+    return sorted(name for name, res in tasks.items() if res.get("changed"))
+
+
 @pytest.mark.slow
 def test_check_mode_plans_the_pool_and_creates_nothing(moto: str, tmp_path: Path) -> None:
     rc, tasks, err = pool_playbook(tmp_path, "--check")
     assert rc == 0, err
-    cohort = tasks["Pool instances (calque.gpu.ec2_cohort, through the Acquirer)"]
-    assert cohort["changed"] and cohort["plan"]["launch"] == 2
-    assert "g6.xlarge" in cohort["plan"]["spend"] and "max_hourly_usd $5.00/h" in cohort["plan"]["spend"]
-    spec = tasks["Pool spec file, staged calque runtime and worker user-data"]
+    group = tasks[GROUP_TASK]
+    assert group["changed"] and group["desired"] == 2 and group["max_size"] == 3
+    assert "3 x g6.xlarge" in group["spend"] and "max_hourly_usd $5.00/h" in group["spend"]
+    spec = tasks[SPEC_TASK]
     assert "calque pool worker --spec /etc/calque/pool.yml" in spec["user_data"]
     assert spec["runtime"]["url"] is None and spec["runtime"]["uploaded"] is False  # check mode uploads nothing
     assert instances() == []
     assert client("sqs").list_queues().get("QueueUrls", []) == []
     assert client("s3").list_buckets()["Buckets"] == []
+    assert client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"] == []
     assert not (tmp_path / "spec" / "pool.yml").exists()
 
 
 @pytest.mark.slow
-def test_without_spend_consent_the_cohort_is_refused_and_nothing_launches(moto: str, tmp_path: Path) -> None:
+def test_the_spend_gate_refuses_before_the_bucket_or_queue_exist(moto: str, tmp_path: Path) -> None:
     rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_i_understand_this_spends_money=false")
     assert rc != 0
-    cohort = tasks["Pool instances (calque.gpu.ec2_cohort, through the Acquirer)"]
-    assert cohort["failed"] and "i_understand_this_spends_money: true" in cohort["msg"]
+    gate = tasks[GATE_TASK]
+    assert gate["failed"] and "i_understand_this_spends_money: true" in gate["msg"]
+    rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_max_hourly_usd=1")
+    assert rc != 0 and "3 x g6.xlarge" in tasks[GATE_TASK]["msg"] and "max_hourly_usd" in tasks[GATE_TASK]["msg"]
     assert instances() == []
-    # what came before the gate is in place: the spec the workers would read names the staged script
+    assert client("sqs").list_queues().get("QueueUrls", []) == []
+    assert client("s3").list_buckets()["Buckets"] == []
+
+
+@pytest.mark.slow
+def test_from_nothing_pool_yml_makes_template_group_queue_and_bucket_and_a_second_run_changes_nothing(
+    moto: str, tmp_path: Path
+) -> None:
+    rc, tasks, err = pool_playbook(tmp_path)
+    assert rc == 0, err
+    group = tasks[GROUP_TASK]
+    assert group["changed"] and group["template_version"] == 1 and len(group["instances"]) == 2
+    names = pool_names("sandbox/embedder")
+    assert client("ec2").describe_launch_templates(LaunchTemplateNames=[names.template])["LaunchTemplates"]
+    asg = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[names.group])["AutoScalingGroups"]
+    assert asg and {t["Key"]: t["Value"] for t in asg[0]["Tags"]}["calque:pool"] == "sandbox/embedder"
+    queue_url = client("sqs").get_queue_url(QueueName=names.queue)["QueueUrl"]
+    assert client("sqs").list_queue_tags(QueueUrl=queue_url)["Tags"]["calque:pool"] == "sandbox/embedder"
+    # the spec the workers read names the pool, its queue and the staged script
     spec = (tmp_path / "spec" / "pool.yml").read_text()
-    assert "workload: s3://calque-sandbox-runs/calque/pools/calque-pool-sandbox-embedder-" in spec
+    assert "pool: sandbox/embedder" in spec and f"queue_name: {names.queue}" in spec
+    assert f"workload: s3://calque-sandbox-runs/calque/pools/{names.queue}/" in spec
     # the runtime: this calque's wheel staged in the bucket, its presigned URL and sha256 in the user-data
-    staged = tasks["Pool spec file, staged calque runtime and worker user-data"]
-    assert staged["changed"]
-    info = staged["runtime"]
-    assert info["uploaded"] is True
+    info = tasks[SPEC_TASK]["runtime"]
+    assert info["uploaded"] is True and info["key"] == "calque/runtime/calque-0.1.0-py3-none-any.whl"
     head = client("s3").head_object(Bucket="calque-sandbox-runs", Key=info["key"])
-    assert info["key"] == "calque/runtime/calque-0.1.0-py3-none-any.whl"
     assert head["Metadata"]["calque-sha256"] == info["sha256"]
-    user_data = staged["user_data"]
+    user_data = tasks[SPEC_TASK]["user_data"]
     assert f"RUNTIME_SHA256={info['sha256']}\n" in user_data and "RUNTIME_URL='http://127.0.0.1:" in user_data
-    assert info["wheelhouse_key"] is None and "WHEELHOUSE_URL=''" in user_data  # the sandbox stages the wheel alone
-    # a second run stages the identical wheel and finds the same spec file: no upload, no change
-    rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_i_understand_this_spends_money=false")
-    again = tasks["Pool spec file, staged calque runtime and worker user-data"]
-    assert not again["changed"] and again["runtime"]["sha256"] == info["sha256"] and not again["runtime"]["uploaded"]
+    # a second run: the same wheel, spec, template and group (a fresh presigned URL alone rolls nothing)
+    rc, tasks, err = pool_playbook(tmp_path)
+    assert rc == 0, err
+    assert changed_tasks(tasks) == []
+    rc, tasks, err = pool_playbook(tmp_path, "--check", "--diff")
+    assert rc == 0, err
+    assert changed_tasks(tasks) == [] and tasks[GROUP_TASK]["rolling"] == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-QUEUE = r"calque-pool-sandbox-embedder-[0-9a-f]{8}"
+QUEUE = r"calque-sandbox-embedder-[0-9a-f]{8}"  # named from the pool sandbox/embedder
 
 
 @pytest.mark.slow
@@ -23,15 +23,16 @@ def test_sandbox_runs_the_pool_flow_end_to_end_and_cleans_up() -> None:
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
 
-    # pool.yml: bucket, queue, workload, spec and a cohort of 2 through the Acquirer; then unchanged
+    # pool.yml: gate, bucket, queue, workload, spec, template and a group of 2 through the Acquirer; then unchanged
     recaps = re.findall(r"localhost\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", out)
     assert len(recaps) == 3, out  # pool.yml twice, teardown.yml once
     assert int(recaps[0]) >= 4 and recaps[1] == "0"
     assert re.search(rf"queue_url\s+http://127\.0\.0\.1:\d+/\d+/{QUEUE}\n", out)
     assert re.search(rf"dlq_arn\s+arn:aws:sqs:us-east-1:\d+:{QUEUE}-dlq", out)
     assert re.search(rf"workload: s3://calque-sandbox-runs/calque/pools/{QUEUE}/workload/embedder.py::Embedder", out)
-    launched = re.findall(r"^  (i-[0-9a-f]+)  g6\.xlarge  \S+  running", out, re.M)
+    launched = re.findall(r"^  (i-[0-9a-f]+)  g6\.xlarge  \S+  InService  config [0-9a-f]{16}$", out, re.M)
     assert len(launched) == 2, out
+    assert re.search(r"sandbox/embedder\s+calque-sandbox-embedder-[0-9a-f]{8}\s+2/2\s+0\.\.3", out)  # calque pool list
 
     # two local workers entered once each; two runs, every item ok, the second all warm hits
     assert len(re.findall(r"entered in \d+\.\d+s \(enter count 1\)", out)) == 2
@@ -48,7 +49,7 @@ def test_sandbox_runs_the_pool_flow_end_to_end_and_cleans_up() -> None:
     assert second[6] == second[7] == "4" and float(second[8]) == 0.0  # warm hits only, nothing paid
     assert re.search(rf"{QUEUE}\s+0\s+0\s+0\s+0", out)  # calque pool status: nothing left queued
 
-    # teardown: workers stopped by SIGTERM, the cohort terminated, queue removed, moto stopped
+    # teardown: workers stopped by SIGTERM, the group drained (its instances terminated), queue removed, moto stopped
     assert out.count("stopped (sigterm) after") == 2
     assert len(re.findall(r"worker pid \d+: exited 0", out)) == 2
     for iid in launched:

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
+from calque.aws.pool_names import POOL_TAG, pool_names, refuse_foreign
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
 
@@ -59,13 +60,16 @@ def _settings_from_attributes(main: dict[str, str], dlq: dict[str, str]) -> dict
 class PoolQueue:
     """The queue of one model's pool. ``sqs`` is a boto3 SQS client (see ``calque.aws.clients``)."""
 
-    def __init__(self, sqs: Any, model: str, queue_name: str | None = None, cloudwatch: Any = None) -> None:
+    def __init__(
+        self, sqs: Any, model: str, queue_name: str | None = None, cloudwatch: Any = None, pool: str | None = None
+    ) -> None:
         if not model:
             raise ValueError("model must be a non-empty string")
         self.sqs = sqs
         self.cloudwatch = cloudwatch
         self.model = model
-        self.name = queue_name or pool_queue_name(model)
+        self.pool = pool  # a named pool's queue is named and tagged by the pool (calque.aws.pool_names)
+        self.name = queue_name or (pool_names(pool).queue if pool else pool_queue_name(model))
         self.dlq = dlq_name(self.name)
         self._url: str | None = None
 
@@ -155,9 +159,20 @@ class PoolQueue:
     def desired(self, settings: QueueSettings) -> dict[str, Any]:
         return settings.model_dump()
 
+    def _check_owner(self, before: QueueState) -> None:
+        """Refuse a queue tagged for another pool (ForeignPoolError); nothing to check for a model-named queue."""
+        if self.pool is None:
+            return
+        for url in (before.queue_url, before.dlq_url):
+            if url is not None:
+                with aws_errors(f"read the tags of {url}"):
+                    tags = self.sqs.list_queue_tags(QueueUrl=url).get("Tags", {})
+                refuse_foreign("SQS queue", url.rsplit("/", 1)[-1], tags, self.pool)
+
     def ensure(self, settings: QueueSettings, *, check_mode: bool = False) -> QueueChange:
         """Create the queue and DLQ, or bring their attributes to ``settings``. Idempotent."""
         before = self.state()
+        self._check_owner(before)
         want = self.desired(settings)
         dlq_current = before.dlq_url is not None
         if before.exists and dlq_current and before.attributes == want:
@@ -198,7 +213,8 @@ class PoolQueue:
         return url
 
     def _tags(self) -> dict[str, str]:
-        return {"calque:model": self.model[:256], "calque:role": "pool-queue"}
+        tags = {"calque:model": self.model[:256], "calque:role": "pool-queue"}
+        return {**tags, POOL_TAG: self.pool} if self.pool else tags
 
     def remove(self, *, check_mode: bool = False) -> QueueChange:
         """Delete the queue and its DLQ. Idempotent."""
@@ -215,6 +231,7 @@ class PoolQueue:
         )
         if not before.exists and before.dlq_url is None:
             return QueueChange(changed=False, before=before, after=before)
+        self._check_owner(before)
         if not check_mode:
             for url in (before.queue_url, before.dlq_url):
                 if url is None:

@@ -25,6 +25,39 @@ endpoint_option = click.option(
 profile_option = click.option("--profile", envvar="AWS_PROFILE", default=None, help="AWS profile name.")
 
 
+bucket_option = click.option(
+    "--bucket", envvar="CALQUE_POOL_BUCKET", default=None, help="The pool's S3 bucket (or CALQUE_POOL_BUCKET)."
+)
+prefix_option = click.option("--prefix", default="calque", show_default=True, help="Key prefix in the bucket.")
+
+
+def _keep_pool(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    ctx.meta["calque.pool"] = value
+
+
+# Not passed to the command: calque.cli.pool's helpers read it (the pool, when given, names the queue).
+pool_name_option = click.option(
+    "--pool",
+    default=None,
+    expose_value=False,
+    callback=_keep_pool,
+    help="The pool's name (lab-a/embedder): its queue derives from it. Omit for a pool named by its model only.",
+)
+
+
+def given_pool_queue() -> str | None:
+    """The queue of the running command's --pool (None when not given: the queue derives from --model)."""
+    value = click.get_current_context().meta.get("calque.pool")
+    if value is None:
+        return None
+    from calque.aws.pool_names import pool_names
+
+    try:
+        return pool_names(value).queue
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pool") from None
+
+
 def aws_options(f: F) -> F:
     """--region, --endpoint-url and --profile, stacked."""
     for opt in (profile_option, endpoint_option, region_option):

@@ -8,8 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
-from calque.cli.output import emit, progress_to_stderr
+from calque.cli.options import (
+    DURATION,
+    aws_options,
+    bucket_option,
+    given_pool_queue,
+    json_option,
+    pool_name_option,
+    prefix_option,
+)
+from calque.cli.output import emit
 from calque.cli.pool_scaling import scaling
 from calque.cli.pool_status import status
 from calque.errors import InfrastructureError, PartialFailure, UsageError
@@ -24,7 +32,7 @@ if TYPE_CHECKING:
 
 @click.group()
 def pool() -> None:
-    """Warm pools: one SQS queue per model and resident workers that keep the model loaded."""
+    """Warm pools: one SQS queue per named pool and resident workers that keep its model loaded."""
 
 
 pool.add_command(status)
@@ -39,6 +47,7 @@ def _render_queue(o: Outcome[Any]) -> str:
 
 @pool.command()
 @click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--pool", default=None, help="The pool's name (lab-a/embedder): names and tags the queue.")
 @click.option("--state", type=click.Choice(["present", "absent"]), default="present", show_default=True)
 @click.option("--visibility-timeout", type=int, default=None, help="Seconds a claim stays invisible (0..43200).")
 @click.option("--message-retention", type=int, default=None, help="Seconds SQS keeps a message (60..1209600).")
@@ -171,11 +180,6 @@ def user_data(
 
 # -- submit / results -----------------------------------------------------------------------------
 
-bucket_option = click.option(
-    "--bucket", envvar="CALQUE_POOL_BUCKET", default=None, help="The pool's S3 bucket (or CALQUE_POOL_BUCKET)."
-)
-prefix_option = click.option("--prefix", default="calque", show_default=True, help="Key prefix in the bucket.")
-
 
 def _target(
     model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
@@ -184,7 +188,7 @@ def _target(
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    return PoolTarget(model, bucket, prefix, region, endpoint, profile)
+    return PoolTarget(model, bucket, prefix, region, endpoint, profile, given_pool_queue())
 
 
 def _render_report(r: RunReport) -> str:
@@ -217,6 +221,7 @@ def _render_record(r: RunRecord) -> str:
     "--timeout", type=DURATION, default=3600.0, show_default=True, help="How long to wait (seconds, 90m, 1h)."
 )
 @click.option("--workload-digest", default=None, help="Refuse workers that run another script/parameters.")
+@pool_name_option
 @bucket_option
 @prefix_option
 @aws_options
@@ -283,6 +288,7 @@ def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> R
 @click.argument("run_id")
 @click.option("--model", required=True, help="The pool's model (its identity).")
 @click.option("--failed", "failed_only", is_flag=True, help="Only the items that failed.")
+@pool_name_option
 @bucket_option
 @prefix_option
 @aws_options
@@ -315,6 +321,7 @@ def results(
 @click.argument("run_id")
 @click.option("--model", required=True, help="The pool's model (its identity).")
 @click.option("--dry-run", is_flag=True, help="Only list the orphaned results objects.")
+@pool_name_option
 @bucket_option
 @prefix_option
 @aws_options
@@ -340,94 +347,11 @@ def sweep(
         click.echo(uri)
 
 
-# -- stage-runtime --------------------------------------------------------------------------------
+# Verbs in their own files (each file under a few hundred lines).
+from calque.cli.pool_iam import iam_policy  # noqa: E402
+from calque.cli.pool_list import pool_list  # noqa: E402
+from calque.cli.pool_runtime import stage_runtime  # noqa: E402
 
-
-def _render_staged(o: Outcome[Any]) -> str:
-    r = o.result
-    state = "uploaded" if r.uploaded else "already staged"
-    lines = [f"s3://{r.bucket}/{r.key} ({state})", f"sha256 {r.sha256}", str(r.url)]
-    if r.wheelhouse_key:
-        lines += [f"s3://{r.bucket}/{r.wheelhouse_key}", f"sha256 {r.wheelhouse_sha256}", str(r.wheelhouse_url)]
-    return "\n".join(lines)
-
-
-@pool.command("stage-runtime")
-@bucket_option
-@prefix_option
-@click.option(
-    "--ttl",
-    type=WHOLE_DURATION,
-    default="3h",
-    show_default=True,
-    help="How long the instances may download it (their TTL): seconds or 90m, 3h, 1d; at most 7 days.",
-)
-@click.option(
-    "--wheel",
-    "wheel_path",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Stage this calque wheel instead of building the running calque's.",
-)
-@click.option(
-    "--wheelhouse",
-    "wheelhouse_path",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Stage this wheelhouse (`calque runtime wheelhouse`) instead of building one.",
-)
-@click.option(
-    "--no-wheelhouse",
-    is_flag=True,
-    help="Stage the wheel alone: instances then take calque's dependencies from their own index, unpinned.",
-)
-@wheelhouse_target_options
-@aws_options
-@json_option
-def stage_runtime(
-    bucket: str | None,
-    prefix: str,
-    ttl: int,
-    wheel_path: str | None,
-    wheelhouse_path: str | None,
-    no_wheelhouse: bool,
-    python_version: str | None,
-    platform: str | None,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-    as_json: bool,
-) -> None:
-    """Stage this calque's wheel and pinned wheelhouse in the pool's bucket (<prefix>/runtime/), with presigned URLs.
-
-    Uploads only what changed (sha256 in the object's metadata). Pass the URLs and sha256s to
-    `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
-    for the wheel alone): instances download, check and install exactly the pinned versions.
-    """
-    from calque.cli.outcome import emit_outcome
-    from calque.ops.base import AwsSession
-    from calque.ops.runtime import RuntimeOp
-
-    if not bucket:
-        raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    if no_wheelhouse and wheelhouse_path:
-        raise UsageError("--wheelhouse and --no-wheelhouse contradict each other: pass one")
-    op = RuntimeOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile), progress_to_stderr)
-    request = op.request(
-        {
-            "bucket": bucket,
-            "prefix": prefix,
-            "ttl": str(ttl),
-            "wheel": wheel_path,
-            "wheelhouse": not no_wheelhouse,
-            "wheelhouse_dir": wheelhouse_path,
-            "python_version": python_version,
-            "platform": platform,
-        }
-    )
-    emit_outcome(op.run(request), as_json, _render_staged)
-
-
-from calque.cli.pool_iam import iam_policy  # noqa: E402  (its own file: this one is full)
-
+pool.add_command(pool_list)
+pool.add_command(stage_runtime)
 pool.add_command(iam_policy)

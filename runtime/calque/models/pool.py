@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from calque.aws.pool_names import PoolName, pool_names
 from calque.durations import Seconds, WholeSeconds
 from calque.models.base import BindAddress, CalqueModel, VersionedModel
 from calque.models.ids import SafeId, check_id
@@ -236,7 +237,8 @@ class PoolSpec(VersionedModel):
     upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the spec for the version it reads"
     version_label: ClassVar[str] = "pool spec"
     version: int = SCHEMA_VERSION
-    model: str = Field(min_length=1, description="pool identity; the queue name derives from it")
+    model: str = Field(min_length=1, description="the model served; the queue name derives from it when no pool")
+    pool: PoolName | None = Field(None, description="the pool's name (lab-a/embedder); its queue derives from it")
     workload: str = Field(
         min_length=1, description="the Modal-shaped script (a path or an s3:// URI), optionally ::Class"
     )
@@ -283,6 +285,13 @@ class PoolSpec(VersionedModel):
         for part in v.strip("/").split("/") if v.strip("/") else []:
             check_id(part, f"prefix segment of {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _queue_of_named_pool(self) -> PoolSpec:
+        # a named pool's queue is fixed by its name, so the workers and the submitters agree on it
+        if self.pool is not None and self.queue_name is None:
+            self.queue_name = pool_names(self.pool).queue
+        return self
 
     @model_validator(mode="after")
     def _devices_per_worker(self) -> PoolSpec:

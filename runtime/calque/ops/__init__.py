@@ -17,6 +17,7 @@ OPERATIONS = {
     "pool_queue": "calque.ops.pool_queue:PoolQueueOp",
     "pool_scaling": "calque.ops.pool_scaling:PoolScalingOp",
     "ec2_cohort": "calque.ops.cohort:CohortOp",
+    "pool_group": "calque.ops.pool_group:PoolGroupOp",
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",

@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from calque.aws.pool_names import ForeignPoolError, PoolName
 from calque.aws.queue import PoolQueue, QueueChange, QueueState
+from calque.errors import RefusedError
 from calque.models import QueueSettings
 from calque.models.base import CalqueModel
 from calque.ops.base import Operation, validated
@@ -23,7 +25,8 @@ SETTINGS = tuple(QueueSettings.model_fields)
 class PoolQueueRequest(CalqueModel):
     """The queue asked for; settings left None keep the queue's current values (defaults when new)."""
 
-    model: str = Field(description="the pool's model name, its identity")
+    model: str = Field(description="the model the pool serves (its identity when pool is not given)")
+    pool: PoolName | None = Field(None, description="the pool's name; the queue is named and tagged from it")
     state: Literal["present", "absent"] = "present"
     visibility_timeout: int | None = None
     message_retention: int | None = None
@@ -74,8 +77,14 @@ class PoolQueueOp(Operation[PoolQueueRequest, PoolQueuePlan, PoolQueueResult]):
     Request = PoolQueueRequest
 
     def plan(self, request: PoolQueueRequest) -> PoolQueuePlan:
+        try:
+            return self._plan(request)
+        except ForeignPoolError as exc:  # another pool's queue: neither adopted nor deleted
+            raise RefusedError(str(exc)) from None
+
+    def _plan(self, request: PoolQueueRequest) -> PoolQueuePlan:
         validated(QueueSettings, request.given(), "invalid pool queue settings")  # before touching AWS
-        queue = PoolQueue(self.aws.client("sqs"), request.model)
+        queue = PoolQueue(self.aws.client("sqs"), request.model, pool=request.pool)
         if request.state == "absent":
             return PoolQueuePlan(request, queue, queue.remove(check_mode=True), None)
         settings = merge_settings(queue.state(), request.given())

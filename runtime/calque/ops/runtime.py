@@ -78,8 +78,17 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
 
     def check(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
         r = plan.request
-        stored = _stored_sha(self.aws.client("s3"), r.bucket, plan.key)
-        return self._outcome(plan, RuntimeResult(bucket=r.bucket, key=plan.key, sha256=stored), stored, True)
+        s3 = self.aws.client("s3")
+        stored = _stored_sha(s3, r.bucket, plan.key)
+        url = None
+        if stored is not None and not r.wheel and not r.wheelhouse:
+            from calque.pool.runtime_wheel import _presign
+
+            # a wheel already staged: presigning is local (no API call), so check mode's user-data is the
+            # real run's, and a pool's template does not seem to change when only the check differs
+            url = _presign(s3, r.bucket, plan.key, plan.ttl_s)
+        result = RuntimeResult(bucket=r.bucket, key=plan.key, sha256=stored, url=url)
+        return self._outcome(plan, result, stored, True)
 
     def apply(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
         from calque.pool.runtime_wheel import stage_runtime

@@ -26,10 +26,16 @@ author: calque developers (@calque)
 options:
   model:
     description:
-      - The pool's model name, its identity (for example V(meta-llama/Llama-3.1-8B-Instruct)).
+      - The model the pool serves (for example V(meta-llama/Llama-3.1-8B-Instruct)); without O(pool), the
+        queue's name derives from it (a pool created before named pools).
       - Must not be empty.
     type: str
     required: true
+  pool:
+    description:
+      - The pool's name (for example V(lab-a/embedder)). The queue is then named C(calque-<slug>-<hash>) from
+        it and tagged C(calque:pool); a queue tagged for another pool is refused, never adopted or deleted.
+    type: str
   state:
     description:
       - V(present) creates the queue and its dead-letter queue or brings their attributes to the
@@ -151,6 +157,7 @@ from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 def main():
     argument_spec = dict(
         model=dict(type="str", required=True),
+        pool=dict(type="str"),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         visibility_timeout=dict(type="int"),
         message_retention=dict(type="int"),

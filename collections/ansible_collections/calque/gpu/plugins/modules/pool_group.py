@@ -1,0 +1,296 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, calque developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: pool_group
+short_description: A calque pool's launch template and EC2 Auto Scaling group, behind the spend gate
+version_added: 0.1.0
+description:
+  - Creates, sizes, rolls and deletes the instances of one named calque pool as an EC2 Auto Scaling group
+    with a versioned launch template, through calque's Acquirer (C(calque.ops.pool_group)).
+  - The group and template are named from O(pool) (C(calque-<slug>-<hash>)) and tagged C(calque:pool);
+    a group or template tagged for another pool is refused, never adopted or deleted.
+  - The launch template requires IMDSv2 (hop limit 2), encrypts the root volume and carries the pool's
+    bootstrap O(user_data). A new template version is made only when what instances are bootstrapped with
+    changes (AMI, user-data, types, profile, security groups, volume); instances launched from an older
+    version are then rolled by an instance refresh that keeps O(min_healthy_percentage) in service.
+  - The group uses a MixedInstancesPolicy over O(instance_types) across O(subnets); with O(market=spot),
+    spot C(price-capacity-optimized) above an on-demand base of O(on_demand_base), and capacity
+    rebalancing. A O(ttl) of a day or more becomes the group's C(MaxInstanceLifetime); a shorter one
+    powers each instance off O(ttl) after its first boot.
+  - The spend gate prices the worst case, O(max_size) instances of the dearest allowed type, against
+    O(max_hourly_usd) before anything is read or made; launching needs O(i_understand_this_spends_money),
+    lowering the count or rolling needs O(i_understand_this_terminates_instances).
+  - Check mode validates what the real run needs; the AMI (or its SSM parameter), the instance profile,
+    subnets and security groups must exist, and EC2 must accept a DryRun launch.
+author: calque developers (@calque)
+options:
+  pool:
+    description:
+      - The pool's name (for example V(lab-a/embedder)); every AWS name derives from it.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) makes the group match the options; V(absent) drains it to zero (each instance's
+        termination lifecycle hook lets its worker release its claims), then deletes it and the template.
+    type: str
+    choices: [present, absent]
+    default: present
+  count:
+    description:
+      - Desired instances. Unset leaves the desired count to scaling policies (a new group starts at O(min_size)).
+    type: int
+  min_size:
+    description: Fewest instances the group keeps.
+    type: int
+    default: 0
+  max_size:
+    description: Most instances the group may have (what the spend gate prices). Defaults to O(count).
+    type: int
+  instance_types:
+    description: Instance types in order of preference (required with O(state=present)).
+    type: list
+    elements: str
+  subnets:
+    description: Subnet ids (one per AZ). Empty uses every available AZ of the default VPC.
+    type: list
+    elements: str
+    default: []
+  market:
+    description: V(spot) (above O(on_demand_base)) or V(on-demand).
+    type: str
+    choices: [spot, on-demand]
+    default: spot
+  on_demand_base:
+    description: Instances that are always on-demand, before spot.
+    type: int
+    default: 0
+  ami:
+    description: AMI id; or use O(ami_ssm_parameter).
+    type: str
+  ami_ssm_parameter:
+    description: SSM parameter naming the AMI id (default the AWS Deep Learning Base AMI's).
+    type: str
+  root_volume:
+    description:
+      - The root EBS volume. It is always encrypted and deleted with the instance.
+    type: dict
+    default: {}
+    suboptions:
+      size_gib:
+        description: Size in GiB, C(8..16384).
+        type: int
+        default: 100
+      type:
+        description: EBS volume type.
+        type: str
+        choices: [gp3, gp2, io1, io2]
+        default: gp3
+      kms_key_id:
+        description: KMS key for the encryption. Unset uses the account's default EBS key.
+        type: str
+  instance_profile:
+    description: IAM instance profile of the workers, by name or ARN.
+    type: str
+  security_groups:
+    description: Security group ids.
+    type: list
+    elements: str
+    default: []
+  key_name:
+    description: EC2 key pair name.
+    type: str
+  user_data:
+    description: The workers' bootstrap (calque.gpu.pool_spec's RV(calque.gpu.pool_spec#module:user_data)).
+    type: str
+  ttl:
+    description: Each instance's lifetime (C(90m), C(3h), C(2d)).
+    type: str
+    default: 3h
+  tags:
+    description: Extra tags for the group, template and instances. Keys starting C(calque:) are reserved.
+    type: dict
+    default: {}
+  min_healthy_percentage:
+    description: During a roll, the share of the desired count kept in service, C(0..100).
+    type: int
+    default: 90
+  instance_warmup:
+    description: Seconds a new instance gets before a roll counts it healthy, C(0..3600).
+    type: int
+    default: 300
+  max_hourly_usd:
+    description: Refuse a group whose worst case (max size x dearest type, on-demand) costs more per hour.
+    type: float
+  i_understand_this_spends_money:
+    description: Must be V(true) to create a group with instances or raise its count.
+    type: bool
+    default: false
+  i_understand_this_terminates_instances:
+    description: Must be V(true) to lower the count, roll instances or drain the group.
+    type: bool
+    default: false
+  gate_only:
+    description:
+      - Only price the worst case and check the consents, changing nothing (pool.yml's first task, so a
+        refused pool makes no bucket or queue).
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds V(absent) waits for the group to drain before it reports a failure.
+    type: int
+    default: 600
+extends_documentation_fragment:
+  - calque.gpu.runtime
+  - calque.gpu.offline
+  - calque.gpu.attributes
+  - amazon.aws.common.modules
+  - amazon.aws.region.modules
+  - amazon.aws.boto3
+attributes:
+  check_mode:
+    support: full
+    details: Plans, validates (AMI, profile, subnets, security groups, EC2 DryRun) and reports, calling no write API.
+  diff_mode:
+    support: full
+    details: Shows the config digest, template version, desired count, and the instances that will roll or be replaced.
+  idempotent:
+    support: full
+    details: A second run with the same options finds template and group unchanged and reports RV(ignore:changed=false).
+"""
+
+EXAMPLES = r"""
+- name: A lab's pool on spot GPUs, up to 4 instances
+  calque.gpu.pool_group:
+    pool: lab-a/embedder
+    count: 2
+    max_size: 4
+    instance_types: [g6.xlarge, g5.xlarge]
+    subnets: [subnet-0a, subnet-0b]
+    instance_profile: calque-lab-a-embedder-1a2b3c4d-worker
+    user_data: "{{ spec_file.user_data }}"
+    max_hourly_usd: 10
+    i_understand_this_spends_money: true
+
+- name: Drain and delete it
+  calque.gpu.pool_group:
+    pool: lab-a/embedder
+    state: absent
+    i_understand_this_terminates_instances: true
+"""
+
+RETURN = r"""
+pool:
+  description: The pool's name.
+  returned: always
+  type: str
+  sample: lab-a/embedder
+group:
+  description: The Auto Scaling group's name.
+  returned: always
+  type: str
+  sample: calque-lab-a-embedder-1a2b3c4d
+template:
+  description: The launch template's name.
+  returned: always
+  type: str
+  sample: calque-lab-a-embedder-1a2b3c4d
+template_version:
+  description: The template version the group launches from; null when none exists.
+  returned: always
+  type: int
+config:
+  description: Digest of what new instances are bootstrapped with (their C(calque:config) tag).
+  returned: always
+  type: str
+min_size:
+  description: The group's minimum size.
+  returned: always
+  type: int
+max_size:
+  description: The group's maximum size.
+  returned: always
+  type: int
+desired:
+  description: The group's desired count.
+  returned: always
+  type: int
+instances:
+  description: Instance ids in the group.
+  returned: always
+  type: list
+  elements: str
+replaced:
+  description: Unhealthy instances this run replaced.
+  returned: always
+  type: list
+  elements: str
+rolling:
+  description: Instances launched from an older config, replaced by the instance refresh.
+  returned: always
+  type: list
+  elements: str
+refresh_id:
+  description: The instance refresh rolling the group, when one was started or is running.
+  returned: always
+  type: str
+spend:
+  description: The spend gate's arithmetic.
+  returned: always
+  type: str
+  sample: 4 x g6.xlarge at $0.8048/h = $3.22/h <= max_hourly_usd $10.00/h
+"""
+
+from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
+
+
+def main():
+    argument_spec = dict(
+        pool=dict(type="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        count=dict(type="int"),
+        min_size=dict(type="int", default=0),
+        max_size=dict(type="int"),
+        instance_types=dict(type="list", elements="str"),
+        subnets=dict(type="list", elements="str", default=[]),
+        market=dict(type="str", choices=["spot", "on-demand"], default="spot"),
+        on_demand_base=dict(type="int", default=0),
+        ami=dict(type="str"),
+        ami_ssm_parameter=dict(type="str"),
+        root_volume=dict(
+            type="dict",
+            default={},
+            options=dict(
+                size_gib=dict(type="int", default=100),
+                type=dict(type="str", choices=["gp3", "gp2", "io1", "io2"], default="gp3"),
+                kms_key_id=dict(type="str"),
+            ),
+        ),
+        instance_profile=dict(type="str"),
+        security_groups=dict(type="list", elements="str", default=[]),
+        key_name=dict(type="str", no_log=False),
+        user_data=dict(type="str"),
+        ttl=dict(type="str", default="3h"),
+        tags=dict(type="dict", default={}),
+        min_healthy_percentage=dict(type="int", default=90),
+        instance_warmup=dict(type="int", default=300),
+        max_hourly_usd=dict(type="float"),
+        i_understand_this_spends_money=dict(type="bool", default=False),
+        i_understand_this_terminates_instances=dict(type="bool", default=False),
+        gate_only=dict(type="bool", default=False),
+        wait_timeout=dict(type="int", default=600),
+    )
+    run_op(AnsibleAWSModule, "pool_group", argument_spec, mutually_exclusive=[("ami", "ami_ssm_parameter")])
+
+
+if __name__ == "__main__":
+    main()

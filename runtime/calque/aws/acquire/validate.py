@@ -1,0 +1,88 @@
+"""What a launch needs, checked before anything is made: so a passing check mode means the run will not fail there.
+
+The AMI (given, or read from SSM), the instance profile (IAM), the subnets and the security groups
+must exist; each missing one is a UsageError that names it and says what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from calque.aws.acquire.launch_spec import DEFAULT_AMI_SSM_PARAMETER
+from calque.aws.errors import aws_errors, describe, error_code, is_not_found
+from calque.errors import UsageError
+
+
+def resolve_ami(ec2: Any, ssm: Any, ami: str | None, parameter: str | None) -> tuple[str, str]:
+    """The AMI id (given, or read from the SSM parameter) and its root device name."""
+    image_id = ami
+    if not image_id:
+        name = parameter or DEFAULT_AMI_SSM_PARAMETER
+        missing = f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
+        with aws_errors(f"read SSM parameter {name!r}", missing=missing):
+            image_id = str(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    with aws_errors(f"describe AMI {image_id!r}", missing=f"AMI {image_id!r} cannot be used in this region"):
+        images = ec2.describe_images(ImageIds=[image_id])["Images"]
+    if not images:
+        raise UsageError(f"AMI {image_id!r} was not found in this region; give an AMI id that exists here")
+    return image_id, str(images[0].get("RootDeviceName") or "/dev/xvda")
+
+
+def check_instance_profile(iam: Any, profile: str) -> None:
+    name = profile.rsplit("/", 1)[-1] if profile.startswith("arn:") else profile
+    try:
+        iam.get_instance_profile(InstanceProfileName=name)
+    except ClientError as exc:
+        if is_not_found(exc) or error_code(exc) == "NoSuchEntity":
+            raise UsageError(
+                f"instance profile {name!r} does not exist: create it (pool.yml's IAM tasks do, for the pool's "
+                f"own role) or set instance_profile to one that exists ({describe(exc)})"
+            ) from exc
+        raise
+
+
+def check_security_groups(ec2: Any, groups: Sequence[str]) -> None:
+    for sg in groups:  # one by one, so the message names the missing one
+        try:
+            ec2.describe_security_groups(GroupIds=[sg])
+        except ClientError as exc:
+            if is_not_found(exc) or error_code(exc).startswith("InvalidGroup"):
+                raise UsageError(
+                    f"security group {sg!r} does not exist in this region: create it or remove it from "
+                    f"security_groups ({describe(exc)})"
+                ) from exc
+            raise
+
+
+def check_subnets(ec2: Any, subnets: Sequence[str]) -> None:
+    for subnet in subnets:
+        try:
+            ec2.describe_subnets(SubnetIds=[subnet])
+        except ClientError as exc:
+            if is_not_found(exc) or error_code(exc).startswith("InvalidSubnet"):
+                raise UsageError(
+                    f"subnet {subnet!r} does not exist in this region: fix subnets ({describe(exc)})"
+                ) from exc
+            raise
+
+
+def check_launch_inputs(
+    ec2: Any,
+    ssm: Any,
+    iam: Any,
+    ami: str | None,
+    ami_ssm_parameter: str | None,
+    instance_profile: str | None,
+    security_groups: Sequence[str],
+    subnets: Sequence[str],
+) -> tuple[str, str]:
+    """Check everything a launch names; the resolved AMI id and root device."""
+    image = resolve_ami(ec2, ssm, ami, ami_ssm_parameter)
+    if instance_profile:
+        check_instance_profile(iam, instance_profile)
+    check_subnets(ec2, subnets)
+    check_security_groups(ec2, security_groups)
+    return image

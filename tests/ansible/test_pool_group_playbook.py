@@ -1,0 +1,138 @@
+"""``playbooks/pool.yml`` and ``teardown.yml`` driving a pool's Auto Scaling group on the moto server.
+
+Real ``ansible-playbook`` runs with the sandbox inventory; instance refresh is the strict fake of
+tests/support/fake_instance_refresh.py (moto 5.2 lacks it), the rest is moto's Auto Scaling and EC2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from calque.aws.clients import client
+from calque.aws.pool_names import pool_names
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GROUP_TASK = "Pool instances (calque.gpu.pool_group, through the Acquirer)"
+SANDBOX_GROUP: dict[str, Any] = {
+    "count": 2,
+    "max_size": 3,
+    "instance_types": ["g6.xlarge"],
+    "ami_ssm_parameter": "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64",
+    "ttl": "1h",
+}
+
+
+def play(tmp_path: Path, book: str, *args: str, **extra: Any) -> tuple[int, dict[str, dict[str, Any]]]:
+    """Run ``book`` with the sandbox inventory and ``extra`` as JSON extra vars; rc and each task's result."""
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_HOME": str(tmp_path / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".ansible-tmp"),
+    }
+    extra.setdefault("calque_pool_spec_path", str(tmp_path / "spec" / "pool.yml"))
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(REPO / "playbooks/inventories/sandbox/hosts.yml")]
+    cmd += [str(REPO / "playbooks" / book), "-e", json.dumps(extra), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    doc = json.loads(proc.stdout)
+    tasks = {t["task"]["name"]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]}
+    return proc.returncode, tasks
+
+
+def in_group(pool: str = "sandbox/embedder") -> list[str]:
+    found = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[pool_names(pool).group])
+    groups = found["AutoScalingGroups"]
+    return sorted(i["InstanceId"] for i in groups[0]["Instances"]) if groups else []
+
+
+@pytest.mark.slow
+def test_raising_count_scales_out_and_lowering_it_needs_the_terminate_consent(moto: str, tmp_path: Path) -> None:
+    no_terminate = {"calque_i_understand_this_terminates_instances": False}
+    rc, _ = play(tmp_path, "pool.yml", **no_terminate)
+    assert rc == 0 and len(in_group()) == 2
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 3}, **no_terminate)
+    assert rc == 0 and tasks[GROUP_TASK]["desired"] == 3 and len(in_group()) == 3
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 1}, **no_terminate)
+    assert (
+        rc != 0
+        and "i_understand_this_terminates_instances: true"
+        in tasks["Spend gate (worst case, consents) before anything is made"]["msg"]
+    )
+    assert len(in_group()) == 3
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 1})
+    assert rc == 0 and tasks[GROUP_TASK]["changed"] and len(in_group()) == 1
+
+
+@pytest.mark.slow
+def test_a_spec_change_shows_what_will_roll_then_rolls_to_a_new_template_version(moto: str, tmp_path: Path) -> None:
+    rc, _ = play(tmp_path, "pool.yml")
+    assert rc == 0
+    old = in_group()
+    spec = {"method": "embed", "parameters": {"dim": 16}, "workers": 1, "spot_watch": False, "shutdown_grace_s": 5}
+    rc, tasks = play(tmp_path, "pool.yml", "--check", "--diff", calque_pool_spec=spec)
+    assert rc == 0
+    planned = tasks[GROUP_TASK]
+    assert (
+        sorted(planned["rolling"]) == old and planned["diff"]["before"]["config"] != planned["diff"]["after"]["config"]
+    )
+    assert in_group() == old  # check mode rolled nothing
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
+    assert rc == 0 and tasks[GROUP_TASK]["template_version"] == 2 and tasks[GROUP_TASK]["refresh_id"]
+    now = in_group()
+    assert len(now) == 2 and not set(now) & set(old)
+    # an instance EC2 marks unhealthy is replaced by the next run
+    client("autoscaling").set_instance_health(InstanceId=now[0], HealthStatus="Unhealthy")
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
+    assert rc == 0 and tasks[GROUP_TASK]["replaced"] == [now[0]] and now[0] not in in_group()
+
+
+@pytest.mark.slow
+def test_two_labs_pools_of_one_model_coexist_and_tearing_one_down_leaves_the_other(moto: str, tmp_path: Path) -> None:
+    labs = {
+        lab: {
+            "calque_pool_name": f"{lab}/embedder",
+            "calque_pool_bucket": f"{lab}-calque-runs",
+            "calque_pool_spec_path": str(tmp_path / lab / "pool.yml"),
+        }
+        for lab in ("lab-a", "lab-b")
+    }
+    for lab, extra in labs.items():
+        rc, _ = play(tmp_path, "pool.yml", **extra)
+        assert rc == 0, lab
+    b_instances = in_group("lab-b/embedder")
+    assert len(in_group("lab-a/embedder")) == 2 and len(b_instances) == 2
+    rc, _ = play(tmp_path, "teardown.yml", calque_teardown_queue=True, calque_teardown_bucket=True, **labs["lab-a"])
+    assert rc == 0
+    assert in_group("lab-a/embedder") == [] and in_group("lab-b/embedder") == b_instances
+    sqs = client("sqs")
+    queues = sorted(u.rsplit("/", 1)[-1] for u in sqs.list_queues().get("QueueUrls", []))
+    b = pool_names("lab-b/embedder")
+    assert queues == [b.queue, b.dlq]
+    assert [x["Name"] for x in client("s3").list_buckets()["Buckets"]] == ["lab-b-calque-runs"]
+    ec2 = client("ec2")
+    assert [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]] == [b.template]
+
+
+@pytest.mark.slow
+def test_check_mode_fails_on_a_missing_security_group_or_instance_profile(moto: str, tmp_path: Path) -> None:
+    rc, tasks = play(
+        tmp_path,
+        "pool.yml",
+        "--check",
+        calque_pool_group={**SANDBOX_GROUP, "security_groups": ["sg-0123456789abcdef0"]},
+    )
+    assert rc != 0 and "security group 'sg-0123456789abcdef0' does not exist" in tasks[GROUP_TASK]["msg"]
+    rc, tasks = play(
+        tmp_path, "pool.yml", "--check", calque_pool_group={**SANDBOX_GROUP, "instance_profile": "no-such-profile"}
+    )
+    assert rc != 0 and "instance profile 'no-such-profile' does not exist" in tasks[GROUP_TASK]["msg"]
+    assert client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"] == []
