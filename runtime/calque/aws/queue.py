@@ -18,6 +18,8 @@ from calque.aws.naming import dlq_name, pool_queue_name
 from calque.errors import InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
 
+# SQS's SendMessageBatch takes at most ten entries.
+SEND_BATCH = 10
 _MISSING_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
 
 
@@ -244,6 +246,25 @@ class PoolQueue:
             return mid
         except (ClientError, BotoCoreError) as exc:
             raise InfrastructureError(f"cannot send a claim to {self.name}: {exc}") from exc
+
+    def send_batch(self, refs: list[ClaimRef]) -> None:
+        """Send up to ten claims in one SendMessageBatch; entries SQS refuses are retried once, then an error."""
+        if len(refs) > SEND_BATCH:
+            raise ValueError(f"SendMessageBatch takes at most {SEND_BATCH} messages, got {len(refs)}")
+        entries = [{"Id": str(n), "MessageBody": ref.model_dump_json()} for n, ref in enumerate(refs)]
+        for attempt in (1, 2):
+            if not entries:
+                return
+            try:
+                resp = self.sqs.send_message_batch(QueueUrl=self.url(), Entries=entries)
+            except (ClientError, BotoCoreError) as exc:
+                raise InfrastructureError(f"cannot send claims to {self.name}: {exc}") from exc
+            failed = {f["Id"]: f for f in resp.get("Failed", [])}
+            entries = [e for e in entries if e["Id"] in failed]
+            if entries and attempt == 2:
+                first = next(iter(failed.values()))
+                why = f"{first.get('Code')}: {first.get('Message')}"
+                raise InfrastructureError(f"SQS refused {len(entries)} claim(s) sent to {self.name}: {why}")
 
     def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:
         """Long-poll for messages, asking for ``ApproximateReceiveCount``."""

@@ -20,6 +20,7 @@ _VERBS = {
     "session": "calque.cli.session:session",
     "gpu": "calque.cli.gpu:gpu",
     "ramp": "calque.cli.ramp:ramp",
+    "run": "calque.cli.run:run",
 }
 
 _EPILOG = "Exit codes:\n\n" + "\n\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())

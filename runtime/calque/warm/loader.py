@@ -292,16 +292,30 @@ def _function_workload(path: Path, name: str, parameters: dict[str, Any]) -> Wor
     return w
 
 
-def load_workload(workload: str, parameters: dict[str, Any] | None = None) -> Workload:
-    """Import the script with the stand-in ``modal`` and build its target. Raises ``WorkloadError``."""
-    params = dict(parameters or {})
-    path, name = split_workload(workload)
+def import_script(path: Path) -> types.ModuleType:
+    """Import ``path`` once with the stand-in ``modal`` in place (``calque run`` uses it on the submitter)."""
     path = path.resolve()
     if not path.is_file():
-        raise WorkloadError(f"workload script {path} does not exist")
-    module = _import_script(path)
+        raise WorkloadError(f"script {path} does not exist")
+    return _import_script(path)
+
+
+def build_workload(module: types.ModuleType, path: Path, name: str | None, parameters: dict[str, Any]) -> Workload:
+    """Build the target ``name`` of a script already imported by ``import_script`` (no second import)."""
+    path = path.resolve()
+    params = dict(parameters)
     target, klass = _pick_target(module, path, name)
     w = _class_workload(klass, path, params) if klass is not None else _function_workload(path, target, params)
     w.parameters = params
     w.digest = workload_digest(path.read_bytes(), target, params)
     return w
+
+
+def load_workload(workload: str, parameters: dict[str, Any] | None = None) -> Workload:
+    """Import the script with the stand-in ``modal`` and build its target. Raises ``WorkloadError``."""
+    path, name = split_workload(workload)
+    path = path.resolve()
+    if not path.is_file():
+        raise WorkloadError(f"workload script {path} does not exist")
+    module = _import_script(path)
+    return build_workload(module, path, name, dict(parameters or {}))
