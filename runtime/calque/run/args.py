@@ -41,18 +41,19 @@ def _option(fn: Callable[..., Any], param: inspect.Parameter) -> click.Parameter
     dashed, plain = param.name.replace("_", "-"), param.name
     names = [f"--{dashed}"] + ([f"--{plain}"] if plain != dashed else [])
     required = param.default is inspect.Parameter.empty
-    default = None if required else param.default
+    # click (8.3) reads an explicit default=None as a default: a required option must get none at all
+    extra: dict[str, Any] = {"required": True} if required else {"default": param.default, "show_default": True}
     if ann is bool:
         flags = [f"--{dashed}/--no-{dashed}"]
-        return click.Option([*flags, param.name], default=bool(default), show_default=True)
+        return click.Option([*flags, param.name], default=bool(param.default is True), show_default=True)
     if ann is datetime.datetime:
-        return click.Option([*names, param.name], type=click.DateTime(), required=required, default=default)
+        return click.Option([*names, param.name], type=click.DateTime(), **extra)
     if ann not in _TYPES:
         raise UsageError(
             f"entrypoint {fn.__name__}: parameter {param.name} has type {getattr(ann, '__name__', ann)}; "
             "modal run (and calque run) take str, int, float, bool and datetime.datetime"
         )
-    return click.Option([*names, param.name], type=_TYPES[ann], required=required, default=default, show_default=True)
+    return click.Option([*names, param.name], type=_TYPES[ann], **extra)
 
 
 def entrypoint_command(fn: Callable[..., Any]) -> click.Command:

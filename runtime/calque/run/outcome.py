@@ -8,7 +8,9 @@ traceback is attached as the exception's cause, so an uncaught one prints both.
 
 from __future__ import annotations
 
+import ast
 import builtins
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -60,8 +62,13 @@ def rebuild(error: ItemError) -> BaseException:
     """The exception an ItemError describes, as its own type where possible."""
     exc: BaseException
     cls = _find_type(error.type)
+    arg: Any = error.message
+    if cls is not None and issubclass(cls, KeyError):
+        # str(KeyError(k)) is repr(k): read the key back rather than quote it twice
+        with contextlib.suppress(ValueError, SyntaxError):
+            arg = ast.literal_eval(error.message)
     try:
-        exc = cls(error.message) if cls is not None else RemoteError(error.type, error.message, error.traceback)
+        exc = cls(arg) if cls is not None else RemoteError(error.type, error.message, error.traceback)
     except Exception:
         exc = RemoteError(error.type, error.message, error.traceback)
     if error.traceback:
