@@ -130,3 +130,21 @@ def test_waiting_submitter_rides_out_an_endpoint_outage(make_pool, moto) -> None
     pool.start()
     rep = core.wait(store, record, timeout_s=RUN_WAIT)
     assert rep.finished and rep.items_ok == 3
+
+
+def test_a_dead_lettered_claim_lists_its_items_as_failed(make_pool, capsys) -> None:
+    pool = make_pool()
+    pool.queue.ensure(QueueSettings(visibility_timeout=30, receive_wait=1, max_receive_count=1, encryption=False))
+    record = pool.submit([1, 2, 3], method="work")
+    sqs, url = client("sqs"), pool.queue.url()
+    # a worker that took the claim and died without a Summary; SQS then dead-letters it on the next receive
+    assert sqs.receive_message(QueueUrl=url, VisibilityTimeout=0).get("Messages")
+    assert not sqs.receive_message(QueueUrl=url, VisibilityTimeout=0).get("Messages")
+    assert pool.queue.depth().dlq_visible == 1
+    base = ["--model", pool.model, "--bucket", pool.bucket]
+    code, out, err = _cli(capsys, ["pool", "results", record.run_id, *base, "--failed"])
+    assert code == 0, err
+    failed = [json.loads(line) for line in out.splitlines()]
+    assert [f["index"] for f in failed] == [0, 1, 2]
+    assert all("dead-lettered" in f["error"]["message"] for f in failed)
+    assert pool.queue.depth().dlq_visible == 0

@@ -280,6 +280,33 @@ class PoolQueue:
         messages: list[dict[str, Any]] = resp.get("Messages", [])
         return messages
 
+    def receive_dead_letters(self, max_messages: int = 10) -> list[dict[str, Any]]:
+        """Up to ``max_messages`` from the DLQ (hidden 60 s while they are recorded); [] when it has none."""
+        durl = self._lookup(self.dlq)
+        if durl is None:
+            return []
+        try:
+            resp = self.sqs.receive_message(
+                QueueUrl=durl,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=60,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot receive from {self.dlq}: {exc}") from exc
+        messages: list[dict[str, Any]] = resp.get("Messages", [])
+        return messages
+
+    def delete_dead_letter(self, receipt_handle: str) -> None:
+        durl = self._lookup(self.dlq)
+        if durl is None:
+            return
+        try:
+            self.sqs.delete_message(QueueUrl=durl, ReceiptHandle=receipt_handle)
+        except (ClientError, BotoCoreError) as exc:
+            raise InfrastructureError(f"cannot delete a message from {self.dlq}: {exc}") from exc
+
     def extend(self, receipt_handle: str, seconds: int) -> None:
         """Change a held message's visibility (heartbeat, or 0 to release it at once)."""
         try:

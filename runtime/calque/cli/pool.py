@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,7 @@ from calque.errors import InfrastructureError, PartialFailure, UsageError
 from calque.models import QueueDepth, RunRecord, RunReport
 from calque.pool import submit as core
 from calque.pool.cost import cost_line
+from calque.pool.deadletter import settle_dead_letters
 from calque.pool.submit import PoolTarget
 
 
@@ -195,7 +197,7 @@ def submit(
         emit(record, as_json, _render_record)
         return
     store = target.store(record.queue_name)
-    rep = _wait_with_progress(store, record, timeout)
+    rep = _wait_with_progress(store, record, timeout, target.queue())
     emit(rep, as_json, _render_report)
     core.check_finished(rep, timeout)
     if rep.items_failed or rep.claims_failed:
@@ -205,7 +207,7 @@ def submit(
         )
 
 
-def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> RunReport:
+def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float, queue: PoolQueue) -> RunReport:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -218,7 +220,7 @@ def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> R
         def on_progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        rep: RunReport = core.wait(store, record, timeout_s=timeout, on_progress=on_progress)
+        rep: RunReport = core.wait(store, record, timeout_s=timeout, on_progress=on_progress, queue=queue)
     return rep
 
 
@@ -242,6 +244,8 @@ def results(
     """Print a run's ItemResults as JSONL on stdout, in item order."""
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
+    with contextlib.suppress(InfrastructureError):  # the queue may be gone; its runs' results stay readable
+        settle_dead_letters(target.queue(), store)
     out = core.results(store, record)
     shown = [r for r in out if not r.ok] if failed_only else out
     for r in shown:

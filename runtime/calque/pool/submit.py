@@ -26,8 +26,11 @@ from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, RunRecord, RunReport, Summary
 from calque.pool.cost import run_cost
+from calque.pool.deadletter import settle_dead_letters
 from calque.pool.stage import STAGE_THREADS, stage_run
 
+# How often a waiting submitter looks in the dead-letter queue for claims that will never finish.
+SETTLE_EVERY_S = 10.0
 # A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
 DEFAULT_METHOD = "__default__"
 
@@ -186,6 +189,7 @@ def wait(
     *,
     timeout_s: float,
     on_progress: Callable[[int, int], None] | None = None,
+    queue: PoolQueue | None = None,
 ) -> RunReport:
     """Poll until every claim has a Summary or ``timeout_s`` passes; returns the (maybe partial) report.
 
@@ -196,8 +200,12 @@ def wait(
     interval = 0.1
     total = len(record.claims)
     last_error: InfrastructureError | None = None
+    next_settle = time.monotonic() + SETTLE_EVERY_S
     while True:
         try:
+            if queue is not None and time.monotonic() >= next_settle:
+                next_settle = time.monotonic() + SETTLE_EVERY_S
+                settle_dead_letters(queue, store)  # a dead-lettered claim of this run gets its failed Summary
             count = store.summary_count(record.results_prefix)
             last_error = None
         except InfrastructureError as exc:

@@ -11,6 +11,7 @@ endpoint outage is ridden out until the call's timeout. Each run is an ordinary 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import threading
 import time
 from collections.abc import Iterable
@@ -21,8 +22,9 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, Summary
+from calque.pool.deadletter import settle_dead_letters
 from calque.pool.stage import StagedClaim, stage_run
-from calque.pool.submit import PoolTarget, new_run_id
+from calque.pool.submit import SETTLE_EVERY_S, PoolTarget, new_run_id
 from calque.run.backend import Target
 from calque.run.pools import PoolMap
 from calque.run.progress import Tally
@@ -56,6 +58,7 @@ class PoolRun:
         self._interval = _FIRST_POLL_S
         self._last_progress = time.monotonic()
         self._last_error: InfrastructureError | None = None
+        self._next_settle = time.monotonic() + SETTLE_EVERY_S
         threading.Thread(target=self._stage, args=(items,), name="calque-run-stage", daemon=True).start()
 
     def _stage(self, items: Iterable[Item]) -> None:
@@ -117,6 +120,10 @@ class PoolRun:
             if staged and self._stage_error is None and len(self._done) == len(self._claims):
                 self._ended = True
                 return []
+            if now >= self._next_settle:
+                self._next_settle = now + SETTLE_EVERY_S
+                with contextlib.suppress(InfrastructureError):
+                    settle_dead_letters(self.pool.queue, self.pool.store)
             if now - self._last_progress > self.timeout_s:
                 raise InfrastructureError(self._stalled())
             if now >= deadline:
