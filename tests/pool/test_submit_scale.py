@@ -83,6 +83,9 @@ def test_poisoned_claims_give_every_item_a_failed_result(make_pool, capsys, tmp_
     failed = [json.loads(line) for line in out.splitlines()]
     assert [f["index"] for f in failed] == list(range(12))
     assert all(f["error"]["type"] == CLAIM_FAILED and "sha256:not-this-one" in f["error"]["message"] for f in failed)
+    code, out, err = _cli(capsys, ["pool", "status", *base, "--run", report["run_id"]])
+    assert code == 0, err
+    assert "items: 0 ok, 12 failed of 12" in out and out.count("claim error: c0000") == 3 and "not-this-one" in out
 
 
 class _Outage:
@@ -148,3 +151,5 @@ def test_a_dead_lettered_claim_lists_its_items_as_failed(make_pool, capsys) -> N
     assert [f["index"] for f in failed] == [0, 1, 2]
     assert all("dead-lettered" in f["error"]["message"] for f in failed)
     assert pool.queue.depth().dlq_visible == 0
+    code, out, _ = _cli(capsys, ["pool", "status", *base, "--run", record.run_id])
+    assert code == 0 and "items: 0 ok, 3 failed of 3" in out and "dead-lettered: received" in out

@@ -35,17 +35,6 @@ def _render_depth(d: QueueDepth) -> str:
     )
 
 
-@pool.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@aws_options
-@json_option
-def status(model: str, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
-    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age."""
-    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
-    emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
-
-
 # -- worker ---------------------------------------------------------------------------------------
 
 
@@ -281,6 +270,39 @@ def sweep(
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):
         click.echo(uri)
+
+
+@pool.command()
+@click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--run", "run_id", default=None, help="Also show this run: items ok and failed, failed claims' reasons.")
+@bucket_option
+@prefix_option
+@aws_options
+@json_option
+def status(
+    model: str,
+    run_id: str | None,
+    bucket: str | None,
+    prefix: str,
+    region: str | None,
+    endpoint_url: str | None,
+    profile: str | None,
+    as_json: bool,
+) -> None:
+    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age.
+
+    With --run, the run's report too (dead-lettered claims of the pool are first recorded as failed).
+    """
+    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
+    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
+    queue = PoolQueue(sqs, model, cloudwatch=cloudwatch)
+    if run_id is None:
+        emit(queue.depth(), as_json, _render_depth)
+        return
+    target = _target(model, bucket, prefix, region, endpoint_url, profile)
+    store, record = core.load_run(target, run_id)
+    settle_dead_letters(queue, store)
+    emit(core.report(record, store.summaries(record.results_prefix)), as_json, _render_report)
 
 
 # -- stage-runtime --------------------------------------------------------------------------------
