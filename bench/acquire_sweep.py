@@ -52,8 +52,8 @@ from calque.aws.acquire.launch_spec import (  # noqa: E402
     resolve_image,
     run_instances_params,
 )
-from calque.aws.acquire.sweep import CAPACITY_CODES  # noqa: E402
 from calque.aws.clients import client  # noqa: E402
+from calque.aws.errors import kind  # noqa: E402
 
 from tests.acquire.capacity import CallCounter, CapacityFaults  # noqa: E402
 
@@ -141,7 +141,7 @@ def run_naive(
                         placed = True
                         break
                     except ClientError as exc:
-                        if exc.response["Error"]["Code"] not in CAPACITY_CODES:
+                        if kind(exc) != "capacity":
                             raise
                         if attempt + 1 < tries:
                             time.sleep(backoff_s * 2**attempt)

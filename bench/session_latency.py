@@ -79,7 +79,7 @@ def start_daemon(d: Path, processes: int = 1) -> subprocess.Popen[bytes]:
         "db": str(d / "sessions.db"),
         "audit_log": str(d / "audit.jsonl"),
         "gpu_backend": "sim",
-        "gpu_state": str(d / "gpus.json"),
+        "sim_state": str(d / "gpus.json"),
         "policy": {"default": {"max_sessions": 1000, "max_ttl": "8h"}},
         "processes": processes,
     }

@@ -13,14 +13,20 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from calque.errors import UsageError
+from calque.errors import UsageError, format_validation_error
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def validation_problems(exc: ValidationError) -> str:
-    """Every problem pydantic found, as ``field.path: message`` joined by ``; ``."""
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors())
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` as booleans; as mapping keys (config names such
+    as a layout called ``off``) they are kept as the text written, so ``--select off`` finds them."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:bool":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict[str, Any]:
@@ -33,7 +39,7 @@ def read_mapping(path: str | Path, what: str, *, empty_ok: bool = False) -> dict
     except OSError as exc:
         raise UsageError(f"cannot read {what} {p}: {exc}") from exc
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise UsageError(f"{what} {p} is not valid YAML: {exc}") from exc
     if doc is None and empty_ok:
@@ -48,7 +54,7 @@ def validate(model: type[M], doc: Any, path: str | Path, what: str) -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
-        raise UsageError(f"{what} {path}: {validation_problems(exc)}") from exc
+        raise UsageError(format_validation_error(exc, f"{what} {path}")) from exc
 
 
 def load_model(model: type[M], path: str | Path, what: str, *, empty_ok: bool = False) -> M:

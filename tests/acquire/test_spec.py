@@ -9,17 +9,10 @@ import pytest
 from calque.aws.acquire.launch_spec import build_user_data, cohort_tags
 from calque.aws.acquire.sweep import Candidate, candidates, split
 from calque.errors import UsageError
-from calque.models.acquire import CohortSpec, parse_duration
+from calque.models.acquire import CohortSpec
 from pydantic import ValidationError
 
 BASE = {"name": "lab", "count": 2, "instance_types": ["g6.xlarge"]}
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("90m", 5400), ("3h", 10800), ("1d", 86400), ("1h 30m", 5400), (600, 600)]
-)
-def test_durations(text: str | int, seconds: int) -> None:
-    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize(

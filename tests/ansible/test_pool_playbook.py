@@ -46,9 +46,9 @@ def test_check_mode_plans_the_pool_and_creates_nothing(moto: str, tmp_path: Path
     cohort = tasks["Pool instances (calque.gpu.ec2_cohort, through the Acquirer)"]
     assert cohort["changed"] and cohort["plan"]["launch"] == 2
     assert "g6.xlarge" in cohort["plan"]["spend"] and "max_hourly_usd $5.00/h" in cohort["plan"]["spend"]
-    user_data = tasks["Worker user-data from the spec (calque pool user-data validates it)"]["stdout"]
-    assert "calque pool worker --spec /etc/calque/pool.yml" in user_data
-    assert tasks["Stage the calque runtime wheel in the pool bucket"].get("skipped")  # check mode uploads nothing
+    spec = tasks["Pool spec file, staged calque runtime and worker user-data"]
+    assert "calque pool worker --spec /etc/calque/pool.yml" in spec["user_data"]
+    assert spec["runtime"]["url"] is None and spec["runtime"]["uploaded"] is False  # check mode uploads nothing
     assert instances() == []
     assert client("sqs").list_queues().get("QueueUrls", []) == []
     assert client("s3").list_buckets()["Buckets"] == []
@@ -66,15 +66,17 @@ def test_without_spend_consent_the_cohort_is_refused_and_nothing_launches(moto: 
     spec = (tmp_path / "spec" / "pool.yml").read_text()
     assert "workload: s3://calque-sandbox-runs/calque/pools/calque-pool-sandbox-embedder-" in spec
     # the runtime: this calque's wheel staged in the bucket, its presigned URL and sha256 in the user-data
-    staged = tasks["Stage the calque runtime wheel in the pool bucket"]
+    staged = tasks["Pool spec file, staged calque runtime and worker user-data"]
     assert staged["changed"]
-    info = json.loads(staged["stdout"])
+    info = staged["runtime"]
+    assert info["uploaded"] is True
     head = client("s3").head_object(Bucket="calque-sandbox-runs", Key=info["key"])
     assert info["key"] == "calque/runtime/calque-0.1.0-py3-none-any.whl"
     assert head["Metadata"]["calque-sha256"] == info["sha256"]
-    user_data = tasks["Worker user-data from the spec (calque pool user-data validates it)"]["stdout"]
+    user_data = staged["user_data"]
     assert f"RUNTIME_SHA256={info['sha256']}\n" in user_data and "RUNTIME_URL='http://127.0.0.1:" in user_data
-    # a second run stages the identical wheel: no upload, no change
+    assert info["wheelhouse_key"] is None and "WHEELHOUSE_URL=''" in user_data  # the sandbox stages the wheel alone
+    # a second run stages the identical wheel and finds the same spec file: no upload, no change
     rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_i_understand_this_spends_money=false")
-    again = tasks["Stage the calque runtime wheel in the pool bucket"]
-    assert not again["changed"] and json.loads(again["stdout"])["sha256"] == info["sha256"]
+    again = tasks["Pool spec file, staged calque runtime and worker user-data"]
+    assert not again["changed"] and again["runtime"]["sha256"] == info["sha256"] and not again["runtime"]["uploaded"]

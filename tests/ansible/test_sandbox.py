@@ -16,6 +16,7 @@ QUEUE = r"calque-pool-sandbox-embedder-[0-9a-f]{8}"
 @pytest.mark.slow
 def test_sandbox_runs_the_pool_flow_end_to_end_and_cleans_up() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CALQUE_", "ANSIBLE_"))}
+    env["CALQUE_SANDBOX_INSTITUTION"] = "skip"  # the same site.yml flow runs, deeper, in tests/hosts/test_site_e2e.py
     proc = subprocess.run(
         [str(REPO / "scripts" / "sandbox")], capture_output=True, text=True, env=env, timeout=600, cwd="/"
     )

@@ -45,3 +45,16 @@ def mps_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         with contextlib.suppress(ValueError, OSError):
             os.kill(int(pidfile.read_text()), signal.SIGTERM)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def point_host_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[SimGpu], SimGpu]:
+    """``point_host_config(sim)``: a host configuration selecting ``sim``, named by CALQUE_HOST_CONFIG."""
+
+    def point(sim: SimGpu) -> SimGpu:
+        cfg = tmp_path / "host.yaml"
+        cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {sim.state_path}}}\n")
+        monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
+        return sim
+
+    return point

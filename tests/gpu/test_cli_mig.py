@@ -38,14 +38,14 @@ def test_plan_changes_nothing_and_apply_needs_an_allowed_reset(
     cfg = str(tmp_path / "mig.yaml")
     assert run(["gpu", "mig", "plan", "--config", cfg, "--select", "balanced", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["gpus"][0]["needs_reset"] is True
+    assert plan["check_mode"] is True and plan["pending"] == "reset"
     assert host.gpus()[0].mig_pending is False
     assert run(["gpu", "mig", "apply", "--config", cfg, "--select", "balanced"]) == 0
     captured = capsys.readouterr()
     assert "reset" in captured.err and host.gpus()[0].mig_pending is True
     assert run(["gpu", "mig", "apply", "--config", cfg, "--select", "balanced", "--allow-reset", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert len(result["mig_devices"]) == 4 and result["changed"] is True
+    assert len(result["result"]["mig_devices"]) == 4 and result["changed"] is True
     assert run(["gpu", "mig", "apply", "--config", cfg, "--select", "balanced", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["changed"] is False
     assert run(["gpu", "mig", "show"]) == 0

@@ -115,3 +115,31 @@ def test_mps_module_consent_check_mode_limits_and_idempotence(make_sim: Make, mp
     assert run.task("again")["changed"] is False
     assert run.task("stop")["changed"] is True
     assert {g.compute_mode for g in sim.gpus()} == {"DEFAULT"}
+
+
+def test_mig_module_applies_mig_parted_files_and_a_pending_disable_completes(make_sim: Make, tmp_path: Path) -> None:
+    """The layout files the gpu_layout role feeds the module: mig-parted's v1 format, `off` quoted,
+    the backend named in the shared vocabulary; a disable left pending is completed by allow_reset."""
+    sim = make_sim(["A100-40GB"], mig=True)
+    mig_parted = Path(__file__).resolve().parent / "data" / "mig-parted-v1.yaml"
+    own = tmp_path / "layouts.yaml"
+    own.write_text("version: 1\nmig-configs:\n  'off':\n    - {devices: all, mig-enabled: false}\n")
+    use = {"gpu_backend": "sim", "sim_state": str(sim.state_path)}
+    tasks = [
+        {"name": "split", "calque.gpu.mig": {**use, "config": str(mig_parted), "select": "split-3g"}},
+        {"name": "empty", "calque.gpu.mig": {**use, "config": str(mig_parted), "select": "all-enabled"}},
+        {"name": "pending", "calque.gpu.mig": {**use, "config": str(own), "select": "off"}},
+        {"name": "unquoted", "calque.gpu.mig": {**use, "config": str(own), "select": False}, "ignore_errors": True},
+        {"name": "complete", "calque.gpu.mig": {**use, "config": str(own), "select": "off", "allow_reset": True}},
+    ]
+    run = run_playbook(tmp_path, tasks)
+    assert run.rc == 0, run.stdout[-3000:]
+    split = run.task("split")
+    assert split["changed"] is True and {d["ci_profile"] for d in split["mig_devices"]} == {"1c.3g.20gb"}
+    assert len(split["mig_devices"]) == 6
+    assert run.task("empty")["mig_devices"] == []
+    pending = run.task("pending")
+    assert pending["changed"] is True and pending["reset_required"] is True
+    assert "quote the name" in run.task("unquoted")["msg"]
+    assert run.task("complete")["changed"] is True and run.task("complete")["reset_required"] is False
+    assert (sim.gpus()[0].mig_current, sim.gpus()[0].mig_pending) == (False, False)

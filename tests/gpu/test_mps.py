@@ -95,7 +95,7 @@ def test_cli_mps_requires_consent_with_exit_4_and_runs_with_it(
     assert "--i-understand-shared-gpu-has-no-isolation" in capsys.readouterr().err
     consent = "--i-understand-shared-gpu-has-no-isolation"
     assert run(["gpu", "mps", "start", "--active-thread-percentage", "20", consent, "--json", *dirs]) == 0
-    assert json.loads(capsys.readouterr().out)["daemons"][0]["active_thread_percentage"] == 20
+    assert json.loads(capsys.readouterr().out)["result"]["daemons"][0]["active_thread_percentage"] == 20
     assert run(["gpu", "mps", "status", *dirs]) == 0
     assert "running" in capsys.readouterr().out
     assert run(["gpu", "mps", "stop", consent, *dirs]) == 0

@@ -35,7 +35,7 @@ def test_mig_mode_takes_effect_only_at_reset(make_sim: Make) -> None:
     sim.set_mig_mode(0, True)
     g = sim.gpus()[0]
     assert (g.mig_current, g.mig_pending) == (False, True)
-    with pytest.raises(nv.GpuResetRequired):
+    with pytest.raises(nv.GpuNotSupported, match="pending a reset"):
         sim.create_gpu_instance(0, 19, 0)
     sim.reset_gpu(0)
     assert sim.gpus()[0].mig_current

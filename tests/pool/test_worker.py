@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 from collections import defaultdict
 
@@ -136,7 +135,7 @@ def test_poison_claims_fail_with_a_clear_summary_and_the_worker_keeps_serving(ma
     w = pool.start()
     want = {
         "missing": "does not exist",
-        "invalid": "is invalid at",
+        "invalid": "is invalid: run_id=3: Input should be a valid string; change run_id",
         "huge": "over the pool's limit of 1024",
         "nomethod": "method 'does_not_exist' does not exist on Steady",
         "digest": "claim wants workload sha256:0000",
@@ -196,9 +195,22 @@ def test_a_claim_whose_summary_exists_is_deleted_without_rerunning(make_pool) ->
     assert w.stdout().count("start 1") == 1
 
 
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a Prometheus exposition, parsed by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset((k, v) for k, v in s.labels.items() if k not in ("model", "worker"))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
 def test_metrics_on_a_port_count_claims_and_enters(make_pool) -> None:
     import socket
     import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,18 +218,24 @@ def test_metrics_on_a_port_count_claims_and_enters(make_pool) -> None:
     pool: Pool = make_pool(metrics_port=port)
     w = pool.start()
     pool.wait_run(pool.submit([1, 2, 3], batch_size=1))
-    w.wait_log("metrics on")
+    w.wait_log("metrics on http://127.0.0.1:")
 
     def scrape() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=PROC_WAIT).read().decode()
 
-    ok_claims = re.compile(r'^calque_pool_claims_total\{[^}]*outcome="ok"[^}]*\} 3$', re.M)
+    ok = ("calque_pool_claims_total", frozenset({("outcome", "ok")}))
     text = wait_until(
-        lambda: (t := scrape()) and ok_claims.search(t) and t, PROC_WAIT, "three ok claims in the metrics"
+        lambda: (t := scrape()) and _samples(t).get(ok) == 3 and t, PROC_WAIT, "three ok claims in the metrics"
     )
-    assert re.search(r"^calque_pool_enter_count\{[^}]*\} 1$", text, re.M)
-    assert re.search(r"^calque_pool_warm_hits_total\{[^}]*\} 2$", text, re.M)
-    assert "# TYPE calque_pool_claims_total counter" in text
+    samples = _samples(text)
+    assert samples[("calque_pool_enter_count", frozenset())] == 1
+    assert samples[("calque_pool_warm_hits_total", frozenset())] == 2
+    # claim time is a histogram: three observations, every one under the +Inf bucket
+    assert samples[("calque_pool_claim_seconds_count", frozenset())] == 3
+    assert samples[("calque_pool_claim_seconds_bucket", frozenset({("le", "+Inf")}))] == 3
+    assert samples[("calque_pool_claim_seconds_sum", frozenset())] > 0
+    kinds = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert kinds["calque_pool_claims"] == "counter" and kinds["calque_pool_claim_seconds"] == "histogram"
 
 
 def test_idle_timeout_runs_exit_and_stops_and_leaves_a_metrics_textfile(make_pool, tmp_path) -> None:
@@ -226,9 +244,10 @@ def test_idle_timeout_runs_exit_and_stops_and_leaves_a_metrics_textfile(make_poo
     w = pool.start()
     assert w.proc.wait(timeout=PROC_WAIT) == 0
     assert "STEADY-EXIT" in w.stdout() and "stopping (idle)" in w.stderr()
-    text = prom.read_text()
-    assert re.search(r"^calque_pool_up\{[^}]*\} 0$", text, re.M)
-    assert re.search(r"^calque_pool_enter_count\{[^}]*\} 1$", text, re.M)
+    samples = _samples(prom.read_text())
+    assert samples[("calque_pool_up", frozenset())] == 0
+    assert samples[("calque_pool_enter_count", frozenset())] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("calque-pool.prom")] == [prom.name]
 
 
 def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> None:

@@ -73,7 +73,7 @@ class Host:
             "db": str(self.dir / "state/sessions.db"),
             "audit_log": str(self.audit),
             "gpu_backend": "sim",
-            "gpu_state": str(self.sim.state_path),
+            "sim_state": str(self.sim.state_path),
             "mps_pipe_root": str(self.dir / "mps"),
             "mps_log_root": str(self.dir / "mps-log"),
             "request_timeout": 1.0,

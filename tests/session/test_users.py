@@ -132,7 +132,7 @@ def test_mps_needs_consent_gives_limits_and_keeps_one_user_per_daemon(
     # MPS serialises different users' clients on one daemon: Bob is not offered the free slot...
     consent = "--i-understand-shared-gpu-has-no-isolation"
     res = host.cli(bob, "session", "checkout", "--mps", consent)
-    assert res.returncode == 3 and "MPS serialises" in res.stderr, res.stderr
+    assert res.returncode == 5 and "MPS serialises" in res.stderr, res.stderr
     # ...while Alice may take it, and Bob gets one once Alice's are all back.
     host.cli(alice, "session", "checkout", "--mps", consent, check=True)
     for s in json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout):
@@ -140,13 +140,13 @@ def test_mps_needs_consent_gives_limits_and_keeps_one_user_per_daemon(
     assert host.cli(bob, "session", "checkout", "--mps", consent).returncode == 0
 
 
-def test_nothing_free_exits_3_naming_what_is_busy_until_when(host: Host, make_user: Callable[..., User]) -> None:
+def test_nothing_free_exits_5_naming_what_is_busy_until_when(host: Host, make_user: Callable[..., User]) -> None:
     alice, bob = make_user(), make_user()
     host.start()
     for _ in range(7):
         host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "2h", check=True)
     res = host.cli(bob, "session", "checkout", "--profile", "1g.5gb")
-    assert res.returncode == 3
+    assert res.returncode == 5
     assert "busy" in res.stderr and "until" in res.stderr and host.migs[0].uuid in res.stderr
 
 

@@ -43,6 +43,7 @@ def run_playbook(
     diff: bool = False,
     extra_env: dict[str, str] | None = None,
     play_vars: dict[str, Any] | None = None,
+    module_defaults: dict[str, Any] | None = None,
 ) -> PlaybookRun:
     """Write a one-play playbook of ``tasks`` on localhost and run it with the JSON callback."""
     play = {
@@ -52,6 +53,8 @@ def run_playbook(
         "vars": {"ansible_python_interpreter": sys.executable, **(play_vars or {})},
         "tasks": tasks,
     }
+    if module_defaults:
+        play["module_defaults"] = module_defaults
     book = tmp_path / "playbook.yml"
     book.write_text(yaml.safe_dump([play], sort_keys=False))
     env = {

@@ -1,33 +1,187 @@
-"""The built wheel carries what hosts need besides code: catalogs, rates, systemd units, type marker."""
+"""The runtime's packaging: a reproducible setuptools wheel of only package files, and a pinned wheelhouse
+that installs with no index (the contract the Ansible ``runtime`` role and pool instances rely on)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from calque import __version__
+from calque.packaging import build_wheel, build_wheelhouse, runtime_pins, wheel_name
+from calque.packaging.wheel import source_root
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_wheel_ships_package_data(tmp_path: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
-        check=True,
+def test_shipped_runtime_constraints_agree_with_constraints_txt() -> None:
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "gen-runtime-constraints"), "--check"],
         capture_output=True,
-        timeout=300,
+        text=True,
+        env={**os.environ, "CALQUE_VENV_PYTHON": sys.executable},
+        cwd=REPO,
+        check=False,
     )
-    (wheel,) = tmp_path.glob("calque-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in (
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pins = runtime_pins()
+    assert pins["prometheus_client"] and pins["pydantic"] == _constraint("pydantic")
+    assert "pytest" not in pins and "ansible-core" not in pins  # the runtime's closure, not dev tools
+
+
+def _constraint(name: str) -> str:
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.split("==")[0] == name:
+            return line.split("==")[1]
+    raise AssertionError(f"{name} not in constraints.txt")
+
+
+def _source_with_leftovers(tmp: Path) -> Path:
+    """A copy of the sources whose package holds an editor backup and a swap file, as a checkout may."""
+    root = source_root()
+    src = tmp / "src"
+    shutil.copytree(
+        root / "runtime" / "calque", src / "runtime" / "calque", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(root / name, src / name)
+    (src / "runtime" / "calque" / "pool" / "worker.py~").write_text("# an editor backup\n")
+    (src / "runtime" / "calque" / "session" / "systemd" / ".unit.swp").write_bytes(b"\0swap")
+    return src
+
+
+@pytest.mark.slow
+def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    src = _source_with_leftovers(tmp_path)
+    first = build_wheel(tmp_path / "one", source=src)
+    os.utime(src / "runtime" / "calque" / "errors.py")  # a touched file: same content, same wheel
+    second = build_wheel(tmp_path / "two", source=src)
+    assert first.name == second.name == wheel_name()
+    assert first.read_bytes() == second.read_bytes()
+    names = zipfile.ZipFile(first).namelist()
+    assert "calque/pool/worker.py" in names and "calque/data/runtime-constraints.txt" in names
+    assert not [n for n in names if n.endswith("~") or n.endswith(".swp") or "__pycache__" in n]
+    for needed in (  # what hosts need besides code: catalogs, rates, systemd units, type marker
         "calque/py.typed",
         "calque/data/gpu-catalog.yaml",
         "calque/data/ec2-rates.yaml",
         "calque/session/systemd/calque-session.service",
         "calque/session/systemd/session.example.yaml",
     ):
-        assert needed in names, f"{needed} missing from {wheel.name}"
+        assert needed in names, f"{needed} missing from {first.name}"
     assert not any(n.startswith("modal/") for n in names), "the modal stand-in must never ship as a top-level package"
+    assert f"calque-{__version__}.dist-info/METADATA" in names
+    meta = zipfile.ZipFile(first).read(f"calque-{__version__}.dist-info/METADATA").decode()
+    assert "Requires-Dist: prometheus-client" in meta
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One wheelhouse for this module's tests (pip's cache is warm; the index is reached if not)."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    lines: list[str] = []
+    build_wheelhouse(out, hashes=True, progress=lines.append)
+    assert any(line.startswith("building") for line in lines) and any("Saved" in line for line in lines)
+    yield out
+
+
+@pytest.mark.slow
+def test_wheelhouse_holds_one_calque_wheel_its_pins_and_sums(wheelhouse: Path) -> None:
+    wheels = sorted(p.name for p in wheelhouse.glob("*.whl"))
+    assert [w for w in wheels if w.startswith("calque-")] == [wheel_name()]
+    assert {p.name for p in wheelhouse.iterdir()} == {*wheels, "requirements.txt", "SHA256SUMS"}
+    reqs = {}
+    for line in (wheelhouse / "requirements.txt").read_text().splitlines():
+        m = re.fullmatch(r"([a-z0-9-]+)==(\S+) --hash=sha256:([0-9a-f]{64})", line)
+        assert m, line
+        reqs[m[1]] = m[2]
+    pins = {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in runtime_pins().items()}
+    assert reqs == {**pins, "calque": __version__}
+    assert len(wheels) == len(reqs)
+    for line in (wheelhouse / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ")
+        assert hashlib.sha256((wheelhouse / name).read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.slow
+def test_wheelhouse_installs_calque_and_exactly_its_pins_with_no_index(wheelhouse: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "--no-index", "--find-links", str(wheelhouse), "-r", str(wheelhouse / "requirements.txt")],
+        check=True,
+        timeout=300,
+    )
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installed = {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1] for line in out.split()}
+    assert installed["calque"] == __version__
+    for name, version in runtime_pins().items():
+        assert installed[re.sub(r"[-_.]+", "-", name).lower()] == version, name
+    version = subprocess.run([str(venv / "bin" / "calque"), "--version"], capture_output=True, text=True, check=True)
+    assert __version__ in version.stdout
+
+
+def test_wheelhouse_refuses_a_directory_that_already_holds_wheels(tmp_path: Path) -> None:
+    from calque.errors import UsageError
+
+    (tmp_path / "old-1.0-py3-none-any.whl").write_bytes(b"")
+    with pytest.raises(UsageError, match="empty directory"):
+        build_wheelhouse(tmp_path)
+
+
+@pytest.mark.slow
+def test_staged_wheelhouse_is_uploaded_once_and_the_user_data_installs_exactly_its_pins(
+    moto: str, wheelhouse: Path, tmp_path: Path
+) -> None:
+    from calque.aws.clients import client
+    from calque.models import PoolSpec
+    from calque.pool.bootstrap import worker_user_data
+    from calque.pool.runtime_wheel import stage_runtime
+
+    client("s3").create_bucket(Bucket="lab-runs")
+    wheel = wheelhouse / wheel_name()
+    first = stage_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=wheelhouse)
+    again = stage_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=wheelhouse)
+    assert first.uploaded and not again.uploaded  # the same wheel and wheelhouse: nothing re-uploaded
+    assert first.wheelhouse_sha256 == again.wheelhouse_sha256 and again.wheelhouse_url
+    assert first.wheelhouse_key and first.wheelhouse_key.startswith("calque/runtime/calque-")
+
+    spec = PoolSpec.model_validate({"model": "lab/embedder", "workload": "/opt/w.py", "bucket": "lab-runs"})
+    script = tmp_path / "user-data.sh"
+    script.write_text(
+        worker_user_data(
+            spec,
+            runtime_url=again.url,
+            runtime_sha256=again.sha256,
+            wheelhouse_url=again.wheelhouse_url,
+            wheelhouse_sha256=again.wheelhouse_sha256,
+        )
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {"PATH": "/usr/bin:/bin", "CALQUE_BOOTSTRAP_STEP": "install_runtime", "CALQUE_BOOTSTRAP_VENV": str(venv)}
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=300)  # the script itself passes --no-index
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"prometheus_client=={runtime_pins()['prometheus_client']}" in out.replace("-", "_")
+    assert f"calque=={__version__}" in out

@@ -14,13 +14,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
+from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
-from calque.errors import InfrastructureError
+from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
 
 # SQS's SendMessageBatch takes at most ten entries.
 SEND_BATCH = 10
-_MISSING_CODES = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue"}
+_STALE_RECEIPT_CODES = frozenset({"InvalidParameterValue", "ReceiptHandleIsInvalid", "MessageNotInflight"})
 
 
 class QueueState(CalqueModel):
@@ -57,10 +58,6 @@ def _settings_from_attributes(main: dict[str, str], dlq: dict[str, str]) -> dict
     }
 
 
-def _is_missing(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code", "") in _MISSING_CODES
-
-
 class PoolQueue:
     """The queue of one model's pool. ``sqs`` is a boto3 SQS client (see ``calque.aws.clients``)."""
 
@@ -80,19 +77,15 @@ class PoolQueue:
         try:
             url: str = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
             return url
-        except ClientError as exc:
-            if _is_missing(exc):
+        except (ClientError, BotoCoreError) as exc:
+            if is_not_found(exc):
                 return None
-            raise InfrastructureError(f"cannot look up SQS queue {name}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise InfrastructureError(f"cannot reach SQS to look up {name}: {exc}") from exc
+            raise translate(exc, f"look up SQS queue {name}") from exc
 
     def _attributes(self, url: str) -> dict[str, str]:
-        try:
+        with aws_errors(f"read the attributes of {url}"):
             attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-            return attrs
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot read attributes of {url}: {exc}") from exc
+        return attrs
 
     def state(self) -> QueueState:
         """The queue as it is now (``exists=False`` when it does not)."""
@@ -174,11 +167,9 @@ class PoolQueue:
         if check_mode:
             after = before.model_copy(update={"exists": True, "attributes": want})
             return QueueChange(changed=True, before=before, after=after)
-        try:
+        with aws_errors(f"create or update SQS queue {self.name}"):
             _, dlq_arn = self._ensure_dlq(settings, before.dlq_url)
             self._ensure_main(settings, before.queue_url, dlq_arn)
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot create or update SQS queue {self.name}: {exc}") from exc
         self._url = None
         return QueueChange(changed=True, before=before, after=self.state())
 
@@ -232,33 +223,31 @@ class PoolQueue:
                     continue
                 try:
                     self.sqs.delete_queue(QueueUrl=url)
-                except ClientError as exc:
-                    if not _is_missing(exc):
-                        raise InfrastructureError(f"cannot delete SQS queue {url}: {exc}") from exc
+                except (ClientError, BotoCoreError) as exc:
+                    if not is_not_found(exc):
+                        raise translate(exc, f"delete SQS queue {url}") from exc
             self._url = None
         return QueueChange(changed=True, before=before, after=gone)
 
     # -- messages --------------------------------------------------------------------------------
 
     def send(self, ref: ClaimRef) -> str:
-        try:
-            mid: str = self.sqs.send_message(QueueUrl=self.url(), MessageBody=ref.model_dump_json())["MessageId"]
-            return mid
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot send a claim to {self.name}: {exc}") from exc
+        url = self.url()
+        with aws_errors(f"send a claim to {self.name}"):
+            mid: str = self.sqs.send_message(QueueUrl=url, MessageBody=ref.model_dump_json())["MessageId"]
+        return mid
 
     def send_batch(self, refs: list[ClaimRef]) -> None:
         """Send up to ten claims in one SendMessageBatch; entries SQS refuses are retried once, then an error."""
         if len(refs) > SEND_BATCH:
             raise ValueError(f"SendMessageBatch takes at most {SEND_BATCH} messages, got {len(refs)}")
         entries = [{"Id": str(n), "MessageBody": ref.model_dump_json()} for n, ref in enumerate(refs)]
+        url = self.url()
         for attempt in (1, 2):
             if not entries:
                 return
-            try:
-                resp = self.sqs.send_message_batch(QueueUrl=self.url(), Entries=entries)
-            except (ClientError, BotoCoreError) as exc:
-                raise InfrastructureError(f"cannot send claims to {self.name}: {exc}") from exc
+            with aws_errors(f"send claims to {self.name}"):
+                resp = self.sqs.send_message_batch(QueueUrl=url, Entries=entries)
             failed = {f["Id"]: f for f in resp.get("Failed", [])}
             entries = [e for e in entries if e["Id"] in failed]
             if entries and attempt == 2:
@@ -268,15 +257,14 @@ class PoolQueue:
 
     def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:
         """Long-poll for messages, asking for ``ApproximateReceiveCount``."""
-        try:
+        url = self.url()
+        with aws_errors(f"receive from {self.name}"):
             resp = self.sqs.receive_message(
-                QueueUrl=self.url(),
+                QueueUrl=url,
                 MaxNumberOfMessages=max_messages,
                 WaitTimeSeconds=wait_s,
                 MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot receive from {self.name}: {exc}") from exc
         messages: list[dict[str, Any]] = resp.get("Messages", [])
         return messages
 
@@ -285,7 +273,7 @@ class PoolQueue:
         durl = self._lookup(self.dlq)
         if durl is None:
             return []
-        try:
+        with aws_errors(f"receive from {self.dlq}"):
             resp = self.sqs.receive_message(
                 QueueUrl=durl,
                 MaxNumberOfMessages=max_messages,
@@ -293,8 +281,6 @@ class PoolQueue:
                 VisibilityTimeout=60,
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot receive from {self.dlq}: {exc}") from exc
         messages: list[dict[str, Any]] = resp.get("Messages", [])
         return messages
 
@@ -302,19 +288,16 @@ class PoolQueue:
         durl = self._lookup(self.dlq)
         if durl is None:
             return
-        try:
+        with aws_errors(f"delete a message from {self.dlq}"):
             self.sqs.delete_message(QueueUrl=durl, ReceiptHandle=receipt_handle)
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot delete a message from {self.dlq}: {exc}") from exc
 
     def extend(self, receipt_handle: str, seconds: int) -> None:
         """Change a held message's visibility (heartbeat, or 0 to release it at once)."""
+        url = self.url()
         try:
-            self.sqs.change_message_visibility(
-                QueueUrl=self.url(), ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
-            )
+            self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds)
         except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot change visibility on {self.name}: {exc}") from exc
+            raise self._held_error(exc, "change visibility on") from exc
 
     def release(self, receipt_handle: str) -> None:
         """Give a held message back at once (visibility 0) so another worker takes it now."""
@@ -326,7 +309,18 @@ class PoolQueue:
         return int(attrs.get("VisibilityTimeout", 30))
 
     def ack(self, receipt_handle: str) -> None:
+        url = self.url()
         try:
-            self.sqs.delete_message(QueueUrl=self.url(), ReceiptHandle=receipt_handle)
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt_handle)
         except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot delete a message from {self.name}: {exc}") from exc
+            raise self._held_error(exc, "delete a message from") from exc
+
+    def _held_error(self, exc: ClientError | BotoCoreError, doing: str) -> CalqueError:
+        # SQS answers a receipt handle that is no longer ours as an invalid parameter: that is a lost
+        # lease (the visibility ran out, another worker received it), not a request to fix
+        if error_code(exc) in _STALE_RECEIPT_CODES:
+            return InfrastructureError(
+                f"cannot {doing} {self.name}: the message is no longer held by this worker ({describe(exc)}); "
+                "its visibility ran out or another worker received it"
+            )
+        return translate(exc, f"{doing} {self.name}")

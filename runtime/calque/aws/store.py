@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import BaseModel, ValidationError
 
-from calque.errors import InfrastructureError
+from calque.aws.errors import aws_errors, is_not_found, is_precondition_failed, translate
+from calque.errors import InfrastructureError, format_validation_error
 from calque.models import ItemError, ItemResult, Manifest, RunRecord, Summary
 
-_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
-# A conditional write lost to another writer: S3 answers 412, or 409 when two race for the same key.
-_PRECONDITION = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # The ItemError type of an item whose claim ended without its result (poisoned, dead-lettered, cut short).
 CLAIM_FAILED = "calque.ClaimFailed"
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -45,24 +43,22 @@ class ManifestProblem(Exception):
     """A claim's manifest is missing, too large or invalid (the claim is poison)."""
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _parse(model: type[M], data: bytes, uri: str) -> M:
+    """``model`` from an object's bytes; StoreError naming the object and every problem (a newer version too)."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise StoreError(format_validation_error(exc, f"{uri} is not a valid {model.__name__}")) from exc
+
+
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     if not uri.startswith("s3://") or "/" not in uri[5:]:
         raise ValueError(f"not an s3://bucket/key URI: {uri!r}")
     bucket, _, key = uri[5:].partition("/")
     return bucket, key
-
-
-def _precondition_failed(exc: ClientError) -> bool:
-    err = exc.response.get("Error", {})
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return str(err.get("Code", "")) in _PRECONDITION or status in (409, 412)
-
-
-def _missing(exc: ClientError) -> bool:
-    err = exc.response.get("Error", {})
-    return (
-        str(err.get("Code", "")) in _NOT_FOUND or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404
-    )
 
 
 class RunStore:
@@ -79,9 +75,19 @@ class RunStore:
         """``s3://bucket/.../runs/<run_id>/`` (the ClaimRef's ``results_prefix``)."""
         return f"s3://{self.bucket}/{self.base}/runs/{run_id}/"
 
-    def owns(self, results_prefix: str) -> bool:
-        """True when ``results_prefix`` lies under this pool's keys (a worker writes nowhere else)."""
-        return results_prefix.startswith(f"s3://{self.bucket}/{self.base}/runs/")
+    def outside_run(self, run_id: str, results_prefix: str, manifest_uri: str) -> str | None:
+        """Why a claim's URIs are not this pool's own keys for ``run_id``; None when they are.
+
+        A worker writes only under its pool's ``runs/<run_id>/`` and reads manifests only from there,
+        so a message cannot steer it into another bucket, another pool or a ``..`` key.
+        """
+        own = self.run_prefix(run_id)
+        if results_prefix != own:
+            return f"claim's results_prefix {results_prefix} is not this pool's prefix for run {run_id} ({own})"
+        segments = manifest_uri[len(own) :].split("/")
+        if not manifest_uri.startswith(own) or any(p in ("", ".", "..") for p in segments):
+            return f"claim's manifest {manifest_uri} lies outside this pool's prefix for run {run_id} ({own})"
+        return None
 
     @staticmethod
     def manifest_uri(results_prefix: str, claim_id: str) -> str:
@@ -122,22 +128,18 @@ class RunStore:
 
     def put(self, uri: str, body: bytes, content_type: str = "application/json") -> None:
         bucket, key = parse_s3_uri(uri)
-        try:
+        with aws_errors(f"write {uri}", error=StoreError):
             self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"cannot write {uri}: {exc}") from exc
 
     def get(self, uri: str, max_bytes: int | None = None) -> bytes | None:
         """The object's bytes, or None when it does not exist. ManifestProblem when over ``max_bytes``."""
         bucket, key = parse_s3_uri(uri)
         try:
             resp = self.s3.get_object(Bucket=bucket, Key=key)
-        except ClientError as exc:
-            if _missing(exc):
+        except (ClientError, BotoCoreError) as exc:
+            if is_not_found(exc):
                 return None
-            raise StoreError(f"cannot read {uri}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"cannot read {uri}: {exc}") from exc
+            raise translate(exc, f"read {uri}", error=StoreError) from exc
         size = int(resp.get("ContentLength", 0))
         if max_bytes is not None and size > max_bytes:
             resp["Body"].close()
@@ -157,40 +159,32 @@ class RunStore:
         except ParamValidationError:
             self.put(uri, body, content_type)
             return True
-        except ClientError as exc:
-            if _precondition_failed(exc):
+        except (ClientError, BotoCoreError) as exc:
+            if is_precondition_failed(exc):
                 return False
-            raise StoreError(f"cannot write {uri}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"cannot write {uri}: {exc}") from exc
+            raise translate(exc, f"write {uri}", error=StoreError) from exc
 
     def delete(self, uri: str) -> None:
         bucket, key = parse_s3_uri(uri)
-        try:
+        with aws_errors(f"delete {uri}", error=StoreError):
             self.s3.delete_object(Bucket=bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"cannot delete {uri}: {exc}") from exc
 
     def exists(self, uri: str) -> bool:
         bucket, key = parse_s3_uri(uri)
         try:
             self.s3.head_object(Bucket=bucket, Key=key)
             return True
-        except ClientError as exc:
-            if _missing(exc):
+        except (ClientError, BotoCoreError) as exc:
+            if is_not_found(exc):
                 return False
-            raise StoreError(f"cannot check {uri}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise StoreError(f"cannot check {uri}: {exc}") from exc
+            raise translate(exc, f"check {uri}", error=StoreError) from exc
 
     def _keys(self, uri_prefix: str) -> list[str]:
         bucket, key = parse_s3_uri(uri_prefix)
         out: list[str] = []
-        try:
+        with aws_errors(f"list {uri_prefix}", error=StoreError):
             for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
                 out += [o["Key"] for o in page.get("Contents", [])]
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"cannot list {uri_prefix}: {exc}") from exc
         return out
 
     def _put_model(self, uri: str, model: BaseModel) -> None:
@@ -207,17 +201,19 @@ class RunStore:
         self._put_model(record.results_prefix + "run.json", record)
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        data = self.get(self.run_prefix(run_id) + "run.json")
-        return None if data is None else RunRecord.model_validate_json(data)
+        uri = self.run_prefix(run_id) + "run.json"
+        data = self.get(uri)
+        return None if data is None else _parse(RunRecord, data, uri)
 
     def summaries(self, results_prefix: str) -> dict[str, Summary]:
         """Every Summary written so far for a run, by claim id."""
         out: dict[str, Summary] = {}
         bucket = parse_s3_uri(results_prefix)[0]
         for key in self._keys(results_prefix + "summaries/"):
-            data = self.get(f"s3://{bucket}/{key}")
+            uri = f"s3://{bucket}/{key}"
+            data = self.get(uri)
             if data is not None:
-                s = Summary.model_validate_json(data)
+                s = _parse(Summary, data, uri)
                 out[s.claim_id] = s
         return out
 
@@ -227,12 +223,7 @@ class RunStore:
     def get_summary(self, results_prefix: str, claim_id: str) -> Summary | None:
         uri = self.summary_uri(results_prefix, claim_id)
         data = self.get(uri)
-        if data is None:
-            return None
-        try:
-            return Summary.model_validate_json(data)
-        except ValidationError as exc:
-            raise StoreError(f"{uri} is not a valid Summary: {exc.errors()[0].get('msg')}") from exc
+        return None if data is None else _parse(Summary, data, uri)
 
     def summary_claims(self, results_prefix: str) -> list[str]:
         """Claim ids that have a Summary so far (one LIST per 1,000 claims)."""
@@ -250,9 +241,10 @@ class RunStore:
             raise StoreError(str(exc)) from exc
         out: list[ItemResult] = []
         if summary.results_key is not None or summary.ok:
-            data = self.get(self.results_uri(results_prefix, summary.claim_id, key))
+            uri = self.results_uri(results_prefix, summary.claim_id, key)
+            data = self.get(uri)
             if data:
-                out = [ItemResult.model_validate_json(line) for line in data.splitlines() if line.strip()]
+                out = [_parse(ItemResult, line, uri) for line in data.splitlines() if line.strip()]
         if indices is not None and len(out) < len(indices):
             have = {r.index for r in out}
             why = f"claim {summary.claim_id} ended without this item's result: {summary.error or 'no reason given'}"
@@ -339,9 +331,7 @@ class RunStore:
         try:
             return Manifest.model_validate_json(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "(document)"
-            raise ManifestProblem(f"manifest {uri} is invalid at {where}: {first.get('msg')}") from exc
+            raise ManifestProblem(format_validation_error(exc, f"manifest {uri} is invalid")) from exc
 
     def put_results(
         self, results_prefix: str, claim_id: str, results: list[ItemResult], results_key: str | None = None

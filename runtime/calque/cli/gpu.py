@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
-from calque.cli.output import emit, table, warn
-from calque.errors import PartialFailure
+from calque.cli.options import gpu_backend_options, json_option, shared_gpu_consent_option
+from calque.cli.outcome import emit_outcome
+from calque.cli.output import emit, table
+from calque.errors import PartialFailure, UsageError
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.hostconfig import load_gpu_config, open_backend
-from calque.gpu.layout import load_layout
 from calque.gpu.mps import (
     DEFAULT_LOG_ROOT,
     DEFAULT_PIPE_ROOT,
-    SYSTEMD_UNIT,
     MpsControl,
-    MpsResult,
-    MpsSettings,
     MpsStatus,
 )
+from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
-from calque.gpu.planner import MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
+from calque.gpu.planner import MigState, current_layout
+from calque.gpu.selection import GpuSelection, open_gpu
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
+from calque.ops.mig import MigLayoutOp, MigRequest
+from calque.ops.mps import MpsDaemonsOp, MpsRequest
+from calque.ops.outcome import Outcome
 
 
 @click.group()
@@ -144,17 +146,19 @@ def verify(strict: bool, as_json: bool) -> None:
         raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
 
 
-host_config_option = click.option(
-    "--host-config",
-    type=click.Path(dir_okay=False),
-    envvar="CALQUE_HOST_CONFIG",
-    default=None,
-    help="Host configuration (gpu.backend: nvml | sim); default /etc/calque/host.yaml.",
-)
+def _backend(gpu: GpuSelection) -> GpuBackend:
+    return open_gpu(gpu)
 
 
-def _backend(host_config: str | None) -> GpuBackend:
-    return open_backend(load_gpu_config(host_config))
+def _request_backend(gpu: GpuSelection) -> dict[str, Any]:
+    """The GPU options of an ops request (``GpuHostRequest``), from the CLI's backend flags."""
+    if gpu.backend == "none":
+        raise UsageError("this command needs a GPU: choose --gpu-backend host, nvml or sim")
+    return {
+        "gpu_backend": gpu.backend,
+        "sim_state": str(gpu.sim_state) if gpu.sim_state is not None else None,
+        "host_config": str(gpu.host_config) if gpu.host_config is not None else None,
+    }
 
 
 def _progress(message: str) -> None:
@@ -176,56 +180,33 @@ def _render_state(s: MigState) -> str:
     return table(["gpu", "card", "MIG", "instances (profile@start [CI split])"], rows)
 
 
-def _render_plan(p: MigPlan) -> str:
-    if not p.gpus:
+def _render_layouts(o: Outcome[Any]) -> str:
+    """Each selected GPU's layout before and after (planned, in check mode), then its MIG devices."""
+
+    def shown(view: dict[str, Any] | None) -> str:
+        if not view:
+            return "-"
+        text = " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
+        if view.get("mig_pending") is not None:
+            text += f" (MIG {'on' if view['mig_pending'] else 'off'} pending a reset)"
+        return text
+
+    if not o.after:
         return "the layout selects no GPU on this host"
-    lines = []
-    done = [g for g in p.gpus if not g.ops]
-    if done:
-        lines.append(f"GPU {', '.join(str(g.index) for g in done)}: already as the layout says (nothing to do)")
-    for g in p.gpus:
-        if not g.ops:
-            continue
-        before = " ".join(g.before.instances) or ("MIG on, empty" if g.before.mig_enabled else "MIG off")
-        after = " ".join(g.after.instances) or ("MIG on, empty" if g.after.mig_enabled else "MIG off")
-        lines.append(f"GPU {g.index} ({g.card}): {before}  ->  {after}")
-        lines += [f"  {op.describe()}" for op in g.ops]
-        for b in g.busy_destroyed:
-            lines.append(f"  force: stops pids {b.pids} on {b.profile}@{b.start} (GI {b.gi_id})")
-        if g.needs_reset:
-            lines.append("  needs a GPU reset (apply with --allow-reset, or reboot)")
-    return "\n".join(lines)
-
-
-def _render_apply(r: MigApplyResult) -> str:
-    lines = []
-    for g in r.gpus:
-        lines.append(f"GPU {g.index}: {len(g.done)} operation(s)" + (f"; {g.blocked}" if g.blocked else ""))
-        if g.reset_required and not g.blocked:
-            lines.append("  MIG mode change pending: reset the GPU (--allow-reset) or reboot, then apply again")
-        if g.reboot_required:
-            lines.append("  reboot the host, then apply again")
-    if r.mig_devices:
-        lines.append("")
-        lines.append(
-            table(
-                ["gpu", "profile", "start", "gi", "ci", "uuid"],
-                [
-                    [d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid]
-                    for d in r.mig_devices
-                ],
-            )
-        )
-    lines.append("changed" if r.changed else "no change")
+    lines = [f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}" for gpu, view in o.after.items()]
+    devices = o.result.mig_devices
+    if devices and not o.check_mode:
+        rows = [[d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid] for d in devices]
+        lines += ["", table(["gpu", "profile", "start", "gi", "ci", "uuid"], rows)]
     return "\n".join(lines)
 
 
 @mig.command("show")
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_show(host_config: str | None, as_json: bool) -> None:
+def mig_show(gpu: GpuSelection, as_json: bool) -> None:
     """Show every GPU's MIG mode and instances."""
-    emit(current_layout(_backend(host_config)), as_json, _render_state)
+    emit(current_layout(_backend(gpu)), as_json, _render_state)
 
 
 config_option = click.option(
@@ -239,16 +220,20 @@ force_option = click.option(
 )
 
 
+def _mig_request(config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection) -> MigRequest:
+    return MigRequest(config=config_file, select=select, force=force, allow_reset=allow_reset, **_request_backend(gpu))
+
+
 @mig.command("plan")
 @config_option
 @select_option
 @force_option
-@host_config_option
+@gpu_backend_options
 @json_option
-def mig_plan(config_file: str, select: str | None, force: bool, host_config: str | None, as_json: bool) -> None:
+def mig_plan(config_file: str, select: str | None, force: bool, gpu: GpuSelection, as_json: bool) -> None:
     """Show what applying a layout would change (changes nothing)."""
-    name, entries = load_layout(config_file).select(select)
-    emit(MigPlanner(_backend(host_config)).plan(entries, force=force, config=name), as_json, _render_plan)
+    request = _mig_request(config_file, select, force, False, gpu)
+    emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
 
 
 @mig.command("apply")
@@ -258,22 +243,19 @@ def mig_plan(config_file: str, select: str | None, force: bool, host_config: str
 @click.option(
     "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
 )
-@host_config_option
+@gpu_backend_options
 @json_option
 def mig_apply(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, host_config: str | None, as_json: bool
+    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, as_json: bool
 ) -> None:
-    """Apply a layout with the fewest changes; a satisfied layout changes nothing."""
-    name, entries = load_layout(config_file).select(select)
-    planner = MigPlanner(_backend(host_config))
-    plan = planner.plan(entries, force=force, config=name)
-    result = planner.apply(plan, allow_reset=allow_reset, progress=_progress)
-    emit(result, as_json, _render_apply)
-    blocked = [g for g in result.gpus if g.blocked]
-    if blocked:
-        raise PartialFailure("; ".join(f"GPU {g.index}: {g.blocked}" for g in blocked))
-    if result.reset_required:
-        warn("a MIG mode change is pending a GPU reset: rerun with --allow-reset or reboot, then apply again")
+    """Apply a layout with the fewest changes; a satisfied layout changes nothing.
+
+    A reset left pending (no --allow-reset) or a reboot the platform needs is not an error: exit 0
+    with a warning and `pending` in the result. A reset that --allow-reset allowed but something
+    holding the GPU prevented exits 1.
+    """
+    request = _mig_request(config_file, select, force, allow_reset, gpu)
+    emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)
 
 
 @gpu.group()
@@ -296,11 +278,10 @@ def _mps_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--per-mig", is_flag=True, help="One daemon per MIG device instead of per GPU."),
         click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="Pipe directories root."),
         click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="Log directories root."),
-        host_config_option,
         json_option,
     ):
         f = opt(f)
-    return f
+    return gpu_backend_options(f)
 
 
 def _render_mps_status(s: MpsStatus) -> str:
@@ -315,20 +296,42 @@ def _render_mps_status(s: MpsStatus) -> str:
     return out
 
 
-def _render_mps_result(r: MpsResult) -> str:
-    lines = r.actions or ["nothing to do"]
-    lines.append("")
-    lines.append(_render_mps_status(MpsStatus(daemons=r.daemons)))
-    return "\n".join(lines)
+def _render_mps_daemons(o: Outcome[Any]) -> str:
+    return _render_mps_status(MpsStatus(daemons=o.result.daemons))
+
+
+def _mps_run(
+    state: str,
+    check: bool,
+    consent: bool,
+    gpus: str | None,
+    per_mig: bool,
+    pipe_root: str,
+    log_root: str,
+    gpu: GpuSelection,
+    as_json: bool,
+    **limits: Any,
+) -> None:
+    request = MpsRequest(
+        state=state,
+        gpus=_gpu_list(gpus),
+        per_mig=per_mig,
+        pipe_root=pipe_root,
+        log_root=log_root,
+        **_request_backend(gpu),
+        i_understand_shared_gpu_has_no_isolation=consent,
+        **limits,
+    )
+    emit_outcome(MpsDaemonsOp(progress=_progress).run(request, check_mode=check), as_json, _render_mps_daemons)
 
 
 @mps.command("status")
 @_mps_options
 def mps_status(
-    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, host_config: str | None, as_json: bool
+    gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Show each MPS control daemon, its limits and the GPU's compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     emit(ctl.status(_gpu_list(gpus), per_mig), as_json, _render_mps_status)
 
 
@@ -347,16 +350,12 @@ def mps_start(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
-    settings = MpsSettings(active_thread_percentage=active_thread_percentage, pinned_memory_limit=pinned_memory_limit)
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
-    result = ctl.start(
-        settings, consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
-    )
-    emit(result, as_json, _render_mps_result)
+    limits = {"active_thread_percentage": active_thread_percentage, "pinned_memory_limit": pinned_memory_limit}
+    _mps_run("started", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json, **limits)
 
 
 @mps.command("stop")
@@ -370,21 +369,30 @@ def mps_stop(
     per_mig: bool,
     pipe_root: str,
     log_root: str,
-    host_config: str | None,
+    gpu: GpuSelection,
     as_json: bool,
 ) -> None:
     """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
-    ctl = MpsControl(_backend(host_config), pipe_root=pipe_root, log_root=log_root)
-    result = ctl.stop(
-        consent=shared_gpu_consent, gpus=_gpu_list(gpus), per_mig=per_mig, check=check, progress=_progress
-    )
-    emit(result, as_json, _render_mps_result)
+    _mps_run("stopped", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json)
+
+
+def _render_units(u: MpsUnits) -> str:
+    # One file per unit: each starts with the path it belongs at, so the output can be split by hand.
+    return "\n".join(f"# ==> /etc/systemd/system/{name}\n{text}" for name, text in u.units.items())
 
 
 @mps.command("unit")
-def mps_unit() -> None:
-    """Print the systemd unit template (calque-mps@.service) that runs a daemon per GPU."""
-    click.echo(SYSTEMD_UNIT, nl=False)
+@click.option(
+    "--calque",
+    "calque_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Absolute path of calque for ExecStart (default: the calque beside this Python, e.g. <venv>/bin/calque).",
+)
+@json_option
+def mps_unit(calque_path: str | None, as_json: bool) -> None:
+    """Print the systemd units (calque-mps@.service, calque-mps.target) that run a daemon per GPU at boot."""
+    emit(mps_units(calque_path), as_json, _render_units)
 
 
 def _render_facts(f: HostGpuFacts) -> str:
@@ -416,9 +424,15 @@ def _render_facts(f: HostGpuFacts) -> str:
 @gpu.command()
 @click.option("--pipe-root", default=str(DEFAULT_PIPE_ROOT), show_default=True, help="MPS pipe directories root.")
 @click.option("--log-root", default=str(DEFAULT_LOG_ROOT), show_default=True, help="MPS log directories root.")
-@host_config_option
+@gpu_backend_options
 @json_option
-def info(pipe_root: str, log_root: str, host_config: str | None, as_json: bool) -> None:
+def info(pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool) -> None:
     """Show GPUs, MIG instances and devices, processes, MPS daemons and each card's catalog entry."""
-    backend = _backend(host_config)
+    backend = _backend(gpu)
     emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
+
+
+# `calque gpu sim ...` lives in its own file (cli/gpu_sim.py); it is part of this group.
+from calque.cli.gpu_sim import sim  # noqa: E402
+
+gpu.add_command(sim)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -43,3 +45,92 @@ shared_gpu_consent_option = click.option(
     is_flag=True,
     help="Required for MPS: tenants of one GPU share memory and faults, with no isolation.",
 )
+
+
+python_version_option = click.option(
+    "--python-version",
+    default=None,
+    help="Python the wheels are for, e.g. 3.11 (Debian 12); default: this controller's.",
+)
+platform_option = click.option(
+    "--platform",
+    default=None,
+    help="Platform tag the wheels are for, e.g. manylinux2014_x86_64; default: this controller's.",
+)
+
+
+def wheelhouse_target_options(f: F) -> F:
+    """--python-version and --platform of a wheelhouse, stacked."""
+    for opt in (platform_option, python_version_option):
+        f = opt(f)
+    return f
+
+
+def gpu_backend_flags(f: F) -> F:
+    """--gpu-backend, --sim-state and --host-config as three plain values (None when not given), in the
+    vocabulary the host config, the modules and the session config share (``calque.gpu.selection``)."""
+    from calque.gpu.selection import BACKENDS
+
+    for opt in (
+        click.option(
+            "--host-config",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar="CALQUE_HOST_CONFIG",
+            default=None,
+            help="Host configuration read by --gpu-backend host (default /etc/calque/host.yaml).",
+        ),
+        click.option(
+            "--sim-state",
+            "--gpu-state",
+            "sim_state",
+            type=click.Path(dir_okay=False, path_type=Path),
+            envvar=["CALQUE_SIM_STATE", "CALQUE_GPU_STATE"],
+            default=None,
+            help="A simulated host's state file (alone, it means --gpu-backend sim).",
+        ),
+        click.option(
+            "--gpu-backend",
+            type=click.Choice(BACKENDS),
+            envvar="CALQUE_GPU_BACKEND",
+            default=None,
+            help="host: as the host configuration says (default); nvml; sim; none.",
+        ),
+    ):
+        f = opt(f)
+    return f
+
+
+class DurationType(click.ParamType[float, Any]):
+    """A click type for durations in the one grammar (``calque.durations``): ``90``, ``30m``, ``1h 30m``."""
+
+    name = "duration"
+
+    def __init__(self, *, whole: bool = False) -> None:
+        self.whole = whole  # whole seconds, for settings AWS takes as integers
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from calque.durations import DurationError, parse_duration, parse_seconds
+
+        what = f"--{param.name.replace('_', '-')}" if param is not None and param.name else ""
+        try:
+            return (parse_seconds if self.whole else parse_duration)(value, what=what)
+        except DurationError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+WHOLE_DURATION = DurationType(whole=True)
+
+
+def gpu_backend_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The same three flags, handed to the command as one ``gpu`` argument (a ``GpuSelection``)."""
+    from calque.gpu.selection import GpuSelection
+
+    @functools.wraps(f)
+    def with_selection(
+        *args: Any, gpu_backend: str | None, sim_state: Path | None, host_config: Path | None, **kwargs: Any
+    ) -> Any:
+        sel = GpuSelection(gpu_backend or "host", sim_state=sim_state, host_config=host_config)  # type: ignore[arg-type]
+        return f(*args, gpu=sel, **kwargs)
+
+    return gpu_backend_flags(with_selection)

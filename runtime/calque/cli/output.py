@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-from pydantic import BaseModel
 
 M = TypeVar("M")
 
@@ -22,6 +21,8 @@ def emit(data: M, as_json: bool, render: Callable[[M], str]) -> None:
 
 
 def to_json(data: Any) -> str:
+    from pydantic import BaseModel  # only when printing JSON: the human path never needs it
+
     if isinstance(data, BaseModel):
         return data.model_dump_json(indent=2)
     if isinstance(data, (list, tuple)) and all(isinstance(d, BaseModel) for d in data):
@@ -44,3 +45,8 @@ def warn(message: str) -> None:
 
 def progress_enabled() -> bool:
     return sys.stderr.isatty()
+
+
+def progress_to_stderr(message: str) -> None:
+    """A step of a long operation, on stderr so that stdout stays the result (and --json stays JSON)."""
+    click.echo(message, err=True)

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from dataclasses import asdict
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.aws.clients import client
-from calque.aws.queue import PoolQueue
-from calque.aws.store import RunStore
-from calque.cli.options import aws_options, json_option
-from calque.cli.output import emit, table
-from calque.errors import InfrastructureError, PartialFailure, UsageError
-from calque.models import QueueDepth, RunRecord, RunReport
-from calque.pool import submit as core
-from calque.pool.cost import cost_line
-from calque.pool.deadletter import settle_dead_letters
-from calque.pool.submit import PoolTarget
+from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
+from calque.cli.output import progress_to_stderr
+from calque.cli.pool_runs import bucket_option, prefix_option, results, status, submit, sweep
+from calque.errors import PartialFailure, UsageError
+
+# boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
+if TYPE_CHECKING:
+    from calque.ops.outcome import Outcome
 
 
 @click.group()
@@ -27,12 +21,41 @@ def pool() -> None:
     """Warm pools: one SQS queue per model and resident workers that keep the model loaded."""
 
 
-def _render_depth(d: QueueDepth) -> str:
-    age = "-" if d.oldest_message_age_s is None else f"{d.oldest_message_age_s}s"
-    return table(
-        ["queue", "visible", "in flight", "delayed", "dlq", "oldest"],
-        [[d.queue_name, d.visible, d.in_flight, d.delayed, d.dlq_visible, age]],
-    )
+for _command in (submit, results, sweep, status):
+    pool.add_command(_command)
+
+
+def _render_queue(o: Outcome[Any]) -> str:
+    r = o.result
+    attrs = ", ".join(f"{k}={v}" for k, v in r.attributes.items()) or "-"
+    return f"queue {r.queue_name}  url {r.queue_url or '-'}\ndlq {r.dlq_arn or '-'}\nattributes {attrs}"
+
+
+@pool.command()
+@click.option("--model", required=True, help="The pool's model (its identity).")
+@click.option("--state", type=click.Choice(["present", "absent"]), default="present", show_default=True)
+@click.option("--visibility-timeout", type=int, default=None, help="Seconds a claim stays invisible (0..43200).")
+@click.option("--message-retention", type=int, default=None, help="Seconds SQS keeps a message (60..1209600).")
+@click.option("--receive-wait", type=int, default=None, help="Long-poll wait in seconds (0..20).")
+@click.option("--max-receive-count", type=int, default=None, help="Receives before the DLQ (1..1000).")
+@click.option("--dlq-retention", type=int, default=None, help="Seconds the DLQ keeps a message (60..1209600).")
+@click.option("--encryption/--no-encryption", default=None, help="SQS-managed server-side encryption.")
+@click.option("--check", is_flag=True, help="Show what would change, change nothing.")
+@aws_options
+@json_option
+def queue(
+    check: bool, region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool, **options: Any
+) -> None:
+    """Create, update or delete a pool's SQS queue and dead-letter queue (as calque.gpu.pool_queue does).
+
+    Settings left out keep an existing queue's values; a new queue gets the defaults.
+    """
+    from calque.cli.outcome import emit_outcome
+    from calque.ops.base import AwsSession
+    from calque.ops.pool_queue import PoolQueueOp
+
+    op = PoolQueueOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile))
+    emit_outcome(op.run(op.request(options), check_mode=check), as_json, _render_queue)
 
 
 # -- worker ---------------------------------------------------------------------------------------
@@ -41,8 +64,9 @@ def _render_depth(d: QueueDepth) -> str:
 @pool.command()
 @click.option("--spec", "spec_path", required=True, type=click.Path(dir_okay=False), help="PoolSpec file (YAML).")
 @click.option("--index", type=int, default=None, help="Run only worker N of the spec (systemd template units).")
-@click.option("--idle-timeout", type=float, default=None, help="Override: exit after this many idle seconds.")
-@click.option("--metrics-port", type=int, default=None, help="Override: serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--idle-timeout", type=DURATION, default=None, help="Override: exit after this long idle (600, 10m).")
+@click.option("--metrics-port", type=int, default=None, help="Override: serve Prometheus metrics on PORT.")
+@click.option("--metrics-addr", default=None, help="Override: the address the metrics port binds (default 127.0.0.1).")
 @click.option("--metrics-textfile", default=None, help="Override: write metrics to this node_exporter .prom file.")
 @click.option("--instance-type", default=None, help="Override: the EC2 instance type (for the cost line).")
 @click.option("--imds-endpoint", default=None, help="Override: the instance metadata service address.")
@@ -51,6 +75,7 @@ def worker(
     index: int | None,
     idle_timeout: float | None,
     metrics_port: int | None,
+    metrics_addr: str | None,
     metrics_textfile: str | None,
     instance_type: str | None,
     imds_endpoint: str | None,
@@ -67,6 +92,7 @@ def worker(
         spec_path,
         idle_timeout_s=idle_timeout,
         metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
         metrics_textfile=metrics_textfile,
         instance_type=instance_type,
         imds_endpoint=imds_endpoint,
@@ -90,227 +116,63 @@ def worker(
 )
 @click.option("--runtime-sha256", default=None, help="The staged wheel's sha256, checked on the instance.")
 @click.option(
+    "--wheelhouse-url",
+    default=None,
+    help="Presigned URL of the staged wheelhouse (calque and its pinned dependencies); needs --wheelhouse-sha256.",
+)
+@click.option("--wheelhouse-sha256", default=None, help="The staged wheelhouse's sha256, checked on the instance.")
+@click.option(
     "--runtime-pip",
     default=None,
     help="Override: pip requirement or URL that installs calque on the instance (wins over --runtime-url).",
 )
-def user_data(spec_path: str, runtime_url: str | None, runtime_sha256: str | None, runtime_pip: str | None) -> None:
+@json_option
+def user_data(
+    spec_path: str,
+    runtime_url: str | None,
+    runtime_sha256: str | None,
+    wheelhouse_url: str | None,
+    wheelhouse_sha256: str | None,
+    runtime_pip: str | None,
+    as_json: bool,
+) -> None:
     """Print the EC2 user-data that makes an instance a worker of this pool (systemd unit included).
 
     playbooks/pool.yml passes it to calque.gpu.ec2_cohort; the spec is validated first. Without
     --runtime-url or --runtime-pip the instance runs `pip install calque==<this version>`, which
-    needs an index that has calque.
+    needs an index that has calque. With --wheelhouse-url the instance installs calque and exactly
+    the dependency versions in constraints.txt from the staged wheelhouse, with no index.
     """
-    from calque.pool.bootstrap import worker_user_data
+    from calque.cli.outcome import emit_outcome
+    from calque.ops.pool_spec import PoolSpecOp, PoolSpecRequest
     from calque.pool.spec import load_spec
 
-    text = worker_user_data(
-        load_spec(spec_path),
+    request = PoolSpecRequest(
+        spec=load_spec(spec_path).model_dump(mode="json"),
+        stage_runtime=False,
         runtime_pip=runtime_pip or None,
         runtime_url=runtime_url or None,
         runtime_sha256=runtime_sha256 or None,
+        wheelhouse_url=wheelhouse_url or None,
+        wheelhouse_sha256=wheelhouse_sha256 or None,
     )
-    click.echo(text, nl=False)
-
-
-# -- submit / results -----------------------------------------------------------------------------
-
-bucket_option = click.option(
-    "--bucket", envvar="CALQUE_POOL_BUCKET", default=None, help="The pool's S3 bucket (or CALQUE_POOL_BUCKET)."
-)
-prefix_option = click.option("--prefix", default="calque", show_default=True, help="Key prefix in the bucket.")
-
-
-def _target(
-    model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
-) -> PoolTarget:
-    if not bucket:
-        raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    return PoolTarget(model, bucket, prefix, region, endpoint, profile)
-
-
-def _render_report(r: RunReport) -> str:
-    ips = "-" if r.items_per_second is None else f"{r.items_per_second:.2f}"
-    lines = [
-        f"run {r.run_id}  model {r.model}  queue {r.queue_name}",
-        f"items: {r.items_ok} ok, {r.items_failed} failed of {r.items}  "
-        f"claims: {r.claims_done}/{r.claims} done ({r.claims_failed} failed)",
-        f"warm hits: {r.warm_hits}/{r.claims_done}  enter paid: {r.enter_seconds_paid:.2f}s  "
-        f"wall: {r.wall_seconds:.2f}s  items/s: {ips}",
-        cost_line(r.cost, r.enter_seconds_paid),
-    ]
-    lines += [f"claim error: {e}" for e in r.errors]
-    return "\n".join(lines)
-
-
-def _render_record(r: RunRecord) -> str:
-    return f"run {r.run_id}: {r.item_count} items in {len(r.claims)} claims sent to {r.queue_name}"
-
-
-@pool.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--items", "items_path", required=True, type=click.Path(dir_okay=False), help="JSONL, one item a line.")
-@click.option("--method", default=None, help="Method to call (default: the pool's default method).")
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Items per claim.")
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the run to finish.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait.")
-@click.option("--workload-digest", default=None, help="Refuse workers that run another script/parameters.")
-@bucket_option
-@prefix_option
-@aws_options
-@json_option
-def submit(
-    model: str,
-    items_path: str,
-    method: str | None,
-    batch_size: int,
-    wait: bool,
-    timeout: float,
-    workload_digest: str | None,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-    as_json: bool,
-) -> None:
-    """Submit items to a pool; with --wait, show progress and print the run's outcome and cost.
-
-    Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
-    """
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    items = core.read_items(Path(items_path))
-    record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
-    click.echo(f"submitted {_render_record(record)}", err=True)
-    if not wait:
-        emit(record, as_json, _render_record)
-        return
-    store = target.store(record.queue_name)
-    rep = _wait_with_progress(store, record, timeout, target.queue())
-    emit(rep, as_json, _render_report)
-    core.check_finished(rep, timeout)
-    if rep.items_failed or rep.claims_failed:
-        raise PartialFailure(
-            f"{rep.items_failed} of {rep.items} items failed; see them with: calque pool results {rep.run_id} "
-            f"--model {model!r} --failed"
-        )
-
-
-def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float, queue: PoolQueue) -> RunReport:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("claims"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
-    ) as bar:
-        task = bar.add_task("claims", total=len(record.claims))
-
-        def on_progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        rep: RunReport = core.wait(store, record, timeout_s=timeout, on_progress=on_progress, queue=queue)
-    return rep
-
-
-@pool.command()
-@click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--failed", "failed_only", is_flag=True, help="Only the items that failed.")
-@bucket_option
-@prefix_option
-@aws_options
-def results(
-    run_id: str,
-    model: str,
-    failed_only: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
-    """Print a run's ItemResults as JSONL on stdout, in item order."""
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    store, record = core.load_run(target, run_id)
-    with contextlib.suppress(InfrastructureError):  # the queue may be gone; its runs' results stay readable
-        settle_dead_letters(target.queue(), store)
-    out = core.results(store, record)
-    shown = [r for r in out if not r.ok] if failed_only else out
-    for r in shown:
-        sys.stdout.write(r.model_dump_json() + "\n")
-    sys.stdout.flush()
-    missing = record.item_count - len(out)
-    if missing:
-        raise InfrastructureError(f"{missing} of {record.item_count} items of run {run_id} have no result yet")
-
-
-@pool.command()
-@click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--dry-run", is_flag=True, help="Only list the orphaned results objects.")
-@bucket_option
-@prefix_option
-@aws_options
-def sweep(
-    run_id: str,
-    model: str,
-    dry_run: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
-    """Delete a run's orphaned results: objects no Summary vouches for (attempts that lost their lease).
-
-    Prints each one's URI. Claims without a Summary yet are left alone.
-    """
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    store, record = core.load_run(target, run_id)
-    for uri in store.sweep(record, dry_run=dry_run):
-        click.echo(uri)
-
-
-@pool.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--run", "run_id", default=None, help="Also show this run: items ok and failed, failed claims' reasons.")
-@bucket_option
-@prefix_option
-@aws_options
-@json_option
-def status(
-    model: str,
-    run_id: str | None,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-    as_json: bool,
-) -> None:
-    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age.
-
-    With --run, the run's report too (dead-lettered claims of the pool are first recorded as failed).
-    """
-    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
-    queue = PoolQueue(sqs, model, cloudwatch=cloudwatch)
-    if run_id is None:
-        emit(queue.depth(), as_json, _render_depth)
-        return
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    store, record = core.load_run(target, run_id)
-    settle_dead_letters(queue, store)
-    emit(core.report(record, store.summaries(record.results_prefix)), as_json, _render_report)
+    outcome = PoolSpecOp().run(request)
+    if as_json:
+        emit_outcome(outcome, as_json)
+    else:  # the human view is the script itself, to pipe or save
+        click.echo(outcome.result.user_data, nl=False)
 
 
 # -- stage-runtime --------------------------------------------------------------------------------
 
 
-def _render_staged(staged: dict[str, object]) -> str:
-    state = "uploaded" if staged["uploaded"] else "already staged"
-    return f"s3://{staged['bucket']}/{staged['key']} ({state})\nsha256 {staged['sha256']}\n{staged['url']}"
+def _render_staged(o: Outcome[Any]) -> str:
+    r = o.result
+    state = "uploaded" if r.uploaded else "already staged"
+    lines = [f"s3://{r.bucket}/{r.key} ({state})", f"sha256 {r.sha256}", str(r.url)]
+    if r.wheelhouse_key:
+        lines += [f"s3://{r.bucket}/{r.wheelhouse_key}", f"sha256 {r.wheelhouse_sha256}", str(r.wheelhouse_url)]
+    return "\n".join(lines)
 
 
 @pool.command("stage-runtime")
@@ -318,6 +180,7 @@ def _render_staged(staged: dict[str, object]) -> str:
 @prefix_option
 @click.option(
     "--ttl",
+    type=WHOLE_DURATION,
     default="3h",
     show_default=True,
     help="How long the instances may download it (their TTL): seconds or 90m, 3h, 1d; at most 7 days.",
@@ -329,33 +192,60 @@ def _render_staged(staged: dict[str, object]) -> str:
     type=click.Path(dir_okay=False),
     help="Stage this calque wheel instead of building the running calque's.",
 )
+@click.option(
+    "--wheelhouse",
+    "wheelhouse_path",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Stage this wheelhouse (`calque runtime wheelhouse`) instead of building one.",
+)
+@click.option(
+    "--no-wheelhouse",
+    is_flag=True,
+    help="Stage the wheel alone: instances then take calque's dependencies from their own index, unpinned.",
+)
+@wheelhouse_target_options
 @aws_options
 @json_option
 def stage_runtime(
     bucket: str | None,
     prefix: str,
-    ttl: str,
+    ttl: int,
     wheel_path: str | None,
+    wheelhouse_path: str | None,
+    no_wheelhouse: bool,
+    python_version: str | None,
+    platform: str | None,
     region: str | None,
     endpoint_url: str | None,
     profile: str | None,
     as_json: bool,
 ) -> None:
-    """Stage this calque's wheel in the pool's bucket (<prefix>/runtime/) and print a presigned URL for it.
+    """Stage this calque's wheel and pinned wheelhouse in the pool's bucket (<prefix>/runtime/), with presigned URLs.
 
-    Uploads only when the stored sha256 differs. Pass the URL and sha256 to `calque pool user-data`
-    (--runtime-url, --runtime-sha256): instances download, check and pip install the wheel.
+    Uploads only what changed (sha256 in the object's metadata). Pass the URLs and sha256s to
+    `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
+    for the wheel alone): instances download, check and install exactly the pinned versions.
     """
-    from calque.models.acquire import parse_duration
-    from calque.pool.runtime_wheel import stage_runtime as stage
+    from calque.cli.outcome import emit_outcome
+    from calque.ops.base import AwsSession
+    from calque.ops.runtime import RuntimeOp
 
     if not bucket:
         raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    try:
-        ttl_s = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    staged = stage(
-        bucket, prefix, ttl_s=ttl_s, wheel=wheel_path, region=region, endpoint_url=endpoint_url, profile=profile
+    if no_wheelhouse and wheelhouse_path:
+        raise UsageError("--wheelhouse and --no-wheelhouse contradict each other: pass one")
+    op = RuntimeOp(AwsSession(region=region, endpoint_url=endpoint_url, profile=profile), progress_to_stderr)
+    request = op.request(
+        {
+            "bucket": bucket,
+            "prefix": prefix,
+            "ttl": str(ttl),
+            "wheel": wheel_path,
+            "wheelhouse": not no_wheelhouse,
+            "wheelhouse_dir": wheelhouse_path,
+            "python_version": python_version,
+            "platform": platform,
+        }
     )
-    emit(asdict(staged), as_json, _render_staged)
+    emit_outcome(op.run(request), as_json, _render_staged)

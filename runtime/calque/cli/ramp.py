@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from calque.cli.options import aws_options, json_option, spend_consent_option
+from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, spend_consent_option
 from calque.cli.output import emit, table
-from calque.errors import PartialFailure, UsageError
-from calque.models.acquire import RampReport, RampRung, parse_duration
+from calque.errors import PartialFailure
+from calque.models.acquire import RampReport, RampRung
 
 _HEADERS = ["rung", "items", "ok", "failed", "wall s", "items/s", "enter s paid"]
 
@@ -73,7 +73,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True, help="Items per claim.")
 @click.option("--instance-type", required=True, help="EC2 instance type of the one instance, e.g. g6.xlarge.")
 @click.option("--spot", is_flag=True, help="Use a spot instance (gated at the on-demand rate).")
-@click.option("--ttl", default="3h", show_default=True, help="Hard lifetime of the instance: seconds or 90m, 3h, 1d.")
+@click.option(
+    "--ttl",
+    type=WHOLE_DURATION,
+    default="3h",
+    show_default=True,
+    help="Hard lifetime of the instance: 3600, 90m, 1.5h, 1d.",
+)
 @click.option("--subnet", "subnets", multiple=True, help="Subnet id, in order of preference (repeatable).")
 @click.option("--ami", default=None, help="AMI id (default: the AWS Deep Learning Base AMI via SSM).")
 @click.option("--ami-ssm-parameter", default=None, help="SSM parameter naming the AMI id.")
@@ -90,13 +96,19 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 )
 @click.option(
     "--rung-timeout",
-    type=float,
+    type=DURATION,
     default=3600.0,
     show_default=True,
     help="Seconds one rung may take (rung 0 includes the instance's boot and install).",
 )
 @click.option("--max-hourly-usd", type=float, default=None, help="Refuse an instance dearer than this per hour.")
-@click.option("--wait-timeout", type=int, default=600, show_default=True, help="Seconds to wait for running.")
+@click.option(
+    "--wait-timeout",
+    type=WHOLE_DURATION,
+    default=600,
+    show_default=True,
+    help="How long to wait for running (600, 10m).",
+)
 @spend_consent_option
 @aws_options
 @json_option
@@ -110,7 +122,7 @@ def ramp(
     batch_size: int,
     instance_type: str,
     spot: bool,
-    ttl: str,
+    ttl: int,
     subnets: tuple[str, ...],
     ami: str | None,
     ami_ssm_parameter: str | None,
@@ -138,10 +150,6 @@ def ramp(
     from calque.aws.acquire import Acquirer, Consent
     from calque.pool.ramp import RampOptions, parse_rungs, run_ramp
 
-    try:
-        ttl_seconds = parse_duration(ttl, what="--ttl")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     opts = RampOptions(
         workload=workload,
         rungs=parse_rungs(rungs),
@@ -152,7 +160,7 @@ def ramp(
         prefix=prefix,
         batch_size=batch_size,
         spot=spot,
-        ttl_seconds=ttl_seconds,
+        ttl_seconds=ttl,
         subnets=list(subnets),
         ami=ami,
         ami_ssm_parameter=ami_ssm_parameter,

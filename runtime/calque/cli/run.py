@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from calque.cli.options import DURATION
 from calque.errors import UsageError
 
 
@@ -16,8 +17,8 @@ from calque.errors import UsageError
 @click.option("--pools", "pools_file", default=None, type=click.Path(dir_okay=False),
               help="Names to pool spec files (YAML; default: calque-run.yml beside the script).")  # fmt: skip
 @click.option("--local", is_flag=True, help="Run every call in this process (no queue, no AWS).")
-@click.option("--timeout", type=float, default=3600.0, show_default=True,
-              help="Seconds a call may wait with no claim finishing before it fails.")  # fmt: skip
+@click.option("--timeout", type=DURATION, default=3600.0, show_default=True,
+              help="How long a call may wait with no claim finishing before it fails (seconds, 90m, 1h).")  # fmt: skip
 @click.option("-w", "--write-result", default=None, help="Write the entrypoint's return value (str or bytes) here.")
 def run(
     script: str,

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.cli.options import json_option, shared_gpu_consent_option
+from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
-from calque.models.session import Session, SliceState, UsageReport
-from calque.session import core
-from calque.session.client import SessionClient
-from calque.session.config import DEFAULT_SOCKET, load_config, parse_duration
-from calque.session.isolation import shell_exports
+from calque.session.paths import DEFAULT_SOCKET
+
+# A researcher's command starts fast: the client, the models and pydantic load when a command runs
+# (not for --help), and the daemon's modules only for `serve`. bench/cli_startup.py measures it.
+if TYPE_CHECKING:
+    from calque.models.session import Session, SliceState, UsageReport
+    from calque.session.client import SessionClient
 
 socket_option = click.option(
     "--socket",
@@ -28,7 +30,15 @@ socket_option = click.option(
 
 
 def _client(socket_path: Path) -> SessionClient:
+    from calque.session.client import SessionClient
+
     return SessionClient(socket_path)
+
+
+def _human_left(until: datetime, now: datetime) -> str:
+    from calque.session.core import human_left
+
+    return human_left(until, now)
 
 
 def _when(d: datetime | None) -> str:
@@ -40,7 +50,7 @@ def _render_session(s: Session) -> str:
     where = f"{s.slice_id} ({s.profile}, gpu {s.gpu_index})"
     if s.ended_at is not None:
         return f"session {s.id} on {where} ended ({s.end_reason})"
-    lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({core.human_left(s.expires_at, now)} left)"]
+    lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({_human_left(s.expires_at, now)} left)"]
     lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
     return "\n".join(lines)
 
@@ -51,10 +61,7 @@ def _render_sessions(ss: list[Session]) -> str:
     now = datetime.now(timezone.utc)
     return table(
         ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"],
-        [
-            [s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), core.human_left(s.expires_at, now)]
-            for s in ss
-        ],
+        [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss],
     )
 
 
@@ -105,8 +112,8 @@ def session() -> None:
 @click.option("--mps", is_flag=True, help="Check out an MPS client slot instead of a MIG slice.")
 @click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
 @click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
-@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 3.")
-@click.option("--wait-timeout", default=None, help="Give up waiting after this long, e.g. 10m.")
+@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 5.")
+@click.option("--wait-timeout", type=DURATION, default=None, help="Give up waiting after this long, e.g. 10m.")
 @click.option(
     "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
 )
@@ -119,13 +126,16 @@ def checkout(
     gpu: int | None,
     ttl: str | None,
     wait: bool,
-    wait_timeout: str | None,
+    wait_timeout: float | None,
     as_shell: bool,
     as_json: bool,
     shared_gpu_consent: bool,
     socket_path: Path,
 ) -> None:
-    """Check a slice out; exit 3 naming what is busy until when if none is free."""
+    """Check a slice out; exit 5 naming what is busy until when if none is free."""
+    from calque.session import core
+    from calque.session.isolation import shell_exports
+
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
     s = core.checkout(
@@ -136,7 +146,7 @@ def checkout(
         ttl=ttl,
         consent=shared_gpu_consent,
         wait=wait,
-        wait_timeout=parse_duration(wait_timeout) if wait_timeout else None,
+        wait_timeout=wait_timeout,
         progress=core.stderr,
     )
     for w in s.warnings:
@@ -159,6 +169,8 @@ def checkout(
 @socket_option
 def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
     """Give your slice back (your only session when SESSION_ID is omitted)."""
+    from calque.session import core
+
     emit(core.checkin(_client(socket_path), session_id), as_json, _render_session)
 
 
@@ -169,6 +181,8 @@ def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
 @socket_option
 def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) -> None:
     """Push your session's deadline out."""
+    from calque.session import core
+
     emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
 
 
@@ -177,6 +191,8 @@ def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) ->
 @socket_option
 def status(as_json: bool, socket_path: Path) -> None:
     """Your sessions, with time left."""
+    from calque.session import core
+
     emit(core.status(_client(socket_path)), as_json, _render_sessions)
 
 
@@ -185,6 +201,8 @@ def status(as_json: bool, socket_path: Path) -> None:
 @socket_option
 def list_cmd(as_json: bool, socket_path: Path) -> None:
     """Every slice on this host: free, or busy until when (admins also see holders)."""
+    from calque.session import core
+
     emit(core.list_slices(_client(socket_path)), as_json, _render_slices)
 
 
@@ -196,6 +214,8 @@ def list_cmd(as_json: bool, socket_path: Path) -> None:
 @socket_option
 def release(session_id: str, force: bool, reason: str | None, as_json: bool, socket_path: Path) -> None:
     """End someone's session now (root or the admin group only)."""
+    from calque.session import core
+
     emit(core.release(_client(socket_path), session_id, force, reason), as_json, _render_session)
 
 
@@ -205,6 +225,8 @@ def release(session_id: str, force: bool, reason: str | None, as_json: bool, soc
 @socket_option
 def report(since: str, as_json: bool, socket_path: Path) -> None:
     """GPU-hours per user and profile, from the audit trail (yours only unless you are an admin)."""
+    from calque.session import core
+
     emit(core.report(_client(socket_path), since), as_json, _render_report)
 
 
@@ -222,14 +244,7 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
     "--db", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_DB", default=None, help="SQLite registry."
 )
 @click.option("--audit-log", type=click.Path(path_type=Path), envvar="CALQUE_SESSION_AUDIT", default=None)
-@click.option("--gpu-backend", type=click.Choice(["nvml", "sim", "none"]), envvar="CALQUE_GPU_BACKEND", default=None)
-@click.option(
-    "--gpu-state",
-    type=click.Path(path_type=Path),
-    envvar="CALQUE_GPU_STATE",
-    default=None,
-    help="Simulator state (with --gpu-backend sim).",
-)
+@gpu_backend_flags
 @click.option(
     "--host-root",
     type=click.Path(path_type=Path),
@@ -237,9 +252,11 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
     default=None,
     help="Where /proc/driver/nvidia and /dev/nvidia-caps live (the simulator's root in tests).",
 )
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
-def serve(config_path: Path | None, metrics_port: int | None, **paths: Any) -> None:
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on PORT (default: off).")
+@click.option("--metrics-addr", default=None, help="The address the metrics port binds (default 127.0.0.1).")
+def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str | None, **paths: Any) -> None:
     """Run the session daemon (as root, under systemd: calque-session.service)."""
+    from calque.session.config import load_config
     from calque.session.daemon import run_daemon
 
     cfg = load_config(config_path)
@@ -248,5 +265,7 @@ def serve(config_path: Path | None, metrics_port: int | None, **paths: Any) -> N
         updates["socket"] = updates.pop("socket_path")
     if metrics_port is not None:
         updates["metrics_port"] = metrics_port
+    if metrics_addr is not None:
+        updates["metrics_addr"] = metrics_addr
     cfg = cfg.model_validate({**cfg.model_dump(), **updates})
     run_daemon(cfg)

@@ -19,6 +19,19 @@ from calque.models.base import CalqueModel
 
 CATALOG_VERSION = 1
 
+# The one compute-instance size table: compute slices -> suffix of NVML_COMPUTE_INSTANCE_PROFILE_*
+# (NVML API Reference, Multi Instance GPU Management). The planner checks splits against it, the
+# simulator refuses other sizes, and the NVML backend turns a size into the driver's constant.
+COMPUTE_INSTANCE_PROFILES: dict[int, str] = {
+    1: "1_SLICE",
+    2: "2_SLICE",
+    3: "3_SLICE",
+    4: "4_SLICE",
+    6: "6_SLICE",
+    7: "7_SLICE",
+    8: "8_SLICE",
+}
+
 
 class Placements(CalqueModel):
     """Where a GPU-instance profile may start on the card's memory-slice grid, and how many slices it covers."""

@@ -47,7 +47,8 @@ _ADVICE = {
     NOT_SUPPORTED: "this card or driver does not support the operation (check `calque gpu catalog`)",
     NO_PERMISSION: "run as root (MIG, compute-mode and reset changes need root)",
     IN_USE: "stop the processes using the GPU or instance first (see `calque gpu info`)",
-    RESET_REQUIRED: "reset the GPU (`calque gpu mig apply --allow-reset`) or reboot the host",
+    RESET_REQUIRED: "reset the GPU (`calque gpu mig apply --config FILE --allow-reset` completes a pending MIG "
+    "mode change) or reboot the host",
     INSUFFICIENT_RESOURCES: "the layout does not fit the card: see the valid profiles with `calque gpu catalog`",
     DRIVER_NOT_LOADED: "install or load the NVIDIA driver (`nvidia-smi` must work)",
     LIBRARY_NOT_FOUND: "install the NVIDIA driver (libnvidia-ml.so.1 not found)",

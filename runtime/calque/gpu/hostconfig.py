@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from calque.configfile import read_mapping, validate
 from calque.errors import UsageError
 from calque.gpu.backend import GpuBackend
-from calque.models.base import CalqueModel
+from calque.models.base import CalqueModel, VersionedModel
 
 DEFAULT_HOST_CONFIG = Path("/etc/calque/host.yaml")
 ENV_HOST_CONFIG = "CALQUE_HOST_CONFIG"
@@ -44,9 +44,11 @@ class SimHostConfig(CalqueModel):
         return self
 
 
-class GpuHostConfig(CalqueModel):
+class GpuHostConfig(VersionedModel):
     """The ``gpu:`` section of the host configuration."""
 
+    version_label: ClassVar[str] = "host configuration"
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the file's older version"
     version: int = 1
     backend: Literal["nvml", "sim"] = "nvml"
     sim: SimHostConfig | None = None

@@ -33,6 +33,7 @@ CONTROL_PROGRAM = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_ROOT = Path("/run/calque/mps")
 DEFAULT_LOG_ROOT = Path("/var/log/calque/mps")
 _TIMEOUT_S = 15.0
+DEFAULT_PERCENTAGE = 100  # what a new control daemon reports before any limit is set
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 CONSENT_MESSAGE = (
@@ -105,6 +106,21 @@ class MpsResult(CalqueModel):
     changed: bool
     actions: list[str]
     daemons: list[MpsDaemon]
+
+
+class MpsStep(CalqueModel):
+    """One daemon's part of a start or stop: its actions, and its state before and (predicted) after."""
+
+    target: str
+    gpu_index: int
+    device_uuid: str
+    before: MpsDaemon
+    after: MpsDaemon = Field(description="the daemon after the actions: what check mode predicts")
+    actions: list[str] = Field(default_factory=list)
+    compute_mode: str | None = Field(None, description="compute mode to set, if it changes")
+    launch: bool = False
+    quit: bool = False
+    commands: list[str] = Field(default_factory=list, description="limit commands for the control program")
 
 
 class MpsControl:
@@ -198,6 +214,75 @@ class MpsControl:
             user_model=self.user_model(),
         )
 
+    def plan_start(self, settings: MpsSettings, gpus: list[int] | None = None, per_mig: bool = False) -> list[MpsStep]:
+        """What starting daemons with ``settings`` takes per target, and each daemon's predicted state after."""
+        targets = self.targets(gpus, per_mig)
+        self._check_startable({index for _, index, _ in targets}, per_mig)
+        steps = []
+        for target, index, uuid in targets:
+            d = self._describe(target, index, uuid)
+            mode = "EXCLUSIVE_PROCESS" if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS" else None
+            cmds = self._setting_commands(settings, d)
+            actions = [f"{target}: set compute mode {mode}"] if mode else []
+            actions += [] if d.running else [f"{target}: start {self.program} -d"]
+            actions += [f"{target}: {c}" for c in cmds]
+            sent = " ".join(cmds)
+            after = d.model_copy(
+                update={
+                    "running": True,
+                    "compute_mode": mode or d.compute_mode,
+                    "active_thread_percentage": settings.active_thread_percentage
+                    if "active_thread" in sent
+                    else (d.active_thread_percentage if d.running else DEFAULT_PERCENTAGE),
+                    "pinned_memory_limit": settings.pinned_memory_limit
+                    if "pinned_mem" in sent
+                    else (d.pinned_memory_limit if d.running else None),
+                }
+            )
+            steps.append(
+                MpsStep(target=target, gpu_index=index, device_uuid=uuid, before=d, after=after if actions else d,
+                        actions=actions, compute_mode=mode, launch=not d.running, commands=cmds)
+            )  # fmt: skip
+        return steps
+
+    def plan_stop(self, gpus: list[int] | None = None, per_mig: bool = False) -> list[MpsStep]:
+        """What stopping the targets' daemons takes, and each one's predicted state after."""
+        steps = []
+        for target, index, uuid in self.targets(gpus, per_mig):
+            d = self._describe(target, index, uuid)
+            mode = "DEFAULT" if not per_mig and d.compute_mode == "EXCLUSIVE_PROCESS" else None
+            actions = [f"{target}: quit the control daemon"] if d.running else []
+            actions += [f"{target}: set compute mode {mode}"] if mode else []
+            after = d.model_copy(
+                update={"running": False, "servers": [], "active_thread_percentage": None, "pinned_memory_limit": None,
+                        "compute_mode": mode or d.compute_mode}
+            )  # fmt: skip
+            steps.append(
+                MpsStep(target=target, gpu_index=index, device_uuid=uuid, before=d, after=after if actions else d,
+                        actions=actions, compute_mode=mode, quit=d.running)
+            )  # fmt: skip
+        return steps
+
+    def run_steps(self, steps: list[MpsStep], progress: Callable[[str], None] | None = None) -> list[MpsDaemon]:
+        """Take each step's actions (in its planned order); returns every daemon as it is afterwards."""
+        say = progress or (lambda _m: None)
+        for st in steps:
+            for a in st.actions:
+                say(a)
+            if st.quit:
+                self._control(st.target, "quit")
+                self._wait(st.target, running=False)
+            if st.compute_mode is not None:
+                self.backend.set_compute_mode(st.gpu_index, st.compute_mode)
+            if st.launch:
+                self._launch(st.target, st.device_uuid)
+            if st.commands:
+                proc = self._control(st.target, *st.commands)
+                if proc.returncode != 0:
+                    out = (proc.stdout + proc.stderr).strip()
+                    raise InfrastructureError(f"{st.target}: MPS refused {st.commands}: {out}")
+        return [self._describe(st.target, st.gpu_index, st.device_uuid) for st in steps]
+
     def start(
         self,
         settings: MpsSettings,
@@ -210,33 +295,7 @@ class MpsControl:
     ) -> MpsResult:
         """Ensure a daemon runs per target with ``settings``; a satisfied host changes nothing."""
         require_consent(consent)
-        say = progress or (lambda _m: None)
-        actions: list[str] = []
-        targets = self.targets(gpus, per_mig)
-        self._check_startable({index for _, index, _ in targets}, per_mig)
-        for target, index, uuid in targets:
-            d = self._describe(target, index, uuid)
-            todo: list[str] = []
-            if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS":
-                todo.append(f"{target}: set compute mode EXCLUSIVE_PROCESS")
-            if not d.running:
-                todo.append(f"{target}: start {self.program} -d")
-            cmds = self._setting_commands(settings, d)
-            todo += [f"{target}: {c}" for c in cmds]
-            actions += todo
-            if check or not todo:
-                continue
-            for a in todo:
-                say(a)
-            if not per_mig and d.compute_mode != "EXCLUSIVE_PROCESS":
-                self.backend.set_compute_mode(index, "EXCLUSIVE_PROCESS")
-            if not d.running:
-                self._launch(target, uuid)
-            if cmds:
-                proc = self._control(target, *cmds)
-                if proc.returncode != 0:
-                    raise InfrastructureError(f"{target}: MPS refused {cmds}: {(proc.stdout + proc.stderr).strip()}")
-        return MpsResult(changed=bool(actions), actions=actions, daemons=[self._describe(*t) for t in targets])
+        return self._result(self.plan_start(settings, gpus, per_mig), check, progress)
 
     def stop(
         self,
@@ -249,27 +308,12 @@ class MpsControl:
     ) -> MpsResult:
         """Ensure no daemon runs for the targets, and their GPUs are back in DEFAULT compute mode."""
         require_consent(consent)
-        say = progress or (lambda _m: None)
-        actions: list[str] = []
-        targets = self.targets(gpus, per_mig)
-        for target, index, uuid in targets:
-            d = self._describe(target, index, uuid)
-            todo = []
-            if d.running:
-                todo.append(f"{target}: quit the control daemon")
-            if not per_mig and d.compute_mode == "EXCLUSIVE_PROCESS":
-                todo.append(f"{target}: set compute mode DEFAULT")
-            actions += todo
-            if check or not todo:
-                continue
-            for a in todo:
-                say(a)
-            if d.running:
-                self._control(target, "quit")
-                self._wait(target, running=False)
-            if not per_mig and d.compute_mode == "EXCLUSIVE_PROCESS":
-                self.backend.set_compute_mode(index, "DEFAULT")
-        return MpsResult(changed=bool(actions), actions=actions, daemons=[self._describe(*t) for t in targets])
+        return self._result(self.plan_stop(gpus, per_mig), check, progress)
+
+    def _result(self, steps: list[MpsStep], check: bool, progress: Callable[[str], None] | None) -> MpsResult:
+        actions = [a for st in steps for a in st.actions]
+        daemons = [st.before for st in steps] if check or not actions else self.run_steps(steps, progress)
+        return MpsResult(changed=bool(actions), actions=actions, daemons=daemons)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -357,24 +401,3 @@ class MpsControl:
                 "one service account; a second user's client otherwise waits until the first user's clients exit"
             ),
         )
-
-
-SYSTEMD_UNIT = """\
-# calque MPS control daemon for one GPU: systemctl enable --now calque-mps@0 (the instance is the GPU index).
-# MPS gives no isolation between clients; enabling this unit is the consent.
-[Unit]
-Description=calque MPS control daemon for GPU %i
-After=nvidia-persistenced.service
-ConditionPathExists=/usr/bin/nvidia-cuda-mps-control
-
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-Environment=CALQUE_HOST_CONFIG=/etc/calque/host.yaml
-EnvironmentFile=-/etc/calque/mps.env
-ExecStart=/usr/bin/env calque gpu mps start --gpus %i $CALQUE_MPS_OPTIONS --i-understand-shared-gpu-has-no-isolation
-ExecStop=/usr/bin/env calque gpu mps stop --gpus %i --i-understand-shared-gpu-has-no-isolation
-
-[Install]
-WantedBy=multi-user.target
-"""

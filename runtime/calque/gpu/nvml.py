@@ -2,48 +2,30 @@
 
 ``pynvml`` (nvidia-ml-py) is imported when the backend is opened, so tests put a strict fake module
 in its place and the same code runs. NVML errors become ``calque.gpu.errors`` errors with their code.
-A GPU reset has no NVML call; it runs ``nvidia-smi --gpu-reset``.
+A GPU reset has no NVML call; it runs ``nvidia-smi --gpu-reset`` (``calque.gpu.smi_reset``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
-import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from calque.gpu import errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
-from calque.gpu.catalog import load_catalog
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
+from calque.gpu.nvml_types import DriverProfile, text_of
+from calque.gpu.smi_reset import nvidia_smi_reset
 from calque.models import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
+
+__all__ = ["DriverProfile", "NvmlBackend"]
 
 T = TypeVar("T")
 _MAX_GI_ID = 15  # the driver's GPU-instance ids are 0..14
 _MAX_CI_ID = 8
-_CI_CONSTANTS = {1: "1_SLICE", 2: "2_SLICE", 3: "3_SLICE", 4: "4_SLICE", 7: "7_SLICE", 8: "8_SLICE", 6: "6_SLICE"}
 _COMPUTE_MODE_NAMES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
-
-
-@dataclass
-class DriverProfile:
-    """A GPU-instance profile as the driver reports it (``nvidia-smi mig -lgip -lgipp``)."""
-
-    profile_id: int
-    constant: str
-    name: str
-    compute_slices: int
-    max_count: int
-    sms: int
-    memory_mib: int
-    starts: list[int] = field(default_factory=list)
-    size: int = 0
-
-
-def _text(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
 class NvmlBackend:
@@ -97,7 +79,7 @@ class NvmlBackend:
     # -- reads --------------------------------------------------------------------------------
 
     def driver_version(self) -> str:
-        return _text(self._call("read the driver version", self._nv.nvmlSystemGetDriverVersion))
+        return text_of(self._call("read the driver version", self._nv.nvmlSystemGetDriverVersion))
 
     def count(self) -> int:
         return int(self._call("count GPUs", self._nv.nvmlDeviceGetCount))
@@ -128,7 +110,7 @@ class NvmlBackend:
         out = []
         for i in range(self.count()):
             h = self._handle(i)
-            name = _text(self._call(f"read GPU {i}'s name", self._nv.nvmlDeviceGetName, h))
+            name = text_of(self._call(f"read GPU {i}'s name", self._nv.nvmlDeviceGetName, h))
             current, pending = self.mig_mode(i)
             pm = self._maybe(
                 f"read GPU {i}'s persistence mode", self._nv.nvmlDeviceGetPersistenceMode, h, absent=(nv.NOT_SUPPORTED,)
@@ -141,7 +123,7 @@ class NvmlBackend:
                 GpuDevice(
                     index=i,
                     name=name,
-                    uuid=_text(self._call(f"read GPU {i}'s UUID", self._nv.nvmlDeviceGetUUID, h)),
+                    uuid=text_of(self._call(f"read GPU {i}'s UUID", self._nv.nvmlDeviceGetUUID, h)),
                     minor=self._minor(i, h),
                     memory_mib=int(self._call(f"read GPU {i}'s memory", self._nv.nvmlDeviceGetMemoryInfo, h).total)
                     >> 20,
@@ -190,7 +172,7 @@ class NvmlBackend:
             p = DriverProfile(
                 profile_id=int(info.id),
                 constant=names[const],
-                name=_text(getattr(info, "name", b"")).removeprefix("MIG "),
+                name=text_of(getattr(info, "name", b"")).removeprefix("MIG "),
                 compute_slices=int(info.sliceCount),
                 max_count=int(info.instanceCount),
                 sms=int(info.multiprocessorCount),
@@ -242,7 +224,7 @@ class NvmlBackend:
 
     def _ci_slices(self, gi: Any, ci_profile_id: int) -> int:
         """Compute slices of a CI profile id (by asking the driver for each CI profile's id)."""
-        for n, suffix in _CI_CONSTANTS.items():
+        for n, suffix in COMPUTE_INSTANCE_PROFILES.items():
             info = self._maybe(
                 "read a compute-instance profile",
                 self._nv.nvmlGpuInstanceGetComputeInstanceProfileInfo,
@@ -306,7 +288,7 @@ class NvmlBackend:
     def _mig_devices_of(self, index: int, h: Any) -> list[MigDevice]:
         profiles = self.driver_profiles(index)
         gis = {int(info.id): info for _, info in self._gi_handles(index, h)}
-        uuid = _text(self._call(f"read GPU {index}'s UUID", self._nv.nvmlDeviceGetUUID, h))
+        uuid = text_of(self._call(f"read GPU {index}'s UUID", self._nv.nvmlDeviceGetUUID, h))
         minor = self._minor(index, h)
         out = []
         for m in self._mig_handles(index, h):
@@ -328,7 +310,7 @@ class NvmlBackend:
                     placement_size=max(1, int(info.placement.size)) if info is not None else 1,
                     gi_id=gi_id,
                     ci_id=ci_id,
-                    uuid=_text(self._call("read a MIG device's UUID", self._nv.nvmlDeviceGetUUID, m)),
+                    uuid=text_of(self._call("read a MIG device's UUID", self._nv.nvmlDeviceGetUUID, m)),
                     memory_mib=int(self._call("read a MIG device's memory", self._nv.nvmlDeviceGetMemoryInfo, m).total)
                     >> 20,
                     sms=int(attrs.multiprocessorCount) if attrs is not None else None,
@@ -357,10 +339,10 @@ class NvmlBackend:
             if self.mig_mode(i)[0]:
                 for m in self._mig_handles(i, h):
                     out += self._procs(
-                        f"GPU {i}'s MIG device", m, _text(self._call("read UUID", self._nv.nvmlDeviceGetUUID, m))
+                        f"GPU {i}'s MIG device", m, text_of(self._call("read UUID", self._nv.nvmlDeviceGetUUID, m))
                     )
             else:
-                out += self._procs(f"GPU {i}", h, _text(self._call("read UUID", self._nv.nvmlDeviceGetUUID, h)))
+                out += self._procs(f"GPU {i}", h, text_of(self._call("read UUID", self._nv.nvmlDeviceGetUUID, h)))
         return out
 
     def capability_devices(self, mig: MigDevice) -> list[str]:
@@ -374,16 +356,7 @@ class NvmlBackend:
         self._profiles.pop(index, None)
 
     def reset_gpu(self, index: int) -> None:
-        try:
-            proc = subprocess.run(
-                ["nvidia-smi", "--gpu-reset", "-i", str(index)], capture_output=True, text=True, timeout=120
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise nv.driver_error(nv.UNKNOWN, f"could not run nvidia-smi --gpu-reset: {exc}") from exc
-        if proc.returncode != 0:
-            msg = (proc.stdout + proc.stderr).strip()
-            code = nv.NOT_SUPPORTED if "not supported" in msg.lower() else nv.IN_USE
-            raise nv.driver_error(code, f"GPU {index} reset failed: {msg}")
+        nvidia_smi_reset(index)
         self._profiles.pop(index, None)
 
     def create_gpu_instance(self, index: int, profile_id: int, start: int) -> GpuInstance:
@@ -424,7 +397,7 @@ class NvmlBackend:
         )
 
     def create_compute_instance(self, index: int, gi_id: int, compute_slices: int) -> int:
-        suffix = _CI_CONSTANTS.get(compute_slices)
+        suffix = COMPUTE_INSTANCE_PROFILES.get(compute_slices)
         if suffix is None:
             raise nv.driver_error(nv.INVALID_ARGUMENT, f"no {compute_slices}-slice compute-instance profile")
         gi = self._gi(index, gi_id)

@@ -19,132 +19,50 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Literal
-
-from pydantic import Field
 
 from calque.gpu.backend import GpuBackend
-from calque.gpu.catalog import Card, GiProfile
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile
 from calque.gpu.errors import BusyInstancesError, GpuDriverError, GpuInUse, GpuNotSupported, LayoutError
 from calque.gpu.layout import LayoutEntry, card_of
+from calque.gpu.migmodels import (
+    BusyInstance,
+    GpuApplyResult,
+    GpuLayout,
+    GpuMigState,
+    GpuPlan,
+    MigApplyResult,
+    MigOp,
+    MigPlan,
+    MigState,
+    OpKind,
+    layout_view,
+    runnable,
+)
 from calque.gpu.placement import Placed, place, problems
 from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
-from calque.models.base import CalqueModel
 
-CI_SIZES = (1, 2, 3, 4, 6, 7, 8)  # the compute-instance profiles NVML defines (NVML_COMPUTE_INSTANCE_PROFILE_*)
-OpKind = Literal["destroy_ci", "destroy_gi", "set_mig_mode", "reset", "create_gi", "create_ci"]
+CI_SIZES = tuple(COMPUTE_INSTANCE_PROFILES)  # kept for callers of the planner's API
 
-
-class MigOp(CalqueModel):
-    """One driver operation of a plan."""
-
-    kind: OpKind
-    gpu_index: int
-    profile: str | None = None
-    profile_id: int | None = None
-    start: int | None = None
-    gi_id: int | None = None
-    ci_id: int | None = None
-    enabled: bool | None = None
-    compute_slices: list[int] = Field(default_factory=list, description="CIs to create in a new or kept GI")
-
-    def describe(self) -> str:
-        where = f"GPU {self.gpu_index}"
-        if self.kind == "set_mig_mode":
-            return f"{where}: set MIG mode {'on' if self.enabled else 'off'} (pending until reset)"
-        if self.kind == "reset":
-            return f"{where}: reset the GPU"
-        if self.kind == "create_gi":
-            split = "+".join(f"{n}c" for n in self.compute_slices)
-            return f"{where}: create {self.profile} at {self.start} with CIs {split}"
-        if self.kind == "create_ci":
-            return f"{where}: create CIs {'+'.join(f'{n}c' for n in self.compute_slices)} in GI {self.gi_id}"
-        if self.kind == "destroy_gi":
-            return f"{where}: destroy {self.profile} at {self.start} (GI {self.gi_id})"
-        return f"{where}: destroy CI {self.ci_id} of GI {self.gi_id} ({self.profile})"
-
-
-class GpuLayout(CalqueModel):
-    """A GPU's MIG layout as a person reads it: mode and instances as ``profile@start`` [CI split]."""
-
-    mig_enabled: bool
-    instances: list[str] = Field(default_factory=list)
-
-
-class BusyInstance(CalqueModel):
-    gpu_index: int
-    gi_id: int
-    profile: str
-    start: int
-    pids: list[int]
-
-
-class GpuPlan(CalqueModel):
-    index: int
-    card: str
-    before: GpuLayout
-    after: GpuLayout
-    ops: list[MigOp] = Field(default_factory=list)
-    needs_reset: bool = False
-    busy_destroyed: list[BusyInstance] = Field(default_factory=list, description="only with force")
-
-
-class MigPlan(CalqueModel):
-    """What ``apply`` will do (what check mode shows)."""
-
-    version: int = 1
-    config: str | None = None
-    force: bool = False
-    gpus: list[GpuPlan] = Field(default_factory=list)
-
-    @property
-    def changes(self) -> bool:
-        return any(g.ops for g in self.gpus)
-
-    def would_change(self, allow_reset: bool) -> bool:
-        """Whether ``apply`` would run any operation (without ``allow_reset`` it stops at a reset)."""
-        return any(runnable(g.ops, allow_reset) for g in self.gpus)
-
-
-def runnable(ops: Sequence[MigOp], allow_reset: bool) -> list[MigOp]:
-    """The operations apply runs: all of them, or those before the first reset when resets are not allowed."""
-    if allow_reset:
-        return list(ops)
-    out = []
-    for op in ops:
-        if op.kind == "reset":
-            break
-        out.append(op)
-    return out
-
-
-class GpuApplyResult(CalqueModel):
-    index: int
-    done: list[MigOp] = Field(default_factory=list)
-    reset_required: bool = False
-    reboot_required: bool = False
-    blocked: str | None = Field(None, description="why the reset could not run")
-
-
-class MigApplyResult(CalqueModel):
-    """What ``apply`` did, and what is still needed (a reset or a reboot)."""
-
-    version: int = 1
-    config: str | None = None
-    changed: bool
-    gpus: list[GpuApplyResult]
-    mig_devices: list[MigDevice]
-    reset_required: bool = False
-    reboot_required: bool = False
-
-
-def _view(mig: bool, instances: Sequence[tuple[str, int, list[int], int]]) -> GpuLayout:
-    """instances: (profile, start, ci slices, gi compute slices)."""
-    out = []
-    for name, start, cis, g in sorted(instances, key=lambda x: (x[1], x[0])):
-        split = "" if cis == [g] else " [" + "+".join(f"{n}c" for n in cis) + "]"
-        out.append(f"{name}@{start}{split}")
-    return GpuLayout(mig_enabled=mig, instances=out)
+__all__ = [
+    "CI_SIZES",
+    "BusyInstance",
+    "GpuApplyResult",
+    "GpuLayout",
+    "GpuMigState",
+    "GpuPlan",
+    "MigApplyResult",
+    "MigOp",
+    "MigPlan",
+    "MigPlanner",
+    "MigState",
+    "OpKind",
+    "catalog_profile",
+    "check_indexes",
+    "current_layout",
+    "runnable",
+    "terminate_processes",
+    "valid_profiles",
+]
 
 
 def catalog_profile(card: Card, gi: GpuInstance) -> GiProfile:
@@ -156,6 +74,20 @@ def catalog_profile(card: Card, gi: GpuInstance) -> GiProfile:
             f"{card.key} entry does not know: run `calque gpu verify` and update the catalog"
         )
     return found
+
+
+def check_indexes(entries: Sequence[LayoutEntry], gpus: Sequence[GpuDevice]) -> None:
+    """A layout that names a GPU index this host lacks fails before any change (a typo must not
+    silently leave a GPU unconfigured)."""
+    present = sorted(g.index for g in gpus)
+    named = sorted({i for e in entries for i in e.indexes()})
+    missing = [i for i in named if i not in present]
+    if missing:
+        have = ", ".join(map(str, present)) or "none"
+        raise LayoutError(
+            f"the layout names GPU {', '.join(map(str, missing))}, which this host does not have "
+            f"(its GPU indexes: {have}); fix the entry's devices: or use devices: all"
+        )
 
 
 def valid_profiles(card: Card) -> str:
@@ -177,6 +109,7 @@ class MigPlanner:
         procs = self.backend.processes()
         migs = self.backend.mig_devices()
         out = MigPlan(config=config, force=force)
+        check_indexes(entries, gpus)
         for gpu in gpus:
             card = card_of(gpu)
             chosen = [e for e in entries if e.selects(gpu, card)]
@@ -218,9 +151,11 @@ class MigPlanner:
             return gi.profile, gi.placement_start, [c.compute_slices for c in gi.compute_instances] or [g], g
 
         before = GpuLayout(
-            mig_enabled=gpu.mig_current, instances=_view(gpu.mig_current, [gi_view(g) for g in existing]).instances
+            mig_enabled=gpu.mig_current,
+            instances=layout_view(gpu.mig_current, [gi_view(g) for g in existing]).instances,
         )
-        plan = GpuPlan(index=i, card=card.key, before=before, after=before)
+        pending = gpu.mig_pending if gpu.mig_pending != gpu.mig_current else None
+        plan = GpuPlan(index=i, card=card.key, before=before, after=before, mig_pending=pending)
         ops = plan.ops
 
         def split_for(p: GiProfile) -> list[int]:
@@ -232,7 +167,7 @@ class MigPlanner:
             for gi in existing:
                 ops += self._destroy(i, gi)
             if gpu.mig_pending:
-                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=False))
+                ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=False, cancels_pending=not gpu.mig_current))
             if gpu.mig_current:
                 ops.append(MigOp(kind="reset", gpu_index=i))
                 plan.needs_reset = True
@@ -247,10 +182,10 @@ class MigPlanner:
             placed = place(card, [], wanted)
             assert placed is not None  # _wanted checked that it fits an empty card
             ops += [self._create(i, p, s, split_for(p)) for p, s in placed]
-            plan.after = _view(True, [(p.name, s, split_for(p), p.compute_slices) for p, s in placed])
+            plan.after = layout_view(True, [(p.name, s, split_for(p), p.compute_slices) for p, s in placed])
             return plan
-        if not gpu.mig_pending:  # a disable is pending: cancel it
-            ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True))
+        if not gpu.mig_pending:  # a disable is pending: cancel it (no reset: MIG is still current)
+            ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True, cancels_pending=True))
 
         keep, placed = self._choose(card, existing, wanted, pids, force, i)
         dropped = [gi for gi in existing if gi not in keep]
@@ -276,7 +211,7 @@ class MigPlanner:
         for p, s in placed:
             ops.append(self._create(i, p, s, split_for(p)))
             after.append((p.name, s, split_for(p), p.compute_slices))
-        plan.after = _view(True, after)
+        plan.after = layout_view(True, after)
         return plan
 
     def _wanted(self, card: Card, entry: LayoutEntry, i: int) -> list[GiProfile]:
@@ -457,23 +392,6 @@ class MigPlanner:
                 b.create_compute_instance(i, op.gi_id, n)
 
 
-class GpuMigState(CalqueModel):
-    index: int
-    name: str
-    card: str | None
-    mig_current: bool
-    mig_pending: bool
-    layout: GpuLayout
-    instances: list[GpuInstance] = Field(default_factory=list)
-
-
-class MigState(CalqueModel):
-    """The MIG layout of every GPU on the host (``calque gpu mig show``)."""
-
-    version: int = 1
-    gpus: list[GpuMigState]
-
-
 def current_layout(backend: GpuBackend) -> MigState:
     out = []
     for g in backend.gpus():
@@ -494,7 +412,7 @@ def current_layout(backend: GpuBackend) -> MigState:
                 card=card.key if card else None,
                 mig_current=g.mig_current,
                 mig_pending=g.mig_pending,
-                layout=_view(g.mig_current, view),
+                layout=layout_view(g.mig_current, view),
                 instances=insts,
             )
         )

@@ -23,76 +23,46 @@ Typical use in a test::
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
-import os
-import tempfile
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pydantic import Field
-
 from calque.errors import InfrastructureError, UsageError
 from calque.gpu import errors as nv
 from calque.gpu.backend import COMPUTE_MODES
-from calque.gpu.caps import access_file_text, cap_minor, mig_capability_devices, proc_access_files
-from calque.gpu.catalog import Card, GiProfile, load_catalog
-from calque.gpu.placement import Placed, place, problems
-from calque.models import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
-from calque.models.base import CalqueModel
+from calque.gpu.caps import mig_capability_devices
+from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
+from calque.gpu.placement import place, problems
+from calque.gpu.simstate import (
+    DEFAULT_DRIVER_VERSION,
+    NS,
+    SIM_STATE_VERSION,
+    SimCard,
+    SimComputeInstance,
+    SimGpuInstance,
+    SimState,
+    SimStateFile,
+    catalog_card,
+    device_uuids,
+    gi_id_for,
+    gpu_instance_view,
+    mig_devices_of,
+    mig_uuid,
+    placed,
+    profile_of,
+    sync_files,
+)
+from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
 
-SIM_STATE_VERSION = 1
-DEFAULT_DRIVER_VERSION = "595.91.07"
-_NS = uuidlib.UUID("5b0c1d7e-4a52-4d0b-9d4e-63616c717565")
-_CI_SIZES = (1, 2, 3, 4, 6, 7, 8)
-
-
-class SimComputeInstance(CalqueModel):
-    ci_id: int = Field(ge=0)
-    compute_slices: int = Field(ge=1)
-
-
-class SimGpuInstance(CalqueModel):
-    gi_id: int = Field(ge=0)
-    profile_id: int = Field(ge=0)
-    start: int = Field(ge=0)
-    cis: list[SimComputeInstance] = Field(default_factory=list)
-
-
-class SimCard(CalqueModel):
-    index: int = Field(ge=0)
-    card: str = Field(description="catalog key")
-    uuid: str
-    minor: int = Field(ge=0)
-    mig_current: bool = False
-    mig_pending: bool = False
-    persistence_mode: bool = False
-    compute_mode: str = "DEFAULT"
-    reset_supported: bool = Field(True, description="False: the platform cannot reset this GPU; reboot instead")
-    holders: list[str] = Field(default_factory=list, description="kernel clients holding the GPU, e.g. nvidia_drm")
-    gis: list[SimGpuInstance] = Field(default_factory=list)
-
-
-class SimState(CalqueModel):
-    """The whole simulated host, as stored in the state file."""
-
-    version: int = SIM_STATE_VERSION
-    driver_version: str = DEFAULT_DRIVER_VERSION
-    root: str = Field(description="directory standing in for / (proc and dev files)")
-    privileged: bool = Field(True, description="False: changes fail with NVML_ERROR_NO_PERMISSION")
-    cards: list[SimCard]
-    processes: list[GpuProcess] = Field(default_factory=list)
-
-
-def _gi_id(card: Card, p: GiProfile, start: int) -> int:
-    """The driver's fixed GI id per (size, start): 0 for the whole card, then larger sizes first."""
-    offset = 0
-    for size in sorted({q.placements.size for q in card.profiles}, reverse=True):
-        if size == p.placements.size:
-            return offset + start // size
-        offset += max(1, card.placement_units // size)
-    return offset  # pragma: no cover - every profile's size is in the set
+__all__ = [
+    "DEFAULT_DRIVER_VERSION",
+    "SIM_STATE_VERSION",
+    "SimCard",
+    "SimComputeInstance",
+    "SimGpu",
+    "SimGpuInstance",
+    "SimState",
+]
 
 
 class SimGpu:
@@ -105,7 +75,7 @@ class SimGpu:
                 f"no simulated GPU host at {self.state_path}: create one with SimGpu.create() "
                 "or set gpu.sim.cards / gpu.sim.instance_type in the host configuration"
             )
-        self._lock_path = self.state_path.with_name(self.state_path.name + ".lock")
+        self._file = SimStateFile(self.state_path)
 
     # -- creation -------------------------------------------------------------------------------
 
@@ -147,7 +117,7 @@ class SimGpu:
         sim_cards = []
         for i, key in enumerate(keys):
             on = mig and cat.cards[key].mig
-            u = uuidlib.uuid5(_NS, f"{seed}/gpu/{i}")
+            u = uuidlib.uuid5(NS, f"{seed}/gpu/{i}")
             sim_cards.append(
                 SimCard(
                     index=i,
@@ -162,64 +132,28 @@ class SimGpu:
         st = SimState(driver_version=driver_version, root=str(root_dir.resolve()), cards=sim_cards)
         sim = cls.__new__(cls)
         sim.state_path = state_path
-        sim._lock_path = state_path.with_name(state_path.name + ".lock")
-        with sim._locked(exclusive=True):
+        sim._file = SimStateFile(state_path)
+        with sim._file.locked(exclusive=True):
             if not replace and state_path.exists():
                 return sim
-            sim._save(st)
-            sim._sync_files(st)
+            sim._file.save(st)
+            sync_files(st)
         return sim
-
-    # -- state file ---------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _locked(self, exclusive: bool) -> Iterator[None]:
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
-
-    def _load(self) -> SimState:
-        try:
-            doc = json.loads(self.state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InfrastructureError(f"cannot read simulated GPU state {self.state_path}: {exc}") from exc
-        if doc.get("version") != SIM_STATE_VERSION:
-            raise InfrastructureError(
-                f"{self.state_path} has simulator state version {doc.get('version')!r}; "
-                f"this runtime reads {SIM_STATE_VERSION}: recreate it"
-            )
-        return SimState.model_validate(doc)
-
-    def _save(self, st: SimState) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=self.state_path.name + ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(st.model_dump_json(indent=1))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.state_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
 
     def state(self) -> SimState:
         """A snapshot of the whole simulated host."""
-        with self._locked(exclusive=False):
-            return self._load()
+        with self._file.locked(exclusive=False):
+            return self._file.load()
 
     @contextlib.contextmanager
     def _change(self, driver_call: bool = True) -> Iterator[SimState]:
-        with self._locked(exclusive=True):
-            st = self._load()
+        with self._file.locked(exclusive=True):
+            st = self._file.load()
             if driver_call and not st.privileged:
                 raise nv.driver_error(nv.NO_PERMISSION, "insufficient permissions for this GPU change")
             yield st
-            self._save(st)
-            self._sync_files(st)
+            self._file.save(st)
+            sync_files(st)
 
     @property
     def root(self) -> Path:
@@ -241,129 +175,16 @@ class SimGpu:
         raise nv.driver_error(nv.NOT_FOUND, f"GPU {c.index} has no GPU instance {gi_id}")
 
     @staticmethod
-    def _mig_uuid(c: SimCard, gi: SimGpuInstance, ci: SimComputeInstance) -> str:
-        u = uuidlib.uuid5(_NS, f"{c.uuid}/{gi.gi_id}/{ci.ci_id}/{gi.profile_id}/{gi.start}/{ci.compute_slices}")
-        return f"MIG-{u}"
-
-    @staticmethod
-    def _catalog_card(c: SimCard) -> Card:
-        return load_catalog().cards[c.card]
-
-    def _profile(self, c: SimCard, gi: SimGpuInstance) -> GiProfile:
-        p = self._catalog_card(c).profile_by_id(gi.profile_id)
-        assert p is not None  # only valid ids are ever stored
-        return p
-
-    def _placed(self, c: SimCard) -> list[Placed]:
-        return [(self._profile(c, gi), gi.start) for gi in c.gis]
-
-    @staticmethod
     def _require_mig(c: SimCard) -> None:
-        if c.mig_current and c.mig_pending:
-            return
-        if c.mig_current != c.mig_pending:
-            raise nv.driver_error(nv.RESET_REQUIRED, f"GPU {c.index} has a MIG mode change pending a reset")
-        raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {c.index} is not in MIG mode")
-
-    def _device_uuids(self, c: SimCard) -> set[str]:
-        out = {c.uuid}
-        for gi in c.gis:
-            out |= {self._mig_uuid(c, gi, ci) for ci in gi.cis}
-        return out
-
-    def _mig_devices(self, c: SimCard) -> list[MigDevice]:
+        """MIG calls follow the *current* mode only, as NVML does: nvmlDeviceGetMigMode reports a current
+        and a pending mode, and "the pending MIG mode refers to the target mode following the next
+        activation trigger" (a reset or reboot; NVML API Reference, Multi Instance GPU Management,
+        https://docs.nvidia.com/deploy/nvml-api/group__nvmlMultiInstanceGPU.html). Until then the GPU
+        stays in its current mode: instances can be listed, destroyed and created while a disable
+        waits, and nothing MIG exists while an enable waits (NOT_SUPPORTED, as the driver answers)."""
         if not c.mig_current:
-            return []
-        card = self._catalog_card(c)
-        out = []
-        for gi in sorted(c.gis, key=lambda g: g.start):
-            p = self._profile(c, gi)
-            sms = card.profile_sms(p)
-            for ci in sorted(gi.cis, key=lambda x: x.ci_id):
-                split = ci.compute_slices < p.compute_slices
-                out.append(
-                    MigDevice(
-                        gpu_index=c.index,
-                        gpu_uuid=c.uuid,
-                        gpu_minor=c.minor,
-                        profile=p.name,
-                        profile_id=p.profile_id,
-                        placement_start=gi.start,
-                        placement_size=p.placements.size,
-                        gi_id=gi.gi_id,
-                        ci_id=ci.ci_id,
-                        ci_profile=f"{ci.compute_slices}c.{p.name}" if split else None,
-                        uuid=self._mig_uuid(c, gi, ci),
-                        memory_mib=card.profile_memory_mib(p),
-                        sms=None if sms is None else sms * ci.compute_slices // p.compute_slices,
-                    )
-                )
-        return out
-
-    def _gpu_instance(self, c: SimCard, gi: SimGpuInstance) -> GpuInstance:
-        p = self._profile(c, gi)
-        cis = [
-            ComputeInstance(
-                ci_id=ci.ci_id,
-                compute_slices=ci.compute_slices,
-                profile=f"{ci.compute_slices}c.{p.name}" if ci.compute_slices < p.compute_slices else None,
-                uuid=self._mig_uuid(c, gi, ci),
-            )
-            for ci in sorted(gi.cis, key=lambda x: x.ci_id)
-        ]
-        return GpuInstance(
-            gpu_index=c.index,
-            gi_id=gi.gi_id,
-            profile=p.name,
-            profile_id=p.profile_id,
-            placement_start=gi.start,
-            placement_size=p.placements.size,
-            compute_instances=cis,
-        )
-
-    def _sync_files(self, st: SimState) -> None:
-        """Write the driver's capability files for every MIG device; remove those of destroyed ones."""
-        root = Path(st.root)
-        capdir = root / "proc/driver/nvidia/capabilities"
-        devdir = root / "dev/nvidia-caps"
-        want: dict[Path, str] = {
-            capdir / "mig/config": access_file_text(1).replace("292", "256"),
-            capdir / "mig/monitor": access_file_text(2),
-        }
-        nodes = {devdir / "nvidia-cap1", devdir / "nvidia-cap2"}
-        for c in st.cards:
-            if not c.mig_current:
-                continue
-            for gi in c.gis:
-                for ci in gi.cis:
-                    gi_file, ci_file = proc_access_files(root, c.minor, gi.gi_id, ci.ci_id)
-                    for f, minor in (
-                        (gi_file, cap_minor(c.minor, gi.gi_id)),
-                        (ci_file, cap_minor(c.minor, gi.gi_id, ci.ci_id)),
-                    ):
-                        want[f] = access_file_text(minor)
-                        nodes.add(devdir / f"nvidia-cap{minor}")
-                if not gi.cis:
-                    gi_file, _ = proc_access_files(root, c.minor, gi.gi_id, 0)
-                    want[gi_file] = access_file_text(cap_minor(c.minor, gi.gi_id))
-                    nodes.add(devdir / f"nvidia-cap{cap_minor(c.minor, gi.gi_id)}")
-        for f, text in want.items():
-            f.parent.mkdir(parents=True, exist_ok=True)
-            if not f.exists() or f.read_text() != text:
-                f.write_text(text)
-        devdir.mkdir(parents=True, exist_ok=True)
-        for n in nodes:
-            if not n.exists():
-                n.touch(mode=0o444)
-        for f in capdir.glob("gpu*/mig/gi*/**/access"):
-            if f not in want:
-                f.unlink()
-        for d in sorted(capdir.glob("gpu*/mig/gi*/**"), key=lambda p: len(p.parts), reverse=True):
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        for n in devdir.glob("nvidia-cap*"):
-            if n not in nodes:
-                n.unlink()
+            pending = " (MIG on is pending a reset)" if c.mig_pending else ""
+            raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {c.index} is not in MIG mode{pending}")
 
     # -- GpuReader ------------------------------------------------------------------------------
 
@@ -388,7 +209,7 @@ class SimGpu:
 
     def mig_devices(self) -> list[MigDevice]:
         st = self.state()
-        return [d for c in st.cards for d in self._mig_devices(c)]
+        return [d for c in st.cards for d in mig_devices_of(c)]
 
     def processes(self) -> list[GpuProcess]:
         return list(self.state().processes)
@@ -402,12 +223,12 @@ class SimGpu:
         st = self.state()
         c = self._card(st, index)
         self._require_mig(c)
-        return [self._gpu_instance(c, gi) for gi in sorted(c.gis, key=lambda g: g.start)]
+        return [gpu_instance_view(c, gi) for gi in sorted(c.gis, key=lambda g: g.start)]
 
     def set_mig_mode(self, index: int, enabled: bool) -> None:
         with self._change() as st:
             c = self._card(st, index)
-            if not self._catalog_card(c).mig:
+            if not catalog_card(c).mig:
                 raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {index} ({c.card}) does not support MIG")
             if not enabled and c.gis:
                 raise nv.driver_error(nv.IN_USE, f"GPU {index} still has GPU instances; destroy them first")
@@ -422,7 +243,7 @@ class SimGpu:
                 raise nv.driver_error(nv.IN_USE, f"GPU {index} has persistence mode on (nvidia-persistenced)")
             if c.holders:
                 raise nv.driver_error(nv.IN_USE, f"GPU {index} is held open by {', '.join(c.holders)}")
-            uuids = self._device_uuids(c)
+            uuids = device_uuids(c)
             busy = sorted(p.pid for p in st.processes if p.device_uuid in uuids)
             if busy:
                 raise nv.driver_error(nv.IN_USE, f"GPU {index} has running processes {busy}")
@@ -433,7 +254,7 @@ class SimGpu:
         with self._change() as st:
             c = self._card(st, index)
             self._require_mig(c)
-            card = self._catalog_card(c)
+            card = catalog_card(c)
             p = card.profile_by_id(profile_id)
             if p is None:
                 ids = ", ".join(f"{q.profile_id} ({q.name})" for q in card.profiles)
@@ -445,14 +266,14 @@ class SimGpu:
                     nv.INVALID_ARGUMENT,
                     f"{p.name} cannot start at {start} on {card.key} (valid: {p.placements.starts})",
                 )
-            why = problems(card, [*self._placed(c), (p, start)])
+            why = problems(card, [*placed(c), (p, start)])
             if why:
                 raise nv.driver_error(
                     nv.INSUFFICIENT_RESOURCES, f"cannot create {p.name} at {start} on GPU {index}: {'; '.join(why)}"
                 )
-            gi = SimGpuInstance(gi_id=_gi_id(card, p, start), profile_id=profile_id, start=start)
+            gi = SimGpuInstance(gi_id=gi_id_for(card, p, start), profile_id=profile_id, start=start)
             c.gis.append(gi)
-            return self._gpu_instance(c, gi)
+            return gpu_instance_view(c, gi)
 
     def destroy_gpu_instance(self, index: int, gi_id: int) -> None:
         with self._change() as st:
@@ -468,8 +289,8 @@ class SimGpu:
             c = self._card(st, index)
             self._require_mig(c)
             gi = self._gi(c, gi_id)
-            p = self._profile(c, gi)
-            if compute_slices not in _CI_SIZES or compute_slices > p.compute_slices:
+            p = profile_of(c, gi)
+            if compute_slices not in COMPUTE_INSTANCE_PROFILES or compute_slices > p.compute_slices:
                 raise nv.driver_error(
                     nv.INVALID_ARGUMENT, f"a {p.name} instance cannot hold a {compute_slices}-slice compute instance"
                 )
@@ -491,7 +312,7 @@ class SimGpu:
             ci = next((x for x in gi.cis if x.ci_id == ci_id), None)
             if ci is None:
                 raise nv.driver_error(nv.NOT_FOUND, f"GPU {index} GPU instance {gi_id} has no compute instance {ci_id}")
-            u = self._mig_uuid(c, gi, ci)
+            u = mig_uuid(c, gi, ci)
             busy = sorted(p.pid for p in st.processes if p.device_uuid == u)
             if busy:
                 raise nv.driver_error(nv.IN_USE, f"MIG device {u} has running processes {busy}")
@@ -504,8 +325,8 @@ class SimGpu:
             self._card(st, index).compute_mode = mode
 
     def capability_devices(self, mig: MigDevice) -> list[str]:
-        with self._locked(exclusive=False):
-            root = self._load().root
+        with self._file.locked(exclusive=False):
+            root = self._file.load().root
             return [str(p) for p in mig_capability_devices(mig, root)]
 
     # -- controls for tests and the sandbox (not driver calls) ---------------------------------
@@ -514,7 +335,7 @@ class SimGpu:
         """Turn MIG on and make it current (as after a reset) on one or every MIG-capable GPU."""
         with self._change(driver_call=False) as st:
             for c in st.cards if index is None else [self._card(st, index)]:
-                if self._catalog_card(c).mig:
+                if catalog_card(c).mig:
                     c.mig_current = c.mig_pending = True
                 elif index is not None:
                     raise nv.driver_error(nv.NOT_SUPPORTED, f"GPU {index} ({c.card}) does not support MIG")
@@ -526,9 +347,9 @@ class SimGpu:
         (or, with ``compute_split``, one CI per entry in every new GI); returns the new MIG devices."""
         st = self.state()
         c = self._card(st, index)
-        card = self._catalog_card(c)
+        card = catalog_card(c)
         wanted = [card.profile(n) for n in profiles]
-        plan = place(card, self._placed(c), wanted)
+        plan = place(card, placed(c), wanted)
         if plan is None:
             raise nv.driver_error(
                 nv.INSUFFICIENT_RESOURCES, f"{', '.join(profiles)} do not fit beside GPU {index}'s current instances"
@@ -552,7 +373,7 @@ class SimGpu:
 
     def _put_processes(self, device_uuid: str, processes: Sequence[GpuProcess | int], replace: bool = False) -> None:
         with self._change(driver_call=False) as st:
-            owner = next((c for c in st.cards if device_uuid in self._device_uuids(c)), None)
+            owner = next((c for c in st.cards if device_uuid in device_uuids(c)), None)
             if owner is None:
                 raise nv.driver_error(nv.NOT_FOUND, f"no GPU or MIG device {device_uuid} on this host")
             if owner.mig_current and device_uuid == owner.uuid:

@@ -3,48 +3,114 @@
 One module per contract family; import from here (``from calque.models import ClaimRef``) so that
 nothing re-declares a model. Every model forbids unknown fields; those that cross a process or
 network boundary carry a ``version``.
+
+The families load on first use (PEP 562 ``__getattr__``): a researcher's ``calque session status``
+imports the session models only, not the pool and acquire families with their many validators.
 """
 
-from calque.models.acquire import (
-    CohortInstance,
-    CohortPlan,
-    CohortResult,
-    CohortSpec,
-    InstanceRate,
-    LaunchAttempt,
-    RampReport,
-    RampRung,
-    RatesTable,
-    RootVolume,
-    SpendArithmetic,
-)
-from calque.models.base import CalqueModel
-from calque.models.gpu import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
-from calque.models.pool import (
-    SCHEMA_VERSION,
-    ClaimCost,
-    ClaimRef,
-    Item,
-    ItemError,
-    ItemResult,
-    Manifest,
-    PoolSpec,
-    QueueDepth,
-    QueueSettings,
-    RunRecord,
-    RunReport,
-    Summary,
-)
-from calque.models.session import (
-    SESSION_PROTOCOL_VERSION,
-    Session,
-    SessionRequest,
-    SessionResponse,
-    Slice,
-    SliceState,
-    UsageReport,
-    UsageRow,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers
+    from calque.models.acquire import (
+        CohortInstance,
+        CohortPlan,
+        CohortResult,
+        CohortSpec,
+        InstanceRate,
+        LaunchAttempt,
+        RampReport,
+        RampRung,
+        RatesTable,
+        RootVolume,
+        SpendArithmetic,
+    )
+    from calque.models.base import CalqueModel
+    from calque.models.gpu import (
+        ComputeInstance,
+        GpuDevice,
+        GpuInstance,
+        GpuProcess,
+        MigDevice,
+    )
+    from calque.models.pool import (
+        SCHEMA_VERSION,
+        ClaimCost,
+        ClaimRef,
+        Item,
+        ItemError,
+        ItemResult,
+        Manifest,
+        PoolSpec,
+        QueueDepth,
+        QueueSettings,
+        RunRecord,
+        RunReport,
+        Summary,
+    )
+    from calque.models.session import (
+        SESSION_PROTOCOL_VERSION,
+        Session,
+        SessionRequest,
+        SessionResponse,
+        Slice,
+        SliceState,
+        UsageReport,
+        UsageRow,
+    )
+
+_FAMILY = {
+    "CohortInstance": "calque.models.acquire",
+    "CohortPlan": "calque.models.acquire",
+    "CohortResult": "calque.models.acquire",
+    "CohortSpec": "calque.models.acquire",
+    "InstanceRate": "calque.models.acquire",
+    "LaunchAttempt": "calque.models.acquire",
+    "RampReport": "calque.models.acquire",
+    "RampRung": "calque.models.acquire",
+    "RatesTable": "calque.models.acquire",
+    "RootVolume": "calque.models.acquire",
+    "SpendArithmetic": "calque.models.acquire",
+    "CalqueModel": "calque.models.base",
+    "ComputeInstance": "calque.models.gpu",
+    "GpuDevice": "calque.models.gpu",
+    "GpuInstance": "calque.models.gpu",
+    "GpuProcess": "calque.models.gpu",
+    "MigDevice": "calque.models.gpu",
+    "SCHEMA_VERSION": "calque.models.pool",
+    "ClaimCost": "calque.models.pool",
+    "ClaimRef": "calque.models.pool",
+    "Item": "calque.models.pool",
+    "ItemError": "calque.models.pool",
+    "ItemResult": "calque.models.pool",
+    "Manifest": "calque.models.pool",
+    "PoolSpec": "calque.models.pool",
+    "QueueDepth": "calque.models.pool",
+    "QueueSettings": "calque.models.pool",
+    "RunRecord": "calque.models.pool",
+    "RunReport": "calque.models.pool",
+    "Summary": "calque.models.pool",
+    "SESSION_PROTOCOL_VERSION": "calque.models.session",
+    "Session": "calque.models.session",
+    "SessionRequest": "calque.models.session",
+    "SessionResponse": "calque.models.session",
+    "Slice": "calque.models.session",
+    "SliceState": "calque.models.session",
+    "UsageReport": "calque.models.session",
+    "UsageRow": "calque.models.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _FAMILY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'calque.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -7,13 +7,13 @@ package data file ``data/ec2-rates.yaml`` through ``calque.aws.pricing``.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from calque.models.base import CalqueModel
+from calque.durations import WholeSeconds
+from calque.models.base import CalqueModel, VersionedModel
 from calque.models.pool import SCHEMA_VERSION
 
 
@@ -30,9 +30,11 @@ class InstanceRate(CalqueModel):
     uncertain: str | None = Field(None, description="why this row may be wrong; None when confirmed")
 
 
-class RatesTable(CalqueModel):
+class RatesTable(VersionedModel):
     """The whole rates file: one region's on-demand prices per instance type."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque, or write the rates file for the version it reads"
+    version_label: ClassVar[str] = "rates table"
     version: int = 1
     region: str
     currency: str = "USD"
@@ -47,21 +49,7 @@ Lifecycle = Literal["on-demand", "spot"]
 VolumeType = Literal["gp3", "gp2", "io1", "io2"]
 
 COHORT_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-_DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_TTL_S = 14 * 86400
-
-
-def parse_duration(value: int | float | str, *, what: str = "duration") -> int:
-    """Seconds from ``3600``, ``"90m"``, ``"3h"`` or ``"2d"``; ValueError saying what to write otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a number of seconds or a string like 90m, 3h, 1d")
-    if isinstance(value, (int, float)):
-        return int(value)
-    parts = [_DURATION_RE.match(p) for p in str(value).split()] if str(value).strip() else [None]
-    if not all(parts):
-        raise ValueError(f"{what} {value!r} is not a duration: write seconds or e.g. 90m, 3h, 1d, '1h 30m'")
-    return sum(int(m.group(1)) * _DURATION_UNITS[m.group(2)] for m in parts if m)
 
 
 class RootVolume(CalqueModel):
@@ -72,9 +60,11 @@ class RootVolume(CalqueModel):
     kms_key_id: str | None = Field(None, description="KMS key for encryption; None uses the account's EBS default key")
 
 
-class CohortSpec(CalqueModel):
+class CohortSpec(VersionedModel):
     """What a caller asks the Acquirer for: a named cohort of ``count`` instances."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque where the cohort is applied, or write the spec's older version"
+    version_label: ClassVar[str] = "cohort spec"
     version: int = SCHEMA_VERSION
     name: str = Field(pattern=COHORT_NAME_RE, description="cohort name, the value of the calque:cohort tag")
     count: int = Field(ge=0, le=1000, description="instances the cohort should have")
@@ -90,7 +80,9 @@ class CohortSpec(CalqueModel):
     security_groups: list[str] = Field(default_factory=list, description="security group ids")
     key_name: str | None = None
     user_data: str | None = Field(None, description="extra user-data, run after calque's TTL part")
-    ttl_seconds: int = Field(3 * 3600, ge=60, le=MAX_TTL_S, description="hard lifetime; the instance powers off")
+    ttl_seconds: WholeSeconds = Field(
+        3 * 3600, ge=60, le=MAX_TTL_S, description="hard lifetime; the instance powers off"
+    )
     tags: dict[str, str] = Field(default_factory=dict)
     pool: str | None = Field(None, description="value of the calque:pool tag")
     owner: str | None = Field(None, description="value of the calque:owner tag (default: the local user)")
@@ -98,11 +90,6 @@ class CohortSpec(CalqueModel):
     cleanup_on_failure: bool = Field(True, description="terminate what this attempt launched when it fails")
     wait: bool = True
     wait_timeout_s: int = Field(600, ge=1, le=3600)
-
-    @field_validator("ttl_seconds", mode="before")
-    @classmethod
-    def _ttl(cls, v: Any) -> int:
-        return parse_duration(v, what="ttl")
 
     @field_validator("instance_types")
     @classmethod
@@ -182,7 +169,7 @@ class SpendArithmetic(CalqueModel):
         return text
 
 
-class CohortPlan(CalqueModel):
+class CohortPlan(VersionedModel):
     """What acquiring a spec would do, before doing it (Ansible's check mode)."""
 
     version: int = SCHEMA_VERSION
@@ -198,7 +185,7 @@ class CohortPlan(CalqueModel):
         return self.launch > 0 or bool(self.terminate)
 
 
-class CohortResult(CalqueModel):
+class CohortResult(VersionedModel):
     """What a cohort is after an acquire or a release, and what the call changed."""
 
     version: int = SCHEMA_VERSION
@@ -229,7 +216,7 @@ class RampRung(CalqueModel):
     enter_seconds_paid: float = Field(ge=0, description="model load paid by this rung: only the first pays")
 
 
-class RampReport(CalqueModel):
+class RampReport(VersionedModel):
     """What ``calque ramp`` did: the instance it held, each rung, and how it ended."""
 
     version: int = SCHEMA_VERSION

@@ -1,11 +1,81 @@
-"""The base every calque model derives from: strict about unknown fields, friendly to JSON."""
+"""The base every calque model derives from: strict about unknown fields, friendly to JSON.
+
+Anything that crosses a process or network boundary (queue messages, S3 objects, socket frames,
+files people write) derives from ``VersionedModel``. The rule for reading versions:
+
+- A model's ``version`` default is the version this calque *writes*; it reads every version from
+  ``oldest_version`` up to that one (an older document is read as its version meant it).
+- A newer version is refused before any other field is looked at, with an error naming both
+  versions and what to upgrade (``upgrade_hint``). Guessing at a newer document's meaning is how
+  a version-2 claim used to run as if it were version 1.
+- Versions start at 1; 0 and negatives are refused.
+
+Bump a model's version only for a change an older reader would misread; teach the reader the old
+shape in a ``mode="before"`` validator when you do. docs/pool.md says what each side of the pool
+does when it meets a newer document.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import ipaddress
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 
 class CalqueModel(BaseModel):
     """Forbid unknown fields so a typo in a spec or a message from a newer version fails loudly."""
 
     model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+
+
+class VersionedModel(CalqueModel):
+    """A model that crosses a boundary: its ``version`` is checked first, by the rule above."""
+
+    version: int = 1
+    oldest_version: ClassVar[int] = 1
+    version_label: ClassVar[str] = ""  # what the error calls the document; default: the class name
+    upgrade_hint: ClassVar[str] = "upgrade calque where this document is read"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_version(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "version" in data:
+            check_version(cls, data["version"])
+        return data
+
+
+def current_version(model: type[VersionedModel]) -> int:
+    """The version ``model`` writes (its ``version`` default), hence the newest it reads."""
+    default = model.model_fields["version"].default
+    assert isinstance(default, int)
+    return default
+
+
+def check_version(model: type[VersionedModel], version: Any) -> None:
+    """ValueError unless ``version`` is one ``model`` reads; non-integers are left to the field's own check."""
+    label = model.version_label or model.__name__
+    check_version_number(label, version, current_version(model), model.upgrade_hint, model.oldest_version)
+
+
+def check_version_number(label: str, version: Any, newest: int, upgrade_hint: str, oldest: int = 1) -> None:
+    """The rule for a document called ``label`` whose reader knows versions ``oldest`` to ``newest``."""
+    if not isinstance(version, int) or isinstance(version, bool):
+        return
+    if version > newest:
+        raise ValueError(
+            f"{label} version {version} is newer than this calque reads (version {newest}): {upgrade_hint}"
+        )
+    if version < oldest:
+        raise ValueError(f"{label} version {version} is not one this calque reads (versions {oldest} to {newest})")
+
+
+def _ip_address(v: str) -> str:
+    try:
+        return str(ipaddress.ip_address(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
+
+
+# The address a metrics port binds: an IP literal, never a name a resolver could answer differently.
+BindAddress = Annotated[str, AfterValidator(_ip_address)]

@@ -8,11 +8,13 @@ one ``Summary`` per claim. See shared/seeds/pool-queue-contract.md.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from calque.models.base import CalqueModel
+from calque.durations import Seconds, WholeSeconds
+from calque.models.base import BindAddress, CalqueModel, VersionedModel
+from calque.models.ids import SafeId, check_id
 
 # Bump when a model that crosses a process boundary changes incompatibly.
 SCHEMA_VERSION = 1
@@ -27,17 +29,17 @@ MAX_WAIT_S = 20
 class QueueSettings(CalqueModel):
     """The tunable attributes of a pool queue and its dead-letter queue."""
 
-    visibility_timeout: int = Field(
+    visibility_timeout: WholeSeconds = Field(
         300, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="seconds a claim stays invisible (0..43200)"
     )
-    message_retention: int = Field(
+    message_retention: WholeSeconds = Field(
         4 * 24 * 3600, ge=MIN_RETENTION_S, le=MAX_RETENTION_S, description="seconds (60..1209600)"
     )
-    receive_wait: int = Field(20, ge=0, le=MAX_WAIT_S, description="long-poll wait in seconds (0..20)")
+    receive_wait: WholeSeconds = Field(20, ge=0, le=MAX_WAIT_S, description="long-poll wait in seconds (0..20)")
     max_receive_count: int = Field(
         5, ge=1, le=1000, description="receives before SQS moves a message to the DLQ (1..1000)"
     )
-    dlq_retention: int = Field(MAX_RETENTION_S, ge=MIN_RETENTION_S, le=MAX_RETENTION_S)
+    dlq_retention: WholeSeconds = Field(MAX_RETENTION_S, ge=MIN_RETENTION_S, le=MAX_RETENTION_S)
     encryption: bool = Field(True, description="SQS-managed server-side encryption")
 
 
@@ -68,9 +70,10 @@ class ItemError(CalqueModel):
     traceback: str = ""
 
 
-class ItemResult(CalqueModel):
+class ItemResult(VersionedModel):
     """The outcome of one item; exactly one of ``value`` (when ok) or ``error`` (when not)."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
     version: int = SCHEMA_VERSION
     index: int = Field(ge=0)
     ok: bool
@@ -87,12 +90,13 @@ class ItemResult(CalqueModel):
         return self
 
 
-class Manifest(CalqueModel):
+class Manifest(VersionedModel):
     """One claim's batch of items, staged in S3 and pointed at by a ``ClaimRef``."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on the pool's workers (this one did not run the claim)"
     version: int = SCHEMA_VERSION
-    run_id: str = Field(min_length=1)
-    claim_id: str = Field(min_length=1)
+    run_id: SafeId
+    claim_id: SafeId
     model: str = Field(min_length=1)
     method: str = Field(min_length=1)
     items: list[Item]
@@ -106,12 +110,13 @@ class Manifest(CalqueModel):
         return items
 
 
-class ClaimRef(CalqueModel):
+class ClaimRef(VersionedModel):
     """The SQS message body: a pointer to a manifest, with what the worker checks before running it."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on the pool's workers (this one did not run the claim)"
     version: int = SCHEMA_VERSION
-    run_id: str = Field(min_length=1)
-    claim_id: str = Field(min_length=1)
+    run_id: SafeId
+    claim_id: SafeId
     model: str = Field(min_length=1)
     method: str = Field(min_length=1)
     manifest_uri: str = Field(pattern=r"^s3://[^/]+/.+")
@@ -136,16 +141,17 @@ class ClaimCost(CalqueModel):
     per_item_usd: float | None = Field(None, ge=0)
 
 
-class Summary(CalqueModel):
+class Summary(VersionedModel):
     """What one claim cost and produced; written after every ItemResult, before the message is deleted.
 
     One per claim, written only if the claim has none yet; it names the one attempt's results it
     vouches for (``results_key``), so results from an attempt that lost its lease are never read.
     """
 
+    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
     version: int = SCHEMA_VERSION
-    run_id: str
-    claim_id: str
+    run_id: SafeId
+    claim_id: SafeId
     model: str
     method: str
     ok: bool = Field(description="false when the claim itself failed (poison, load error, deadline)")
@@ -172,26 +178,28 @@ class Summary(CalqueModel):
     )
 
 
-class RunRecord(CalqueModel):
+class RunRecord(VersionedModel):
     """What ``calque pool submit`` staged: written once under the run's prefix, read by ``results``."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
     version: int = SCHEMA_VERSION
-    run_id: str = Field(min_length=1)
+    run_id: SafeId
     model: str = Field(min_length=1)
     method: str = Field(min_length=1)
     queue_name: str
     results_prefix: str = Field(pattern=r"^s3://[^/]+/.+")
     item_count: int = Field(ge=0)
-    claims: list[str] = Field(description="claim ids, in item order")
+    claims: list[SafeId] = Field(description="claim ids, in item order")
     workload_digest: str | None = None
     submitted_at: datetime
 
 
-class RunReport(CalqueModel):
+class RunReport(VersionedModel):
     """What a run produced and cost, folded from its claims' Summaries (``calque pool submit``)."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
     version: int = SCHEMA_VERSION
-    run_id: str
+    run_id: SafeId
     model: str
     method: str
     queue_name: str
@@ -210,9 +218,11 @@ class RunReport(CalqueModel):
     errors: list[str] = Field(default_factory=list, description="claim-level errors, one per failed claim")
 
 
-class PoolSpec(CalqueModel):
+class PoolSpec(VersionedModel):
     """What a pool is: one model kept warm, its queue, its buckets and the worker's limits."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the spec for the version it reads"
+    version_label: ClassVar[str] = "pool spec"
     version: int = SCHEMA_VERSION
     model: str = Field(min_length=1, description="pool identity; the queue name derives from it")
     workload: str = Field(
@@ -222,28 +232,40 @@ class PoolSpec(CalqueModel):
     parameters: dict[str, Any] = Field(default_factory=dict, description="fixed modal.parameter() values")
     region: str = "us-east-1"
     endpoint_url: str | None = None
-    queue_name: str | None = Field(None, description="override; default pool_queue_name(model)")
+    queue_name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_-]{1,76}$", description="override; default pool_queue_name(model)"
+    )
     bucket: str = Field(min_length=3, description="S3 bucket for manifests, results and summaries")
-    prefix: str = "calque"
+    prefix: str = Field("calque", description="key prefix of the pool's objects in the bucket")
     queue: QueueSettings = Field(default_factory=QueueSettings)
     batch_size: int = Field(10, ge=1, le=10_000, description="items per claim when submitting")
     max_manifest_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     max_receive_count: int = Field(5, ge=1, le=1000, description="worker-side poison limit")
-    item_timeout_s: float | None = Field(None, gt=0)
-    claim_deadline_s: float | None = Field(None, gt=0)
-    idle_timeout_s: float | None = Field(None, gt=0)
+    item_timeout_s: Seconds | None = Field(None, gt=0)
+    claim_deadline_s: Seconds | None = Field(None, gt=0)
+    idle_timeout_s: Seconds | None = Field(None, gt=0)
     workers: int = Field(1, ge=1, le=64, description="worker processes on this host")
     cuda_visible_devices: list[str] | None = Field(None, description="one entry per worker")
     instance_type: str | None = None
     imds_endpoint: str = "http://169.254.169.254"
     spot_watch: bool = Field(True, description="poll IMDSv2 for a spot interruption notice")
-    spot_poll_s: float = Field(5.0, gt=0, le=60, description="seconds between spot notice polls")
-    shutdown_grace_s: float = Field(30.0, gt=0, le=600, description="bound on @exit and release at shutdown")
-    heartbeat_s: float | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
+    spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice polls")
+    shutdown_grace_s: Seconds = Field(30.0, gt=0, le=600, description="bound on @exit and release at shutdown")
+    heartbeat_s: Seconds | None = Field(None, gt=0, description="override; default a third of the visibility timeout")
     prefetch: bool = Field(True, description="receive the next claim while one drains")
     metrics_port: int | None = Field(None, ge=1, le=65535)
-    metrics_textfile: str | None = None
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="address the metrics port binds (loopback unless exposed)"
+    )
+    metrics_textfile: str | None = Field(None, description="a *.prom file for node_exporter's textfile collector")
     backend: Literal["process"] = "process"
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_is_safe(cls, v: str) -> str:
+        for part in v.strip("/").split("/") if v.strip("/") else []:
+            check_id(part, f"prefix segment of {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _devices_per_worker(self) -> PoolSpec:

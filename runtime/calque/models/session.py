@@ -8,11 +8,11 @@ Everything here crosses the daemon's socket, so the envelopes carry ``version``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from calque.models.base import CalqueModel
+from calque.models.base import CalqueModel, VersionedModel
 
 # Bump when the socket protocol changes incompatibly; the daemon refuses other versions.
 SESSION_PROTOCOL_VERSION = 1
@@ -45,9 +45,11 @@ class Slice(CalqueModel):
     log_directory: str | None = None
 
 
-class Session(CalqueModel):
+class Session(VersionedModel):
     """One user's hold on one slice."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
+    version_label: ClassVar[str] = "protocol"
     version: int = SESSION_PROTOCOL_VERSION
     id: str
     slice_id: str
@@ -92,16 +94,20 @@ class UsageRow(CalqueModel):
     gpu_hours: float = Field(description="hours a slice was held (slice-hours, not weighted by slice size)")
 
 
-class UsageReport(CalqueModel):
+class UsageReport(VersionedModel):
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
+    version_label: ClassVar[str] = "protocol"
     version: int = SESSION_PROTOCOL_VERSION
     since: datetime
     until: datetime
     rows: list[UsageRow]
 
 
-class SessionRequest(CalqueModel):
+class SessionRequest(VersionedModel):
     """One request on the daemon's socket: one JSON object on one line."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
+    version_label: ClassVar[str] = "protocol"
     version: int = SESSION_PROTOCOL_VERSION
     op: SessionOp
     args: dict[str, Any] = Field(default_factory=dict)
@@ -112,9 +118,11 @@ class SessionErrorBody(CalqueModel):
     message: str
 
 
-class SessionResponse(CalqueModel):
+class SessionResponse(VersionedModel):
     """The daemon's answer: ``result`` when ``ok``, else ``error``."""
 
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
+    version_label: ClassVar[str] = "protocol"
     version: int = SESSION_PROTOCOL_VERSION
     ok: bool
     result: Any = None

@@ -1,7 +1,8 @@
 """How an instance becomes a pool worker: the PoolSpec file and the user-data that starts the worker.
 
 One definition serves every path that puts a worker on an instance: ``playbooks/pool.yml`` renders
-the user-data with ``calque pool user-data --spec -`` and hands it to ``calque.gpu.ec2_cohort``;
+the user-data with ``calque.gpu.pool_spec`` (``calque.ops.pool_spec``, as does ``calque pool
+user-data``) and hands it to ``calque.gpu.ec2_cohort``;
 ``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
 boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
 ``/etc/calque/pool.yml`` and starts ``calque pool worker`` under systemd. ``spec_yaml`` is the spec
@@ -25,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from botocore.exceptions import BotoCoreError, ClientError
 
 from calque import __version__
 from calque.aws.clients import client
+from calque.aws.errors import aws_errors
 from calque.aws.store import parse_s3_uri
-from calque.errors import InfrastructureError, UsageError
+from calque.errors import UsageError
 from calque.models import PoolSpec
 
 SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
@@ -40,14 +41,16 @@ CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
 # Placeholders are @NAME@ so that the shell's own $ and {} need no escaping.
 _USER_DATA = r"""#!/bin/bash
 # calque pool worker bootstrap for model @MODEL@ (rendered by calque.pool.bootstrap).
-# 1. the calque runtime in /opt/calque/venv (the staged wheel, its sha256 checked)  2. the pool spec in @SPEC_PATH@
-# 3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`.
+# 1. the calque runtime in /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked)
+# 2. the pool spec in @SPEC_PATH@  3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`.
 # The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
 set -euo pipefail
 PY=$(command -v python3.11 || command -v python3)
 RUNTIME_URL=@RUNTIME_URL@      # the staged calque wheel (presigned GET; empty: RUNTIME_PIP)
 RUNTIME_SHA256=@RUNTIME_SHA256@
 RUNTIME_WHEEL=@WHEEL_NAME@
+WHEELHOUSE_URL=@WHEELHOUSE_URL@  # the staged wheelhouse tar (calque + pinned deps; empty: none)
+WHEELHOUSE_SHA256=@WHEELHOUSE_SHA256@
 
 fetch() {  # URL DEST: a few tries, each bounded
   local i
@@ -72,7 +75,15 @@ install_runtime() {  # VENV [PIP_ARGS...]: calque into VENV (created when missin
     "$PY" -m venv "$venv"
     "$venv/bin/pip" install --quiet --upgrade pip
   fi
-  if [ -n "$RUNTIME_URL" ]; then
+  if [ -n "$WHEELHOUSE_URL" ]; then  # exactly the pins CI tested, from no index
+    dir=$(mktemp -d)
+    fetch "$WHEELHOUSE_URL" "$dir/wheelhouse.tar"
+    echo "$WHEELHOUSE_SHA256  $dir/wheelhouse.tar" | sha256sum -c --quiet -
+    tar -xf "$dir/wheelhouse.tar" -C "$dir"
+    (cd "$dir" && sha256sum -c --quiet SHA256SUMS)
+    "$venv/bin/pip" install --quiet --no-index --find-links "$dir" -r "$dir/requirements.txt" "$@"
+    rm -rf "$dir"
+  elif [ -n "$RUNTIME_URL" ]; then
     dir=$(mktemp -d)
     fetch "$RUNTIME_URL" "$dir/$RUNTIME_WHEEL"
     echo "$RUNTIME_SHA256  $dir/$RUNTIME_WHEEL" | sha256sum -c --quiet -
@@ -144,18 +155,25 @@ def worker_user_data(
     runtime_pip: str | None = None,
     runtime_url: str | None = None,
     runtime_sha256: str | None = None,
+    wheelhouse_url: str | None = None,
+    wheelhouse_sha256: str | None = None,
 ) -> str:
     """The user-data script that turns an instance into a worker of ``spec``'s pool.
 
     The runtime comes from ``runtime_pip`` when given (an explicit override), else from the staged
     wheel at ``runtime_url`` (``calque.pool.runtime_wheel.stage_runtime``; its ``runtime_sha256`` is
-    checked), else ``default_runtime_pip()``.
+    checked), else ``default_runtime_pip()``. A staged wheelhouse (``wheelhouse_url`` and its
+    ``wheelhouse_sha256``) takes precedence over the wheel alone: calque and exactly its pinned
+    dependencies, installed with ``--no-index``.
 
     The workload must exist on the instance: an ``s3://`` URI (``stage_workload``) or a path the AMI has.
     """
     url = "" if runtime_pip else (runtime_url or "")
     if url and not re.fullmatch(r"[0-9a-f]{64}", runtime_sha256 or ""):
         raise UsageError("a staged runtime URL needs its sha256 (64 hex digits)")
+    house = "" if runtime_pip else (wheelhouse_url or "")
+    if house and not re.fullmatch(r"[0-9a-f]{64}", wheelhouse_sha256 or ""):
+        raise UsageError("a staged wheelhouse URL needs its sha256 (64 hex digits)")
     encoded = base64.b64encode(spec_yaml(spec).encode()).decode()
     lines = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
     values = {
@@ -165,6 +183,8 @@ def worker_user_data(
         "@RUNTIME_URL@": shlex.quote(url),
         "@RUNTIME_SHA256@": shlex.quote(runtime_sha256 or ""),
         "@WHEEL_NAME@": shlex.quote(f"calque-{__version__}-py3-none-any.whl"),
+        "@WHEELHOUSE_URL@": shlex.quote(house),
+        "@WHEELHOUSE_SHA256@": shlex.quote(wheelhouse_sha256 or ""),
         "@RUNTIME_PIP@": shlex.quote(runtime_pip or default_runtime_pip()),
         "@SPEC_B64@": lines,
     }
@@ -196,10 +216,8 @@ def stage_workload(s3: Any, bucket: str, prefix: str, queue_name: str, workload:
     if not path.is_file():
         raise UsageError(f"workload script {path} does not exist")
     key = workload_key(prefix, queue_name, path)
-    try:
+    with aws_errors(f"stage workload {path} at s3://{bucket}/{key}"):
         s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes(), ServerSideEncryption="AES256")
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot stage workload {path} at s3://{bucket}/{key}: {exc}") from exc
     return f"s3://{bucket}/{key}{sep}{target}"
 
 
@@ -216,10 +234,8 @@ def materialize_workload(spec: PoolSpec) -> PoolSpec:
     dest = cache / hashlib.sha256(uri.encode()).hexdigest()[:16] / Path(key).name
     dest.parent.mkdir(parents=True, exist_ok=True)
     s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
-    try:
+    with aws_errors(f"download workload {uri}"):
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except (ClientError, BotoCoreError) as exc:
-        raise InfrastructureError(f"cannot download workload {uri}: {exc}") from exc
     # several worker processes may fetch at once: write aside, then rename into place
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".fetch-")
     with os.fdopen(fd, "wb") as fh:

@@ -33,8 +33,8 @@ def settle_dead_letters(pq: PoolQueue, store: RunStore, *, rounds: int = 10) -> 
                 ref = ClaimRef.model_validate_json(m.get("Body", ""))
             except ValidationError:
                 continue  # not a claim of ours to explain: leave it for an operator
-            if not store.owns(ref.results_prefix):
-                continue
+            if store.outside_run(ref.run_id, ref.results_prefix, ref.manifest_uri) is not None:
+                continue  # another pool's (or a forged) claim: not ours to write a Summary for
             count = m.get("Attributes", {}).get("ApproximateReceiveCount", "?")
             now = datetime.now(timezone.utc)
             summary = Summary(

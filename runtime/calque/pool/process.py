@@ -98,8 +98,8 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     metrics = Metrics({"model": spec.model, "worker": worker_id})
     worker = Worker(spec, sup, pool_queue, store, worker_id=worker_id, metrics=metrics, instance_type=instance_type)
     if spec.metrics_port is not None:
-        port = metrics.serve(spec.metrics_port + (index or 0))
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        port = metrics.serve(spec.metrics_port + (index or 0), spec.metrics_addr)
+        log.info("metrics on http://%s:%d/metrics", spec.metrics_addr, port)
     if spec.metrics_textfile and index is not None:
         stem, dot, ext = spec.metrics_textfile.rpartition(".")
         spec = spec.model_copy(update={"metrics_textfile": f"{stem}-{index}.{ext}" if dot else f"{ext}-{index}"})
@@ -113,10 +113,19 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     return rep
 
 
+def shutdown_bound_s(spec: PoolSpec) -> float:
+    """Seconds a stopping worker may take before it exits on its own (the receiver's last long poll,
+    the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
+
+    A supervisor's stop timeout (systemd's ``TimeoutStopSec``, the pool_worker role) must exceed it.
+    """
+    return min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+
+
 def _install_signals(worker: Worker, spec: PoolSpec) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
-    bound = min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+    bound = shutdown_bound_s(spec)
 
     def on_signal(signum: int, _frame: Any) -> None:
         if worker.stopping:

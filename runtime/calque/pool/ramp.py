@@ -294,16 +294,24 @@ def run_ramp(
         spec = ramp_spec(opts, name, workload, str(sqs.meta.region_name))
         if opts.runtime_pip:
             user_data = worker_user_data(spec, runtime_pip=opts.runtime_pip)
-        else:  # the wheel of this calque, beside the ramp's runs, for the instance's lifetime
+        else:  # this calque and its pinned dependencies, beside the ramp's runs, for the instance's lifetime
             staged = stage_runtime(
                 opts.bucket,
                 target.prefix,
                 ttl_s=opts.ttl_seconds,
+                wheelhouse=not offline(),  # offline, a local stand-in runs the worker: nothing installs it
                 region=str(sqs.meta.region_name),
                 endpoint_url=opts.endpoint_url,
                 profile=opts.profile,
+                progress=say,
             )
-            user_data = worker_user_data(spec, runtime_url=staged.url, runtime_sha256=staged.sha256)
+            user_data = worker_user_data(
+                spec,
+                runtime_url=staged.url,
+                runtime_sha256=staged.sha256,
+                wheelhouse_url=staged.wheelhouse_url,
+                wheelhouse_sha256=staged.wheelhouse_sha256,
+            )
         cohort = ramp_cohort(opts, name, user_data)
         say(f"acquiring one {opts.instance_type} ({cohort.market}) as cohort {name}")
         acquired = True

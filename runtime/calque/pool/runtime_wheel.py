@@ -1,38 +1,52 @@
-"""The calque runtime an instance installs: a wheel of the running calque, staged in the pool's bucket.
+"""The calque runtime an instance installs, staged in the pool's bucket: the wheel and a pinned wheelhouse.
 
 calque is not on any package index, so an instance cannot ``pip install calque==<version>``. The
-controller instead stages the wheel of the calque it runs (``stage_runtime``) under
-``<prefix>/runtime/calque-<version>-py3-none-any.whl`` with its sha256 in the object's metadata, and
-hands the instance a presigned GET URL valid for the instance's TTL (at most 7 days, S3's limit). The
-user-data downloads the URL, checks the sha256 and pip installs the file (its dependencies from the
-instance's configured index).
+controller instead stages (``stage_runtime``) under ``<prefix>/runtime/``:
 
-The wheel is built from the source tree the running package came from, byte for byte the same for
-the same files (fixed timestamps, sorted entries), so staging an unchanged runtime uploads nothing.
+- ``calque-<version>-py3-none-any.whl``, the wheel of the calque it runs (``calque.packaging``:
+  setuptools, reproducible), and
+- ``calque-<version>-wheelhouse-<python>-<platform>.tar``: that wheel plus every runtime dependency at
+  the version in ``constraints.txt`` (``calque.packaging.build_wheelhouse``), so instances install
+  exactly what CI tested, from no index.
+
+Each object carries its sha256 in its metadata and is uploaded only when that differs; the instance
+gets presigned GET URLs valid for its TTL (at most 7 days, S3's limit) and checks the sha256.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import importlib.metadata
+import tarfile
 import tempfile
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-import calque
 from calque import __version__
 from calque.aws.clients import client
-from calque.errors import InfrastructureError, UsageError
+from calque.aws.errors import aws_errors, is_not_found
+from calque.errors import UsageError
+from calque.packaging import build_wheel, build_wheelhouse, sha256_file, wheel_name
+from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_python_version
+
+__all__ = [
+    "MAX_URL_TTL_S",
+    "SHA_METADATA",
+    "StagedRuntime",
+    "build_wheel",
+    "runtime_key",
+    "sha256_file",
+    "stage_runtime",
+    "wheel_name",
+    "wheelhouse_key",
+]
 
 MAX_URL_TTL_S = 7 * 24 * 3600  # SigV4 presigned URLs live at most 7 days
 SHA_METADATA = "calque-sha256"
 _SIGV4 = Config(signature_version="s3v4")
-_EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: the same bytes for the same files
 
 
 @dataclass(frozen=True)
@@ -41,11 +55,10 @@ class StagedRuntime:
     key: str
     sha256: str
     url: str
-    uploaded: bool  # False when the same bytes were already there
-
-
-def wheel_name(version: str = __version__) -> str:
-    return f"calque-{version}-py3-none-any.whl"
+    uploaded: bool  # False when the same bytes were already there (the wheel and the wheelhouse)
+    wheelhouse_key: str | None = None
+    wheelhouse_sha256: str | None = None
+    wheelhouse_url: str | None = None
 
 
 def runtime_key(prefix: str, version: str = __version__) -> str:
@@ -53,64 +66,51 @@ def runtime_key(prefix: str, version: str = __version__) -> str:
     return "/".join(p for p in (prefix.strip("/"), "runtime", wheel_name(version)) if p)
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+def wheelhouse_key(prefix: str, python_version: str, platform: str, version: str = __version__) -> str:
+    """``<prefix>/runtime/calque-<version>-wheelhouse-<python>-<platform>.tar``."""
+    name = f"calque-{version}-wheelhouse-{python_version}-{platform}.tar"
+    return "/".join(p for p in (prefix.strip("/"), "runtime", name) if p)
 
 
-def _metadata() -> tuple[str, str]:
-    """METADATA and entry_points.txt of the installed calque distribution."""
-    try:
-        dist = importlib.metadata.distribution("calque")
-    except importlib.metadata.PackageNotFoundError:
-        raise UsageError("calque is not installed as a distribution: pass the wheel's path instead") from None
-    meta = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
-    if not meta:
-        raise UsageError("the installed calque has no METADATA: pass the wheel's path instead")
-    if dist.version != __version__:
-        raise UsageError(f"installed calque metadata is {dist.version}, the running code {__version__}: reinstall it")
-    return meta, dist.read_text("entry_points.txt") or ""
+def pack_wheelhouse(directory: Path, dest: Path) -> Path:
+    """A tar of the wheelhouse, byte for byte the same for the same files (sorted, no times, no owners)."""
+    names = sorted(p.name for p in directory.iterdir() if p.is_file())
+    if REQUIREMENTS not in names or not any(n.endswith(".whl") for n in names):
+        raise UsageError(f"{directory} is not a wheelhouse (`calque runtime wheelhouse` writes one)")
+    with tarfile.open(dest, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in names:
+            info = tar.gettarinfo(str(directory / name), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", 0o644
+            with open(directory / name, "rb") as fh:
+                tar.addfile(info, fh)
+    return dest
 
 
-def build_wheel(dest_dir: str | Path) -> Path:
-    """Build the wheel of the running calque (its package files, the installed metadata) in ``dest_dir``.
-
-    Deterministic: the same files give the same bytes, hence the same sha256.
-    """
-    pkg = Path(calque.__file__).resolve().parent
-    meta, entry_points = _metadata()
-    files: list[tuple[str, bytes]] = []
-    for path in sorted(pkg.rglob("*")):
-        rel = path.relative_to(pkg.parent)
-        if not path.is_file() or "__pycache__" in rel.parts or path.suffix in (".pyc", ".pyo"):
-            continue
-        files.append((rel.as_posix(), path.read_bytes()))
-    info = f"calque-{__version__}.dist-info"
-    files.append((f"{info}/METADATA", meta.encode()))
-    files.append(
-        (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: calque\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    )
-    if entry_points:
-        files.append((f"{info}/entry_points.txt", entry_points.encode()))
-    files.append((f"{info}/top_level.txt", b"calque\n"))
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files)
-    files.append((f"{info}/RECORD", (record + f"{info}/RECORD,,\n").encode()))
-    out = Path(dest_dir) / wheel_name()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files:
-            zi = zipfile.ZipInfo(name, date_time=_EPOCH)
-            zi.external_attr = 0o644 << 16
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(zi, data)
-    return out
+def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: str) -> tuple[str, bool]:
+    digest = sha256_file(path)
+    with aws_errors(f"stage the calque runtime at s3://{bucket}/{key}"):
+        try:
+            present = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(SHA_METADATA)
+        except ClientError as exc:
+            if not is_not_found(exc):
+                raise
+            present = None
+        if present == digest:
+            return digest, False
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=path.read_bytes(),
+            ServerSideEncryption="AES256",
+            ContentType=content_type,
+            Metadata={SHA_METADATA: digest},
+        )
+    return digest, True
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _presign(s3: Any, bucket: str, key: str, ttl_s: int) -> str:
+    with aws_errors(f"presign s3://{bucket}/{key}"):
+        return str(s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=ttl_s))
 
 
 def stage_runtime(
@@ -119,15 +119,21 @@ def stage_runtime(
     *,
     ttl_s: int,
     wheel: str | Path | None = None,
+    wheelhouse: str | Path | bool = False,
+    python_version: str | None = None,
+    platform: str | None = None,
     region: str | None = None,
     endpoint_url: str | None = None,
     profile: str | None = None,
+    progress: Callable[[str], None] = lambda _msg: None,
 ) -> StagedRuntime:
-    """Stage the runtime wheel in ``s3://bucket/<prefix>/runtime/`` and presign it for ``ttl_s`` seconds.
+    """Stage the runtime wheel (and the wheelhouse) in ``s3://bucket/<prefix>/runtime/``, presigned for ``ttl_s``.
 
     ``wheel`` reuses a built wheel (its file name must be calque's for this version); otherwise the
-    running calque is built. Uploads only when the object's stored sha256 differs. The URL carries
-    the signing credentials: temporary ones (SSO, an assumed role) end it when they expire.
+    running calque's sources are built. ``wheelhouse``: True builds one (``python_version``/``platform``,
+    default this controller's), a path reuses a built one, False stages the wheel alone (its
+    dependencies then come from the instance's index). Uploads only what changed. The URLs carry the
+    signing credentials: temporary ones (SSO, an assumed role) end them when they expire.
     """
     if ttl_s <= 0:
         raise UsageError(f"runtime URL lifetime must be positive, got {ttl_s} s")
@@ -138,8 +144,9 @@ def stage_runtime(
         )
     # SigV4 (the default SigV2 query auth is refused by newer regions); the URL is valid in ``region``
     s3 = client("s3", region=region, endpoint_url=endpoint_url, profile=profile, config=_SIGV4)
-    with tempfile.TemporaryDirectory(prefix="calque-wheel-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="calque-runtime-") as tmp:
         if wheel is None:
+            progress(f"building {wheel_name()}")
             path = build_wheel(tmp)
         else:
             path = Path(wheel).expanduser()
@@ -147,28 +154,31 @@ def stage_runtime(
                 raise UsageError(f"runtime wheel {path} does not exist")
             if path.name != wheel_name():
                 raise UsageError(f"runtime wheel {path.name} is not {wheel_name()} (this calque's version)")
-        digest = sha256_file(path)
         key = runtime_key(prefix)
-        uploaded = False
-        try:
-            try:
-                head = s3.head_object(Bucket=bucket, Key=key)
-                present = head.get("Metadata", {}).get(SHA_METADATA)
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                    raise
-                present = None
-            if present != digest:
-                s3.put_object(
-                    Bucket=bucket,
-                    Key=key,
-                    Body=path.read_bytes(),
-                    ServerSideEncryption="AES256",
-                    ContentType="application/zip",
-                    Metadata={SHA_METADATA: digest},
-                )
-                uploaded = True
-            url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=int(ttl_s))
-        except (ClientError, BotoCoreError) as exc:
-            raise InfrastructureError(f"cannot stage the calque runtime at s3://{bucket}/{key}: {exc}") from exc
-    return StagedRuntime(bucket=bucket, key=key, sha256=digest, url=url, uploaded=uploaded)
+        digest, uploaded = _put_if_changed(s3, bucket, key, path, "application/zip")
+        staged = StagedRuntime(bucket, key, digest, _presign(s3, bucket, key, int(ttl_s)), uploaded)
+        if wheelhouse is False:
+            return staged
+        pyver, plat = python_version or default_python_version(), platform or default_platform()
+        if wheelhouse is True:
+            house = build_wheelhouse(
+                Path(tmp) / "wheelhouse", python_version=pyver, platform=plat, wheel=path, progress=progress
+            ).path
+        else:
+            house = Path(wheelhouse).expanduser()
+            if (house / wheel_name()).is_file() and sha256_file(house / wheel_name()) != digest:
+                raise UsageError(f"wheelhouse {house} holds a different {wheel_name()} than the staged wheel")
+        tar = pack_wheelhouse(house, Path(tmp) / "wheelhouse.tar")
+        wh_key = wheelhouse_key(prefix, pyver, plat)
+        progress(f"staging the wheelhouse at s3://{bucket}/{wh_key}")
+        wh_digest, wh_uploaded = _put_if_changed(s3, bucket, wh_key, tar, "application/x-tar")
+    return StagedRuntime(
+        bucket,
+        key,
+        digest,
+        staged.url,
+        uploaded or wh_uploaded,
+        wh_key,
+        wh_digest,
+        _presign(s3, bucket, wh_key, int(ttl_s)),
+    )

@@ -25,6 +25,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, RunRecord, RunReport, Summary
+from calque.models.ids import RULE, is_safe_id
 from calque.pool.cost import run_cost
 from calque.pool.deadletter import settle_dead_letters
 from calque.pool.stage import STAGE_THREADS, stage_run
@@ -130,11 +131,14 @@ def submit(
     pq = target.queue()
     pq.url()  # InfrastructureError naming the queue looked for, before anything is staged
     store = target.store(pq.name)
+    run_id = run_id or new_run_id()
+    if not is_safe_id(run_id):
+        raise UsageError(f"run id {run_id!r} cannot name S3 keys: use {RULE}")
     return stage_run(
         pq,
         store,
         items,
-        run_id=run_id or new_run_id(),
+        run_id=run_id,
         model=target.model,
         method=method or DEFAULT_METHOD,
         batch_size=batch_size,
@@ -143,6 +147,8 @@ def submit(
 
 
 def load_run(target: PoolTarget, run_id: str) -> tuple[RunStore, RunRecord]:
+    if not is_safe_id(run_id):
+        raise UsageError(f"run id {run_id!r} is not one calque makes: run ids are {RULE}")
     pq_name = target.queue_name or PoolQueue(None, target.model).name
     store = target.store(pq_name)
     record = store.get_run(run_id)

@@ -1,4 +1,4 @@
-"""Files the session role installs: the systemd unit and an example configuration (package data)."""
+"""Files the calque.gpu.session_service role installs: the systemd unit and an example configuration (package data)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ from calque.models.session import UsageReport, UsageRow
 from calque.session.registry import Held
 
 END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished"}
+# A session's trip (checkout to its end): from a quick test to a week-long reservation.
+TRIP_BUCKETS_S = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 259200.0, 604800.0)
 
 
 FLUSH_EVERY_S = 0.05
@@ -77,7 +79,8 @@ class AuditLog:
 
 class EventTally:
     """Lifecycle events counted from the audit trail since the daemon started: exact across every
-    process that appends to it (metrics' ``calque_session_events_total``)."""
+    process that appends to it (metrics' ``calque_session_events_total``), and the trip time of every
+    session that ended (checkout to its end event: ``calque_session_trip_seconds``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -86,7 +89,16 @@ class EventTally:
         except FileNotFoundError:
             self._offset = 0
         self._counts: dict[str, int] = {}
+        self._trip_buckets = [0] * len(TRIP_BUCKETS_S)  # sessions that lasted at most each bound
+        self._trip_count = 0
+        self._trip_sum = 0.0
         self._lock = threading.Lock()
+
+    def trips(self) -> tuple[list[tuple[float, int]], int, float]:
+        """Ended sessions' trip times: cumulative (bound, count) buckets, the count and the sum of seconds."""
+        self.counts()
+        with self._lock:
+            return list(zip(TRIP_BUCKETS_S, self._trip_buckets, strict=True)), self._trip_count, self._trip_sum
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -99,13 +111,28 @@ class EventTally:
             end = data.rfind(b"\n") + 1  # only whole lines; a line being written is counted next time
             for raw in data[:end].splitlines():
                 try:
-                    event = json.loads(raw).get("event")
+                    entry = json.loads(raw)
+                    event = entry.get("event")
                 except (ValueError, AttributeError):
                     continue
                 if isinstance(event, str):
                     self._counts[event] = self._counts.get(event, 0) + 1
+                if event in END_EVENTS:
+                    self._trip(entry)
             self._offset += end
             return dict(self._counts)
+
+    def _trip(self, entry: dict[str, Any]) -> None:
+        try:
+            ended, began = datetime.fromisoformat(entry["ts"]), datetime.fromisoformat(entry["created_at"])
+        except (KeyError, TypeError, ValueError):
+            return
+        seconds = max((ended - began).total_seconds(), 0.0)
+        self._trip_count += 1
+        self._trip_sum += seconds
+        for i, bound in enumerate(TRIP_BUCKETS_S):
+            if seconds <= bound:
+                self._trip_buckets[i] += 1
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

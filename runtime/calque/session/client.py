@@ -13,9 +13,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calque.errors import CalqueError, InfrastructureError, RefusedError, UsageError
+from calque.errors import (
+    CalqueError,
+    InfrastructureError,
+    NothingFreeError,
+    RefusedError,
+    UnreachableError,
+    UsageError,
+    format_validation_error,
+)
 from calque.models.session import SessionRequest, SessionResponse
-from calque.session.config import DEFAULT_SOCKET
+from calque.session.paths import DEFAULT_SOCKET
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 # Ops that are safe to send twice (checkout carries a request id that makes it idempotent).
@@ -23,8 +31,8 @@ _RETRY_AFTER_SEND = {"checkout", "status", "list", "report", "ping", "whoami", "
 _CONNECT_ERRNOS = {errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN}
 
 
-class NoFreeSliceError(InfrastructureError):
-    """Every matching slice is busy (exit 3); ``--wait`` retries on this."""
+class NoFreeSliceError(NothingFreeError):
+    """Every matching slice is busy (exit 5); ``--wait`` retries on this."""
 
 
 def _error_for(kind: str, message: str) -> CalqueError:
@@ -68,7 +76,9 @@ class SessionClient:
                     sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
                 )
                 if not retryable or time.monotonic() + delay > deadline:
-                    raise InfrastructureError(
+                    # never connected: exit 6 (unreachable); a broken exchange after sending stays exit 3
+                    error = UnreachableError if not sent else InfrastructureError
+                    raise error(
                         f"cannot reach the session daemon at {self.path}: {exc.strerror or exc}; "
                         "is calque-session.service running (or CALQUE_SESSION_SOCKET / --socket right)?"
                     ) from exc
@@ -89,7 +99,10 @@ class SessionClient:
     def _decode(self, raw: bytes) -> Any:
         try:
             resp = SessionResponse.model_validate_json(raw)
-        except (ValidationError, json.JSONDecodeError) as exc:
+        except ValidationError as exc:
+            why = format_validation_error(exc, "the session daemon sent a response this client cannot read")
+            raise InfrastructureError(why) from exc
+        except json.JSONDecodeError as exc:
             raise InfrastructureError(f"the session daemon sent a response this client cannot read: {exc}") from exc
         if not resp.ok:
             assert resp.error is not None

@@ -7,55 +7,26 @@ unknown keys.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
-from calque.errors import UsageError
+from calque.configfile import load_model
+from calque.durations import Seconds
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
-from calque.models.base import CalqueModel
+from calque.gpu.selection import Backend
+from calque.models.base import BindAddress, CalqueModel, VersionedModel
+from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
-DEFAULT_CONFIG = Path("/etc/calque/session.yaml")
-DEFAULT_SOCKET = Path("/run/calque/session.sock")
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str | int | float) -> float:
-    """``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``7d`` → seconds."""
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise UsageError(f"duration {text!r} is negative; give e.g. 30m or 2h")
-        return float(text)
-    s = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", s):
-        return float(s)
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise UsageError(f"cannot read duration {text!r}; write e.g. 90s, 30m, 2h or 1h30m")
-    return total
 
 
 class Limits(CalqueModel):
     """Limits for a user or group; unset fields fall back to the defaults."""
 
     max_sessions: int | None = Field(None, ge=0, description="concurrent sessions")
-    max_ttl: float | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
-
-    @field_validator("max_ttl", mode="before")
-    @classmethod
-    def _dur(cls, v: object) -> object:
-        return parse_duration(v) if isinstance(v, str) else v
+    max_ttl: Seconds | None = Field(None, gt=0, description="seconds one checkout (plus extensions) may last")
 
 
 class Policy(CalqueModel):
@@ -76,7 +47,9 @@ class MpsGpu(CalqueModel):
     log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
-class SessionConfig(CalqueModel):
+class SessionConfig(VersionedModel):
+    version_label: ClassVar[str] = "session config"
+    upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the file's older version"
     version: int = CONFIG_VERSION
     socket: Path = DEFAULT_SOCKET
     db: Path = Path("/var/lib/calque/sessions.db")
@@ -84,10 +57,15 @@ class SessionConfig(CalqueModel):
     host_root: Path | None = Field(
         None, description="where /proc/driver/nvidia and /dev/nvidia-caps live (default: /, or the simulator's root)"
     )
-    gpu_backend: Literal["host", "nvml", "sim", "none"] = Field(
+    gpu_backend: Backend = Field(
         "host", description="host: the GPU layer's host configuration (/etc/calque/host.yaml); none: MPS slots only"
     )
-    gpu_state: Path | None = Field(None, description="simulator state file (gpu_backend: sim)")
+    sim_state: Path | None = Field(
+        None,
+        validation_alias=AliasChoices("sim_state", "gpu_state"),  # gpu_state: its name before calque 0.2
+        description="simulator state file (gpu_backend: sim)",
+    )
+    host_config: Path | None = Field(None, description="host configuration for gpu_backend: host (default as the CLI)")
     mps: list[MpsGpu] = Field(default_factory=list)
     mps_pipe_root: Path = Field(DEFAULT_PIPE_ROOT, description="as the GPU layer's MPS daemons use it")
     mps_log_root: Path = DEFAULT_LOG_ROOT
@@ -96,18 +74,20 @@ class SessionConfig(CalqueModel):
         description="serialised-per-user: all slots of one MPS daemon go to one Unix user at a time "
         "(see `calque gpu mps status`); multi-user: slots of one daemon may go to different users",
     )
-    default_ttl: float = 3600
-    max_total_ttl: float = 12 * 3600
-    notice_before: float = 300
+    default_ttl: Seconds = 3600
+    max_total_ttl: Seconds = 12 * 3600
+    notice_before: Seconds = 300
     notice_signal: str = "SIGUSR1"
-    kill_grace: float = 10
-    reassert_every: float = Field(
+    kill_grace: Seconds = 10
+    reassert_every: Seconds = Field(
         5.0, gt=0, description="seconds between re-checks of capability node owners and modes (holders and free slices)"
     )
-    idle_expiry: float | None = Field(None, description="end a session with no process on its slice this long")
+    idle_expiry: Seconds | None = Field(None, description="end a session with no process on its slice this long")
     policy: Policy = Field(default_factory=Policy)
-    spot: bool = Field(False, description="this host is a spot instance (the role sets it from IMDS)")
-    request_timeout: float = Field(5.0, gt=0, description="seconds a client has to send its request")
+    spot: bool = Field(
+        False, description="this host is a spot instance (the session_service role: calque_session_service_spot)"
+    )
+    request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
     processes: int = Field(
         2,
@@ -119,13 +99,13 @@ class SessionConfig(CalqueModel):
     max_connections: int = Field(
         64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
     )
-    metrics_port: int | None = Field(None, description="serve Prometheus metrics on 127.0.0.1:<port>")
-    metrics_textfile: Path | None = Field(None, description="also write metrics for node_exporter's textfile")
-
-    @field_validator("default_ttl", "max_total_ttl", "notice_before", "kill_grace", "idle_expiry", mode="before")
-    @classmethod
-    def _dur(cls, v: object) -> object:
-        return parse_duration(v) if isinstance(v, str) else v
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus metrics on <port> (off if unset)"
+    )
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
+    )
+    metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
 
     @field_validator("notice_signal")
     @classmethod
@@ -136,13 +116,6 @@ class SessionConfig(CalqueModel):
             raise ValueError(f"notice_signal {v!r} is not a signal name; use e.g. SIGUSR1 or SIGHUP")
         return v
 
-    @field_validator("version")
-    @classmethod
-    def _version(cls, v: int) -> int:
-        if v != CONFIG_VERSION:
-            raise ValueError(f"config version {v} is not supported; this calque reads version {CONFIG_VERSION}")
-        return v
-
 
 def load_config(path: Path | None) -> SessionConfig:
     """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
@@ -150,15 +123,4 @@ def load_config(path: Path | None) -> SessionConfig:
         if not DEFAULT_CONFIG.exists():
             return SessionConfig()
         path = DEFAULT_CONFIG
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError as exc:
-        raise UsageError(f"session config {path} does not exist; pass --config with an existing file") from exc
-    except yaml.YAMLError as exc:
-        raise UsageError(f"session config {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"session config {path} must be a mapping of settings")
-    try:
-        return SessionConfig.model_validate(data)
-    except ValidationError as exc:
-        raise UsageError(f"session config {path} is invalid: {exc}") from exc
+    return load_model(SessionConfig, path, "session config", empty_ok=True)

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from calque.durations import format_duration, parse_duration
 from calque.errors import RefusedError, UsageError
 from calque.models.session import Session, SliceState, UsageReport
 from calque.session.client import NoFreeSliceError, SessionClient
-from calque.session.config import parse_duration
 
 
 def checkout(
@@ -34,7 +34,7 @@ def checkout(
             "pass --i-understand-shared-gpu-has-no-isolation to accept that"
         )
     if ttl is not None:
-        parse_duration(ttl)  # fail on a typo before talking to the daemon
+        parse_duration(ttl, what="--ttl")  # fail on a typo before talking to the daemon
     args: dict[str, Any] = {"mps": mps, "profile": profile, "gpu": gpu, "ttl": ttl, "consent": consent}
     started = time.monotonic()
     delay = 0.5
@@ -59,7 +59,7 @@ def checkin(client: SessionClient, session_id: str | None) -> Session:
 
 
 def extend(client: SessionClient, session_id: str | None, by: str) -> Session:
-    parse_duration(by)
+    parse_duration(by, what="--by")
     return Session.model_validate(client.call("extend", id=session_id, by=by))
 
 
@@ -78,15 +78,13 @@ def release(client: SessionClient, session_id: str, force: bool, reason: str | N
 
 
 def report(client: SessionClient, since: str) -> UsageReport:
-    parse_duration(since)
+    parse_duration(since, what="--since")
     return UsageReport.model_validate(client.call("report", since=since))
 
 
 def human_left(until: datetime, now: datetime | None = None) -> str:
     secs = int(max(0.0, (until - (now or datetime.now(timezone.utc))).total_seconds()))
-    h, rem = divmod(secs, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+    return format_duration(secs - secs % 60 if secs >= 3600 else secs)  # seconds only matter in the last hour
 
 
 def stderr(msg: str) -> None:

@@ -20,11 +20,11 @@ import threading
 import time
 from types import FrameType
 
+from calque.errors import CalqueError
 from calque.session.audit import AuditLog, EventTally
 from calque.session.config import SessionConfig
 from calque.session.enforcer import Enforcer
 from calque.session.inventory import host_root, load_reader
-from calque.session.metrics import serve_http, write_textfile
 from calque.session.protocol import RequestError, error, ok, parse_request, peer_credentials, read_line
 from calque.session.registry import HostLock, Registry
 from calque.session.service import Service
@@ -162,8 +162,12 @@ class Daemon:
             children = [self._spawn(listener.sock.fileno()) for _ in range(self.config.processes)]
         self.enforcer.start()
         metrics_server = None
-        if self.config.metrics_port is not None:
-            metrics_server = serve_http(self.config.metrics_port, self.service.metrics_text)
+        if self.config.metrics_port is not None:  # one bounded thread: idle clients cannot exhaust the daemon
+            from calque import exposition
+            from calque.session.metrics import registry_of
+
+            reg = registry_of(self.service)
+            metrics_server = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr, name="metrics")
         if self.config.metrics_textfile is not None:
             threading.Thread(target=self._textfile_loop, name="metrics-textfile", daemon=True).start()
         log.info("calque session daemon serving on %s (%d slices)", self.config.socket, len(self.service.slices()))
@@ -185,7 +189,7 @@ class Daemon:
             listener.stop()
             self.enforcer.stop()
             if metrics_server is not None:
-                metrics_server.shutdown()
+                metrics_server.close()
             self.registry.close()
             self.audit.close()
 
@@ -204,11 +208,14 @@ class Daemon:
         )
 
     def _textfile_loop(self) -> None:
+        from calque import exposition
+        from calque.session.metrics import registry_of
+
         assert self.config.metrics_textfile is not None
         while True:
             try:
-                write_textfile(self.config.metrics_textfile, self.service.metrics_text())
-            except OSError as exc:
+                exposition.write_textfile(registry_of(self.service), self.config.metrics_textfile)
+            except (OSError, CalqueError) as exc:
                 log.error("cannot write metrics textfile: %s", exc)
             if self._stopping.wait(10):
                 return

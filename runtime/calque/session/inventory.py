@@ -10,24 +10,20 @@ from pathlib import Path
 
 from calque.errors import UsageError
 from calque.gpu.backend import GpuReader
+from calque.gpu.selection import GpuSelection, open_reader
 from calque.models import GpuDevice, GpuProcess
 from calque.models.session import Slice
 from calque.session.config import SessionConfig
 
 
+def gpu_selection(config: SessionConfig) -> GpuSelection:
+    """The config's backend in the GPU layer's shared vocabulary (``calque.gpu.selection``)."""
+    return GpuSelection(config.gpu_backend, sim_state=config.sim_state, host_config=config.host_config)
+
+
 def load_reader(config: SessionConfig) -> GpuReader | None:
     """The backend the config names; None for ``none`` (MPS slots only, no process tracking)."""
-    if config.gpu_backend == "none":
-        return None
-    if config.gpu_backend == "sim":
-        if config.gpu_state is None:
-            raise UsageError("gpu_backend: sim needs gpu_state (the simulator's state file)")
-        from calque.gpu.sim import SimGpu
-
-        return SimGpu(config.gpu_state)
-    from calque.gpu.hostconfig import GpuHostConfig, open_backend
-
-    return open_backend(GpuHostConfig(backend="nvml") if config.gpu_backend == "nvml" else None)
+    return open_reader(gpu_selection(config))
 
 
 def host_root(config: SessionConfig, reader: GpuReader | None) -> Path:
@@ -99,8 +95,8 @@ def layout_stamp(config: SessionConfig) -> tuple[int, ...] | None:
     """
     if config.gpu_backend == "none":
         return ()
-    if config.gpu_backend == "sim" and config.gpu_state is not None:
-        st = os.stat(config.gpu_state)
+    if gpu_selection(config).effective == "sim" and config.sim_state is not None:
+        st = os.stat(config.sim_state)
         return (st.st_ino, st.st_mtime_ns, st.st_size)
     return None
 

@@ -1,76 +1,93 @@
-"""Prometheus text exposition: slices free/busy per profile, live sessions per user."""
+"""The session daemon's Prometheus metrics (``prometheus_client``), computed when scraped.
+
+Slices free/busy per profile, live sessions per user, lifecycle events, and the trip time of ended
+sessions (checkout to end) as a histogram. Events and trips come from the audit trail, so they are
+exact across every process of the daemon. Off unless the config names a port or a textfile.
+"""
 
 from __future__ import annotations
 
-import os
-import threading
 from collections import Counter
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from calque.models.session import Slice
+from calque.session.audit import EventTally
+from calque.session.protocol import RequestError
 from calque.session.registry import Held
 
-
-def _label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def render(slices: list[Slice], live: list[Held], counters: dict[str, int]) -> str:
-    busy_ids = {h.session.slice_id for h in live}
-    per: dict[tuple[str, str, str], int] = {}
-    for sl in slices:
-        for state in ("free", "busy"):
-            per.setdefault((sl.kind, sl.profile, state), 0)
-        per[(sl.kind, sl.profile, "busy" if sl.id in busy_ids else "free")] += 1
-    lines = [
-        "# HELP calque_session_slices Slices on this host by kind, profile and state.",
-        "# TYPE calque_session_slices gauge",
-    ]
-    for (kind, profile, state), n in sorted(per.items()):
-        lines.append(f'calque_session_slices{{kind="{kind}",profile="{_label(profile)}",state="{state}"}} {n}')
-    users: Counter[str] = Counter(h.session.user for h in live)
-    lines += [
-        "# HELP calque_session_sessions Live sessions per user.",
-        "# TYPE calque_session_sessions gauge",
-    ]
-    for user, n in sorted(users.items()):
-        lines.append(f'calque_session_sessions{{user="{_label(user)}"}} {n}')
-    lines += [
-        "# HELP calque_session_events_total Session lifecycle events since the daemon started.",
-        "# TYPE calque_session_events_total counter",
-    ]
-    for event, n in sorted(counters.items()):
-        lines.append(f'calque_session_events_total{{event="{event}"}} {n}')
-    return "\n".join(lines) + "\n"
+if TYPE_CHECKING:
+    from calque.session.service import Service
 
 
-def write_textfile(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+class SessionCollector(Collector):
+    """Reads the daemon's state at each scrape (``slices`` may raise nothing: an empty list when unknown)."""
+
+    def __init__(self, slices: Callable[[], list[Slice]], live: Callable[[], list[Held]], tally: EventTally | None):
+        self._slices = slices
+        self._live = live
+        self._tally = tally
+
+    def collect(self) -> Iterator[Metric]:
+        live = self._live()
+        busy_ids = {h.session.slice_id for h in live}
+        slices = GaugeMetricFamily(
+            "calque_session_slices",
+            "Slices on this host by kind, profile and state.",
+            labels=["kind", "profile", "state"],
+        )
+        per: dict[tuple[str, str, str], int] = {}
+        for sl in self._slices():
+            for state in ("free", "busy"):
+                per.setdefault((sl.kind, sl.profile, state), 0)
+            per[(sl.kind, sl.profile, "busy" if sl.id in busy_ids else "free")] += 1
+        for labels, n in sorted(per.items()):
+            slices.add_metric(list(labels), n)
+        yield slices
+        sessions = GaugeMetricFamily("calque_session_sessions", "Live sessions per user.", labels=["user"])
+        for user, n in sorted(Counter(h.session.user for h in live).items()):
+            sessions.add_metric([user], n)
+        yield sessions
+        events = CounterMetricFamily(
+            "calque_session_events", "Session lifecycle events since the daemon started.", labels=["event"]
+        )
+        trips = HistogramMetricFamily(
+            "calque_session_trip_seconds", "Seconds from a session's checkout to its end, for sessions that ended."
+        )
+        if self._tally is not None:
+            for event, n in sorted(self._tally.counts().items()):
+                events.add_metric([event], n)
+            buckets, count, total = self._tally.trips()
+            trips.add_metric([], [(_le(b), n) for b, n in buckets] + [("+Inf", count)], total)
+        yield events
+        yield trips
 
 
-def serve_http(port: int, produce: Callable[[], str]) -> ThreadingHTTPServer:
-    """GET /metrics on 127.0.0.1:<port> in a background thread."""
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound < 1e6 else repr(bound)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404)
-                return
-            body = produce().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            return
+def registry_of(service: Service) -> CollectorRegistry:
+    """The service's registry (made once): slices as the service knows them, none while it cannot tell."""
+    if service.metrics_registry is None:
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
+        def slices() -> list[Slice]:
+            try:
+                return service.slices()
+            except RequestError:
+                return []
+
+        made = CollectorRegistry(auto_describe=False)
+        made.register(SessionCollector(slices, service.registry.live, service.tally))
+        service.metrics_registry = made
+    registry: CollectorRegistry = service.metrics_registry
+    return registry
+
+
+def render(registry: CollectorRegistry) -> str:
+    """The Prometheus text exposition of ``registry`` (what the endpoint and ``calque session metrics`` show)."""
+    return generate_latest(registry).decode()

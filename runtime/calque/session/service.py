@@ -20,14 +20,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from calque.durations import parse_duration
 from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
 from calque.models.session import Session, Slice, SliceState
 from calque.session import isolation
 from calque.session.audit import AuditLog, EventTally, read_events, usage_report
-from calque.session.config import Limits, SessionConfig, parse_duration
+from calque.session.config import Limits, SessionConfig
 from calque.session.inventory import inventory, layout_stamp
-from calque.session.metrics import render
 from calque.session.protocol import RequestError
 from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
 
@@ -92,6 +92,7 @@ class Service:
     _warned: set[str] = field(default_factory=set)
     nodes_lock: AbstractContextManager[Any] = field(default_factory=threading.Lock)
     _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
+    metrics_registry: Any = None  # prometheus_client's CollectorRegistry, made on first use (metrics.py)
 
     # -- who is calling ---------------------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Service:
         lim = self.limits(c)
         assert lim.max_ttl is not None
         try:
-            ttl = parse_duration(raw_ttl if raw_ttl is not None else self.config.default_ttl)
+            ttl = parse_duration(raw_ttl if raw_ttl is not None else self.config.default_ttl, what="ttl")
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         if ttl <= 0:
@@ -350,7 +351,7 @@ class Service:
         if held.expires <= time.time():
             raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
         try:
-            by = parse_duration(args.get("by", ""))
+            by = parse_duration(args.get("by", ""), what="by")
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         if by <= 0:
@@ -409,7 +410,7 @@ class Service:
 
     def op_report(self, c: Caller, args: dict[str, Any]) -> Any:
         try:
-            since_s = parse_duration(args.get("since", "7d"))
+            since_s = parse_duration(args.get("since", "7d"), what="since")
         except CalqueError as exc:
             raise RequestError("usage", str(exc)) from exc
         until = datetime.now(timezone.utc)
@@ -421,13 +422,9 @@ class Service:
         return self.metrics_text()
 
     def metrics_text(self) -> str:
-        try:
-            slices = self.slices()
-        except RequestError:
-            slices = []
-        return render(slices, self.registry.live(), self.tally.counts() if self.tally else {})
+        from calque.session.metrics import registry_of, render  # prometheus_client only where metrics are read
 
-    # -- start-up ---------------------------------------------------------------------------------
+        return render(registry_of(self))
 
     def reconcile(self) -> None:
         """After a (re)start: holders keep their nodes, free slices go back to root, vanished slices end."""

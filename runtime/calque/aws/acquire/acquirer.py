@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from calque.aws import pricing
 from calque.aws.acquire import cohort as cohort_ops
 from calque.aws.acquire.gate import (
@@ -33,6 +31,7 @@ from calque.aws.acquire.launch_spec import (
 from calque.aws.acquire.quota import preflight
 from calque.aws.acquire.sweep import Candidate, candidates, sweep
 from calque.aws.clients import client
+from calque.aws.errors import translate
 from calque.errors import InfrastructureError, UsageError
 from calque.models.acquire import CohortPlan, CohortResult, CohortSpec, Lifecycle
 
@@ -188,7 +187,7 @@ class Acquirer:
         )
         failure: Exception | None = None
         if out.fatal is not None:
-            failure = _classify(out.fatal)
+            failure = translate(out.fatal, f"launch cohort {spec.name}")
         elif out.launched < viable_need:
             failure = InfrastructureError(
                 f"cohort {spec.name}: launched {out.launched} of {need} but needs at least {viable_need} more "
@@ -241,17 +240,3 @@ def _rate_or_zero(instance_type: str) -> float:
         return pricing.hourly_usd(instance_type)
     except UsageError:
         return 0.0
-
-
-def _classify(exc: ClientError) -> Exception:
-    """A non-capacity RunInstances error as a calque error: the caller's input, or AWS."""
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    if code.startswith(
-        ("InvalidParameter", "InvalidAMI", "InvalidSubnet", "InvalidGroup", "InvalidKeyPair")
-    ) or code in (
-        "MissingParameter",
-        "InvalidInstanceType",
-        "UnauthorizedOperation",
-    ):
-        return UsageError(f"EC2 refused the launch ({code}): {exc}. Fix the cohort's settings and retry")
-    return InfrastructureError(f"EC2 failed to launch ({code}): {exc}")

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError, WaiterError
+from botocore.exceptions import WaiterError
 
 from calque.aws.acquire.launch_spec import TAG_COHORT, TAG_EXPIRES
+from calque.aws.errors import aws_errors
 from calque.errors import InfrastructureError
 from calque.models.acquire import CohortInstance
 
@@ -43,7 +44,7 @@ def to_instance(inst: dict[str, Any]) -> CohortInstance:
 def describe_cohort(ec2: Any, name: str, states: Sequence[str] = LIVE_STATES) -> list[dict[str, Any]]:
     """The raw EC2 descriptions of the cohort's instances in ``states``, oldest first."""
     found: list[dict[str, Any]] = []
-    try:
+    with aws_errors(f"describe the instances of cohort {name!r}"):
         pages = ec2.get_paginator("describe_instances").paginate(
             Filters=[
                 {"Name": f"tag:{TAG_COHORT}", "Values": [name]},
@@ -53,8 +54,6 @@ def describe_cohort(ec2: Any, name: str, states: Sequence[str] = LIVE_STATES) ->
         for page in pages:
             for res in page.get("Reservations", []):
                 found.extend(i for i in res.get("Instances", []) if tags_of(i).get(TAG_COHORT) == name)
-    except ClientError as exc:
-        raise InfrastructureError(f"cannot describe the instances of cohort {name!r}: {exc}") from exc
     return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]))
 
 
@@ -71,10 +70,8 @@ def terminate(ec2: Any, name: str, instance_ids: Sequence[str]) -> list[str]:
     mine = {i["InstanceId"] for i in describe_cohort(ec2, name, (*LIVE_STATES, "shutting-down"))}
     ids = [i for i in instance_ids if i in mine]
     for start in range(0, len(ids), 500):
-        try:
+        with aws_errors(f"terminate instances of cohort {name!r}"):
             ec2.terminate_instances(InstanceIds=ids[start : start + 500])
-        except ClientError as exc:
-            raise InfrastructureError(f"cannot terminate instances of cohort {name!r}: {exc}") from exc
     return ids
 
 

@@ -15,9 +15,8 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from calque.errors import InfrastructureError, UsageError
+from calque.aws.errors import aws_errors
+from calque.errors import UsageError
 from calque.models.acquire import CohortSpec, Lifecycle
 
 TAG_COHORT = "calque:cohort"
@@ -109,19 +108,11 @@ def resolve_image(ec2: Any, ssm: Any, spec: CohortSpec) -> tuple[str, str]:
     image_id = spec.ami
     if not image_id:
         name = spec.ami_ssm_parameter or DEFAULT_AMI_SSM_PARAMETER
-        try:
+        missing = f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
+        with aws_errors(f"read SSM parameter {name!r}", missing=missing):
             image_id = str(ssm.get_parameter(Name=name)["Parameter"]["Value"])
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if code in ("ParameterNotFound", "ValidationException"):
-                raise UsageError(
-                    f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
-                ) from exc
-            raise InfrastructureError(f"cannot read SSM parameter {name!r}: {exc}") from exc
-    try:
+    with aws_errors(f"describe AMI {image_id!r}", missing=f"AMI {image_id!r} cannot be used in this region"):
         images = ec2.describe_images(ImageIds=[image_id])["Images"]
-    except ClientError as exc:
-        raise UsageError(f"AMI {image_id!r} cannot be used: {exc}. Give an AMI id that exists in this region") from exc
     if not images:
         raise UsageError(f"AMI {image_id!r} was not found in this region; give an AMI id that exists here")
     return image_id, str(images[0].get("RootDeviceName") or "/dev/xvda")

@@ -15,6 +15,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from calque.aws import pricing
+from calque.aws.errors import describe
 from calque.errors import InfrastructureError
 from calque.models.acquire import Lifecycle
 
@@ -104,7 +105,7 @@ def preflight(
             limits[key] = float(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
         except (ClientError, BotoCoreError) as exc:
             check.warnings.append(
-                f"could not read the EC2 quota {title!r} ({code}) from Service Quotas ({exc}); "
+                f"could not read the EC2 quota {title!r} ({code}) from Service Quotas ({describe(exc)}); "
                 "continuing without a quota check (EC2 will refuse launches over it)"
             )
     if not limits:

@@ -19,22 +19,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from calque.aws.acquire.quota import quota_class
+from calque.aws.errors import error_code, kind
 from calque.models.acquire import LaunchAttempt, Lifecycle
-
-# Errors that mean "not here, try elsewhere": capacity, offering and spot-market errors.
-CAPACITY_CODES = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "InsufficientHostCapacity",
-        "InsufficientCapacity",
-        "InsufficientSpotInstanceCapacity",
-        "Unsupported",
-        "SpotMaxPriceTooLow",
-        "InvalidSpotInstanceRequest.MaxPriceTooLow",
-    }
-)
-# Errors that take out every candidate under the same quota (class and market).
-QUOTA_CODES = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"})
 
 
 @dataclass(frozen=True)
@@ -62,10 +48,6 @@ def candidates(markets: Sequence[Lifecycle], types: Sequence[str], subnets: Sequ
     """Every (market, type, subnet) in preference order: market first, then type, then subnet."""
     subs: list[str | None] = list(subnets) or [None]
     return [Candidate(m, t, s) for m in markets for t in types for s in subs]
-
-
-def error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def split(n: int, ways: int) -> list[int]:
@@ -108,10 +90,10 @@ def sweep(
                 if exc is None:
                     continue  # a partial fill stays live: the next call there says whether any is left
                 attempt.error_code, attempt.error = error_code(exc), str(exc)
-                if attempt.error_code in CAPACITY_CODES:
+                if kind(exc) == "capacity":
                     say(f"{cand.instance_type} in {cand.subnet_id or 'default subnet'}: {attempt.error_code}")
                     _drop(live, cand)
-                elif attempt.error_code in QUOTA_CODES:
+                elif kind(exc) == "quota":
                     say(f"{cand.instance_type} ({cand.market}): {attempt.error_code}; skipping its quota class")
                     cls = quota_class(cand.instance_type)
                     live = [

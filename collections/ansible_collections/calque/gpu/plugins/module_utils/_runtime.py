@@ -30,11 +30,10 @@ def require_calque(module):
         from ansible.module_utils.basic import missing_required_lib
 
         module.fail_json(
-            msg=missing_required_lib("calque", url="install the calque runtime with the calque.gpu.runtime role"),
+            msg=missing_required_lib(
+                "calque",
+                url="install it with the calque.gpu.runtime role and run GPU modules with "
+                "ansible_python_interpreter set to its venv's python (default /opt/calque/venv/bin/python)",
+            ),
             exception=CALQUE_IMPORT_ERROR,
         )
-
-
-def fail_on_calque_error(module, exc, **result):
-    """Turn a CalqueError into ``fail_json`` with its message and exit code."""
-    module.fail_json(msg=str(exc), calque_exit_code=getattr(exc, "exit_code", 1), **result)

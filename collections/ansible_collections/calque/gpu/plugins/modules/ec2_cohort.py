@@ -29,8 +29,8 @@ description:
     O(i_understand_this_terminates_instances=true). A cohort whose worst-case hourly cost (O(count) times
     the on-demand rate of the dearest listed type) exceeds O(max_hourly_usd) is refused, with the
     arithmetic in the message.
-  - A thin face over C(calque.aws.acquire.Acquirer), the only code in calque that launches or
-    terminates instances.
+  - A thin face over the C(calque.ops.cohort) operation and C(calque.aws.acquire.Acquirer), the only code in
+    calque that launches or terminates instances.
 author: calque developers (@calque)
 options:
   name:
@@ -178,10 +178,9 @@ notes:
     gated at the on-demand rate, the most they can cost.
   - The vCPU quota is read from Service Quotas where the credentials allow; otherwise the module warns
     and lets EC2 enforce it.
-  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
-    loopback, so offline runs can never reach a real AWS account.
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.offline
   - calque.gpu.attributes
   - amazon.aws.common.modules
   - amazon.aws.region.modules
@@ -282,7 +281,7 @@ launched:
   type: list
   elements: str
 terminated:
-  description: Ids of the instances this run terminated.
+  description: Ids of the instances this run terminated (none in check mode; RV(plan.terminate) lists those it would).
   returned: always
   type: list
   elements: str
@@ -321,119 +320,7 @@ attempts:
 """
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
-from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
-    HAS_CALQUE,
-    fail_on_calque_error,
-    require_calque,
-)
-
-if HAS_CALQUE:
-    from pydantic import ValidationError
-
-    from calque.aws.acquire import Acquirer, Consent
-    from calque.aws.acquire.gate import SPEND_FLAGS, TERMINATE_FLAGS
-    from calque.aws.clients import check_offline_endpoint, resolve_endpoint, retry_config
-    from calque.errors import CalqueError
-    from calque.models.acquire import CohortSpec
-
-# module option -> CohortSpec field, where they differ
-RENAMED = {"ttl": "ttl_seconds", "wait_timeout": "wait_timeout_s"}
-SPEC_OPTIONS = (
-    "name", "count", "min_viable", "instance_types", "subnets", "market", "spot_max_price", "ami",
-    "ami_ssm_parameter", "root_volume", "instance_profile", "security_groups", "key_name", "user_data",
-    "ttl", "tags", "pool", "owner", "max_hourly_usd", "cleanup_on_failure", "wait", "wait_timeout",
-)
-
-
-def spec_error(exc):
-    """One sentence per bad option, naming the option and the value given."""
-    back = dict((v, k) for k, v in RENAMED.items())
-    parts = []
-    for err in exc.errors():
-        loc = [back.get(str(p), str(p)) for p in err.get("loc", ())]
-        msg = err.get("msg", "").replace("Value error, ", "")
-        if loc:
-            parts.append("%s=%r: %s; change %s" % (".".join(loc), err.get("input"), msg, loc[0]))
-        else:
-            parts.append(msg)
-    return "invalid ec2_cohort options: " + "; ".join(parts)
-
-
-def aws_client(module, service):
-    """A client from amazon.aws's connection options with standard retries, refused offline unless loopback."""
-    conn = module.client(service, config=retry_config())
-    explicit = resolve_endpoint(service, module.params.get("endpoint_url"))
-    check_offline_endpoint(service, conn.meta.endpoint_url if explicit else None)
-    return conn
-
-
-def build_spec(module):
-    params = module.params
-    given = dict((RENAMED.get(k, k), params[k]) for k in SPEC_OPTIONS if params[k] is not None)
-    given["root_volume"] = dict((k, v) for k, v in (params["root_volume"] or {}).items() if v is not None)
-    given["tags"] = dict((str(k), str(v)) for k, v in (params["tags"] or {}).items())  # EC2 tags are strings
-    try:
-        return CohortSpec(**given)
-    except ValidationError as exc:
-        module.fail_json(msg=spec_error(exc))
-
-
-def instances_of(result):
-    return [i.model_dump(mode="json") for i in result.instances]
-
-
-def run(module, acquirer):
-    params = module.params
-    consent = Consent(
-        spend=params["i_understand_this_spends_money"],
-        terminate=params["i_understand_this_terminates_instances"],
-    )
-    if params["state"] == "absent":
-        status = acquirer.status(params["name"])
-        ids = [i.instance_id for i in status.instances]
-        plan = dict(current=len(ids), target=0, launch=0, terminate=ids, spend="")
-        out = dict(changed=bool(ids), instances=instances_of(status), hourly_usd=0.0, launched=[],
-                   terminated=ids, shortfall=0, plan=plan, attempts=[])
-        if ids and not module.check_mode:
-            done = acquirer.release(params["name"], consent, wait=params["wait"],
-                                    wait_timeout_s=params["wait_timeout"])
-            out.update(changed=done.changed, instances=instances_of(done), terminated=done.terminated)
-        elif ids and not consent.terminate:
-            module.warn("the real run will be refused: pass %s" % TERMINATE_FLAGS)
-        if module._diff:
-            out["diff"] = dict(before=dict(count=len(ids), instances=ids), after=dict(count=0, instances=[]))
-        return out
-
-    if params["count"] is None:
-        module.fail_json(msg="count is required with state=present: give the number of instances the cohort should have")
-    spec = build_spec(module)
-    plan = acquirer.plan(spec)
-    plan_out = dict(current=plan.current, target=plan.target, launch=plan.launch, terminate=plan.terminate,
-                    spend=plan.spend.sentence())
-    before = acquirer.status(spec.name)
-    before_ids = [i.instance_id for i in before.instances]
-    if module.check_mode:
-        if plan.launch and not consent.spend:
-            module.warn("the real run will be refused: pass %s" % SPEND_FLAGS)
-        if plan.terminate and not consent.terminate:
-            module.warn("the real run will be refused: pass %s" % TERMINATE_FLAGS)
-        out = dict(changed=plan.changes, instances=instances_of(before), hourly_usd=plan.spend.hourly_usd,
-                   launched=[], terminated=[], shortfall=0, plan=plan_out, attempts=[])
-        after_ids = [i for i in before_ids if i not in plan.terminate]
-        after_count = plan.target
-    else:
-        result = acquirer.apply(spec, consent)
-        for warning in result.warnings:
-            module.warn(warning)
-        out = dict(changed=result.changed, instances=instances_of(result), hourly_usd=result.hourly_usd,
-                   launched=result.launched, terminated=result.terminated, shortfall=result.shortfall,
-                   plan=plan_out, attempts=[a.model_dump(mode="json") for a in result.attempts])
-        after_ids = [i.instance_id for i in result.instances]
-        after_count = len(after_ids)
-    if module._diff:
-        out["diff"] = dict(before=dict(count=len(before_ids), instances=before_ids),
-                           after=dict(count=after_count, instances=after_ids))
-    return out
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
 def main():
@@ -472,22 +359,13 @@ def main():
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
     )
-    module = AnsibleAWSModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
+    run_op(
+        AnsibleAWSModule,
+        "ec2_cohort",
+        argument_spec,
         required_if=[("state", "present", ("count", "instance_types"))],
         mutually_exclusive=[("ami", "ami_ssm_parameter")],
     )
-    require_calque(module)
-    try:
-        acquirer = Acquirer(
-            ec2=aws_client(module, "ec2"),
-            ssm=aws_client(module, "ssm"),
-            service_quotas=aws_client(module, "service-quotas"),
-        )
-        module.exit_json(**run(module, acquirer))
-    except CalqueError as exc:
-        fail_on_calque_error(module, exc, instances=[], launched=[], terminated=[])
 
 
 if __name__ == "__main__":

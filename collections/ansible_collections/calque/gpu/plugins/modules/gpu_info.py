@@ -16,7 +16,7 @@ description:
   - Returns every GPU (index, name, UUID, memory, MIG mode current and pending, compute mode), its GPU
     and compute instances, its MIG devices with their UUIDs, the processes on each device, the MPS
     control daemons, and the card's entry in calque's catalog.
-  - Read-only. A thin face over C(calque.gpu.facts.gather); C(calque gpu info) runs the same code.
+  - Read-only. A thin face over the C(calque.ops.gpu_facts) operation (C(calque.gpu.facts.gather)); C(calque gpu info) reads the same facts.
 author: calque developers (@calque)
 options:
   pipe_root:
@@ -77,17 +77,8 @@ mps:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS, dump, gpu_backend
-from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
-    HAS_CALQUE,
-    fail_on_calque_error,
-    require_calque,
-)
-
-if HAS_CALQUE:
-    from calque.errors import CalqueError
-    from calque.gpu.facts import gather
-    from calque.gpu.mps import MpsControl
+from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
 def main():
@@ -96,14 +87,7 @@ def main():
         log_root=dict(type="path", default="/var/log/calque/mps"),
     )
     argument_spec.update(GPU_BACKEND_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    require_calque(module)
-    try:
-        backend = gpu_backend(module)
-        facts = gather(backend, MpsControl(backend, pipe_root=module.params["pipe_root"], log_root=module.params["log_root"]))
-        module.exit_json(changed=False, **dump(facts))
-    except CalqueError as exc:
-        fail_on_calque_error(module, exc)
+    run_op(AnsibleModule, "gpu_info", argument_spec)
 
 
 if __name__ == "__main__":

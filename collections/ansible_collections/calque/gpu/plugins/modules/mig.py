@@ -26,18 +26,23 @@ description:
     nothing holds the GPU; persistence mode (C(nvidia-persistenced)) and the C(nvidia_drm) module hold
     it. Otherwise the module returns RV(reset_required=true) and a later run (after a reset or a
     reboot) finishes the layout. Where the platform cannot reset a GPU, RV(reboot_required) is true.
-  - A thin face over C(calque.gpu.planner.MigPlanner); the C(calque gpu mig plan|apply) commands run
-    the same code.
+  - A pending reset or a needed reboot is not a failure (the module warns; calque never reboots a host, so
+    follow it with M(ansible.builtin.reboot) when RV(reboot_required) is true). A reset that
+    O(allow_reset=true) allowed but something holding the GPU prevented is a failure.
+  - A thin face over the C(calque.ops.mig) operation; the C(calque gpu mig plan|apply) commands run
+    the same operation and follow the same rule (exit 0 with a warning, or 1 for a prevented reset).
 author: calque developers (@calque)
 options:
   config:
     description:
       - "Path of a layout file on the managed host: C(version: 1) and C(mig-configs:), a mapping of named configs."
+      - "NVIDIA mig-parted's own files (C(version: v1)) are read as they are, compute-instance keys such as C(1c.3g.20gb) included."
       - Mutually exclusive with O(layout).
     type: path
   select:
     description:
       - Name of the config in O(config) to apply; may be left out when the file has exactly one.
+      - "Quote names YAML reads as booleans: V('off'), V('on') (unquoted, they reach the module as C(False)/C(True))."
     type: str
   layout:
     description:
@@ -138,67 +143,8 @@ stopped_processes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS, dump, gpu_backend
-from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
-    HAS_CALQUE,
-    fail_on_calque_error,
-    require_calque,
-)
-
-if HAS_CALQUE:
-    from calque.errors import CalqueError
-    from calque.gpu.layout import load_layout, parse_entries
-    from calque.gpu.planner import MigPlanner, current_layout
-
-
-def _views(state, indices):
-    return dict(
-        ("gpu%d" % g.index, dict(mig_enabled=g.layout.mig_enabled, instances=g.layout.instances))
-        for g in state.gpus
-        if g.index in indices
-    )
-
-
-def run(module):
-    p = module.params
-    if p["config"]:
-        name, entries = load_layout(p["config"]).select(p["select"])
-    else:
-        name, entries = None, parse_entries(p["layout"])
-    backend = gpu_backend(module)
-    planner = MigPlanner(backend)
-    plan = planner.plan(entries, force=p["force"], config=name)
-    touched = set(g.index for g in plan.gpus)
-    result = dict(
-        plan=[op.describe() for g in plan.gpus for op in g.ops],
-        stopped_processes=dump([b for g in plan.gpus for b in g.busy_destroyed]),
-    )
-    before = _views(current_layout(backend), touched)
-    if module.check_mode:
-        after = dict(
-            ("gpu%d" % g.index, dict(mig_enabled=g.after.mig_enabled, instances=g.after.instances)) for g in plan.gpus
-        )
-        result.update(
-            changed=plan.would_change(p["allow_reset"]),
-            mig_devices=dump(backend.mig_devices()),
-            reset_required=any(g.needs_reset for g in plan.gpus),
-            reboot_required=False,
-        )
-    else:
-        applied = planner.apply(plan, allow_reset=p["allow_reset"])
-        after = _views(current_layout(backend), touched)
-        result.update(
-            changed=applied.changed,
-            mig_devices=dump(applied.mig_devices),
-            reset_required=applied.reset_required,
-            reboot_required=applied.reboot_required,
-        )
-        blocked = [g for g in applied.gpus if g.blocked and not g.reboot_required]
-        if blocked:
-            module.fail_json(msg="; ".join("GPU %d: %s" % (g.index, g.blocked) for g in blocked), **result)
-    if module._diff:
-        result["diff"] = dict(before=before, after=after)
-    return result
+from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
 def main():
@@ -210,17 +156,13 @@ def main():
         allow_reset=dict(type="bool", default=False),
     )
     argument_spec.update(GPU_BACKEND_ARGS)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
+    run_op(
+        AnsibleModule,
+        "mig",
+        argument_spec,
         mutually_exclusive=[("config", "layout")],
         required_one_of=[("config", "layout")],
     )
-    require_calque(module)
-    try:
-        module.exit_json(**run(module))
-    except CalqueError as exc:
-        fail_on_calque_error(module, exc)
 
 
 if __name__ == "__main__":

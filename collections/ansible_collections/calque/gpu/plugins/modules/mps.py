@@ -23,7 +23,7 @@ description:
     O(i_understand_shared_gpu_has_no_isolation=true).
   - Clients of different Unix users are serialised by the control daemon (one user's MPS server at a
     time); RV(user_model) says what the installed driver does and how slots must be given out.
-  - A thin face over C(calque.gpu.mps.MpsControl); C(calque gpu mps start|stop|status) run the same code.
+  - A thin face over the C(calque.ops.mps) operation; C(calque gpu mps start|stop) run the same operation.
 author: calque developers (@calque)
 options:
   state:
@@ -125,65 +125,8 @@ user_model:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS, dump, gpu_backend
-from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
-    HAS_CALQUE,
-    fail_on_calque_error,
-    require_calque,
-)
-
-if HAS_CALQUE:
-    from pydantic import ValidationError
-
-    from calque.errors import CalqueError
-    from calque.gpu.mps import MpsControl, MpsSettings, require_consent
-
-
-def _view(daemons):
-    return dict(
-        (d.target, dict(running=d.running, active_thread_percentage=d.active_thread_percentage,
-                        pinned_memory_limit=d.pinned_memory_limit, compute_mode=d.compute_mode))
-        for d in daemons
-    )
-
-
-def run(module):
-    p = module.params
-    require_consent(p["i_understand_shared_gpu_has_no_isolation"])
-    try:
-        settings = MpsSettings(
-            active_thread_percentage=p["active_thread_percentage"], pinned_memory_limit=p["pinned_memory_limit"]
-        )
-    except ValidationError as exc:
-        module.fail_json(msg="invalid MPS limits: %s" % "; ".join(
-            "%s: %s" % (".".join(str(x) for x in e["loc"]), e["msg"]) for e in exc.errors()))
-    ctl = MpsControl(gpu_backend(module), pipe_root=p["pipe_root"], log_root=p["log_root"])
-    before = ctl.status(p["gpus"], p["per_mig"])
-    common = dict(consent=True, gpus=p["gpus"], per_mig=p["per_mig"], check=module.check_mode)
-    if p["state"] == "started":
-        res = ctl.start(settings, **common)
-    else:
-        res = ctl.stop(**common)
-    after = _view(res.daemons)
-    if module.check_mode and res.changed:
-        for target, view in after.items():
-            view["running"] = p["state"] == "started"
-            if p["state"] == "started":
-                view["compute_mode"] = "EXCLUSIVE_PROCESS" if not p["per_mig"] else view["compute_mode"]
-                for key in ("active_thread_percentage", "pinned_memory_limit"):
-                    if p[key] is not None:
-                        view[key] = p[key]
-            elif not p["per_mig"]:
-                view["compute_mode"] = "DEFAULT"
-    result = dict(
-        changed=res.changed,
-        daemons=dump(res.daemons),
-        actions=res.actions,
-        user_model=dump(before.user_model) if before.user_model else None,
-    )
-    if module._diff:
-        result["diff"] = dict(before=_view(before.daemons), after=after)
-    return result
+from ansible_collections.calque.gpu.plugins.module_utils._gpu import GPU_BACKEND_ARGS
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
 def main():
@@ -198,12 +141,7 @@ def main():
         i_understand_shared_gpu_has_no_isolation=dict(type="bool", default=False),
     )
     argument_spec.update(GPU_BACKEND_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    require_calque(module)
-    try:
-        module.exit_json(**run(module))
-    except CalqueError as exc:
-        fail_on_calque_error(module, exc)
+    run_op(AnsibleModule, "mps", argument_spec)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ description:
   - The queue name derives from O(model) as C(calque-pool-<slug>-<hash>), where the hash is 8 hex
     digits of the SHA-256 of the model; names are at most 80 characters and two distinct models never
     share a queue.
-  - A thin face over C(calque.aws.queue.PoolQueue); the bounds of every attribute are those of the
-    runtime's C(QueueSettings).
+  - A thin face over the C(calque.ops.pool_queue) operation (C(calque.aws.queue.PoolQueue)); the bounds
+    of every attribute are those of the runtime's C(QueueSettings).
   - Options left out keep the current value of an existing queue; a new queue gets the defaults
     given below.
 author: calque developers (@calque)
@@ -62,11 +62,9 @@ options:
     description:
       - SQS-managed server-side encryption of both queues. Defaults to V(true).
     type: bool
-notes:
-  - With the environment variable E(CALQUE_OFFLINE=1) the module refuses any endpoint that is not
-    loopback, so offline runs (the sandbox, the tests) can never reach a real AWS account.
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.offline
   - calque.gpu.attributes
   - amazon.aws.common.modules
   - amazon.aws.region.modules
@@ -147,82 +145,7 @@ attributes:
 """
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
-from ansible_collections.calque.gpu.plugins.module_utils._runtime import (
-    HAS_CALQUE,
-    fail_on_calque_error,
-    require_calque,
-)
-
-if HAS_CALQUE:
-    from pydantic import ValidationError
-
-    from calque.aws.clients import check_offline_endpoint, resolve_endpoint, retry_config
-    from calque.aws.queue import PoolQueue
-    from calque.errors import CalqueError
-    from calque.models import QueueSettings
-
-SETTINGS = ("visibility_timeout", "message_retention", "receive_wait", "max_receive_count", "dlq_retention", "encryption")
-
-
-def settings_error(exc):
-    """One sentence per bad option, naming the option, the value given and the allowed range."""
-    parts = []
-    for err in exc.errors():
-        name = ".".join(str(p) for p in err.get("loc", ())) or "options"
-        field = QueueSettings.model_fields.get(name)
-        hint = " (allowed: %s)" % field.description if field is not None and field.description else ""
-        parts.append("%s=%r: %s%s; change %s" % (name, err.get("input"), err.get("msg"), hint, name))
-    return "invalid pool queue settings: " + "; ".join(parts)
-
-
-def sqs_client(module):
-    """The SQS client of amazon.aws's connection options, with botocore standard retries, refused offline
-    unless its endpoint is loopback."""
-    sqs = module.client("sqs", config=retry_config())
-    explicit = resolve_endpoint("sqs", module.params.get("endpoint_url"))
-    check_offline_endpoint("sqs", sqs.meta.endpoint_url if explicit else None)
-    return sqs
-
-
-def run(module):
-    params = module.params
-    if not (params["model"] or "").strip():
-        module.fail_json(msg="model is empty: give the pool's model name, e.g. model: meta-llama/Llama-3.1-8B-Instruct")
-    given = dict((k, params[k]) for k in SETTINGS if params[k] is not None)
-    try:
-        QueueSettings(**given)  # validate before touching AWS
-    except ValidationError as exc:
-        module.fail_json(msg=settings_error(exc))
-
-    queue = PoolQueue(sqs_client(module), params["model"])
-    if params["state"] == "absent":
-        change = queue.remove(check_mode=module.check_mode)
-    else:
-        current = queue.state()
-        keep = dict((k, v) for k, v in current.attributes.items() if v is not None) if current.exists else {}
-        keep.update(given)
-        try:
-            settings = QueueSettings(**keep)
-        except ValidationError as exc:
-            module.fail_json(msg=settings_error(exc))
-        change = queue.ensure(settings, check_mode=module.check_mode)
-
-    after = change.after
-    result = dict(
-        changed=change.changed,
-        queue_name=after.queue_name,
-        queue_url=after.queue_url,
-        queue_arn=after.queue_arn,
-        dlq_url=after.dlq_url,
-        dlq_arn=after.dlq_arn,
-        attributes=after.attributes,
-    )
-    if module._diff:
-        result["diff"] = dict(
-            before=dict(exists=change.before.exists, attributes=change.before.attributes),
-            after=dict(exists=after.exists, attributes=after.attributes),
-        )
-    return result
+from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
 def main():
@@ -236,12 +159,7 @@ def main():
         dlq_retention=dict(type="int"),
         encryption=dict(type="bool"),
     )
-    module = AnsibleAWSModule(argument_spec=argument_spec, supports_check_mode=True)
-    require_calque(module)
-    try:
-        module.exit_json(**run(module))
-    except CalqueError as exc:
-        fail_on_calque_error(module, exc, queue_name=None)
+    run_op(AnsibleAWSModule, "pool_queue", argument_spec)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""Start-up time of a researcher's commands against a bare ``python -c pass``, side by side.
+
+Each figure is the median wall time of N fresh processes (the installed ``calque`` console script,
+as a researcher runs it). Measured, in one go and on this machine:
+
+* ``--help`` of ``session checkout|checkin|status|list`` and ``pool status|results`` (what a command
+  costs before it does anything: imports and click);
+* real calls: ``session status`` and ``session list`` against a real session daemon on a simulated
+  host, and ``pool status`` against a moto server on 127.0.0.1 (when moto is installed), so the
+  libraries each command really needs (the client, pydantic, boto3) are counted too.
+
+Target from issue 13: every researcher command's ``--help`` under 3x ``python -c pass``. Figures
+are printed, never asserted (tests do not time things).
+
+    .venv/bin/python bench/cli_startup.py [--runs 15] [--no-calls]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from session_latency import start_daemon
+
+BIN = Path(sys.executable).parent
+HELP = [
+    ["session", "checkout", "--help"],
+    ["session", "checkin", "--help"],
+    ["session", "status", "--help"],
+    ["session", "list", "--help"],
+    ["pool", "status", "--help"],
+    ["pool", "results", "--help"],
+]
+
+
+def median_ms(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str | None]:
+    """A moto server on a free loopback port, or None when moto is not installed."""
+    exe = BIN / "moto_server"
+    if not exe.exists():
+        yield None
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--no-calls", action="store_true", help="only --help (no daemon, no moto)")
+    args = ap.parse_args()
+    calque = str(BIN / "calque")
+    base = median_ms([sys.executable, "-c", "pass"], args.runs)
+    # the floor of any click command: what importing click alone costs here
+    rows: list[tuple[str, float]] = [
+        ("python -c 'import click' (reference)", median_ms([sys.executable, "-c", "import click"], args.runs))
+    ]
+    rows += [(f"calque {' '.join(c)}", median_ms([calque, *c], args.runs)) for c in HELP]
+    if not args.no_calls:
+        d = Path(tempfile.mkdtemp(prefix="clistart", dir="/tmp"))
+        daemon = start_daemon(d)
+        try:
+            sock = ["--socket", str(d / "s.sock")]
+            for verb in ("status", "list"):
+                rows.append((f"calque session {verb} (daemon)", median_ms([calque, "session", verb, *sock], args.runs)))
+        finally:
+            daemon.terminate()
+            daemon.wait(10)
+            shutil.rmtree(d, ignore_errors=True)
+        with moto_server() as url:
+            if url is not None:
+                env = {
+                    **os.environ,
+                    "AWS_ACCESS_KEY_ID": "x",
+                    "AWS_SECRET_ACCESS_KEY": "x",
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                }
+                cmd = [calque, "pool", "status", "--model", "bench", "--endpoint-url", url, "--region", "us-east-1"]
+                rows.append(("calque pool status (moto, no queue)", median_ms(cmd, args.runs, env)))
+    width = max(len(n) for n, _ in rows)
+    print(f"median of {args.runs} runs; baseline python -c pass: {base:.1f} ms (target: --help under 3.0x)")
+    click_ms = rows[0][1]  # on a busy machine both move together: x click is the steadier figure
+    print(f"{'command':<{width}}  {'ms':>7}  {'x pass':>7}  {'x click':>7}")
+    for name, ms in rows:
+        print(f"{name:<{width}}  {ms:7.1f}  {ms / base:6.2f}x  {ms / click_ms:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""``calque config``: check the files calque's services read, the way they read them."""
+
+from __future__ import annotations
+
+import click
+
+from calque.cli.options import json_option
+from calque.cli.output import emit
+from calque.configcheck import KINDS, ConfigCheck, ConfigKind, check_config
+
+
+@click.group()
+def config() -> None:
+    """Configuration files of a host: check one before installing it."""
+
+
+def _render(result: ConfigCheck) -> str:
+    facts = ", ".join(f"{k}={v}" for k, v in result.summary.items() if v not in (None, [], ""))
+    return f"ok: {result.kind} configuration {result.path}" + (f" ({facts})" if facts else "")
+
+
+@config.command("check")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("path")
+@json_option
+def check(kind: ConfigKind, path: str, as_json: bool) -> None:
+    """Load PATH as KIND exactly as its service will: host (/etc/calque/host.yaml), session
+    (/etc/calque/session.yaml) or pool (a PoolSpec; - reads standard input). Exit 2 names every
+    bad field; the calque.gpu roles run this as the template's validate step.
+    """
+    emit(check_config(kind, path), as_json, _render)

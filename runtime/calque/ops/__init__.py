@@ -1,0 +1,34 @@
+"""Declarative operations, one per resource: a request model, ``plan(request)`` and ``apply(plan) -> Outcome``.
+
+Ansible modules (through the collection's ``module_utils/_ops.py``) and CLI verbs are two renderings
+of the same operation, so a rule (the queue's keep-current merge, the MIG reboot rule, the MPS
+check-mode prediction) exists once. Operations load on first use: a GPU host never imports boto3.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from calque.ops.base import Operation
+
+# operation name (the module's name) -> "module:class"
+OPERATIONS = {
+    "pool_queue": "calque.ops.pool_queue:PoolQueueOp",
+    "ec2_cohort": "calque.ops.cohort:CohortOp",
+    "mig": "calque.ops.mig:MigLayoutOp",
+    "mps": "calque.ops.mps:MpsDaemonsOp",
+    "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
+    "runtime": "calque.ops.runtime:RuntimeOp",
+    "gpu_info": "calque.ops.gpu_facts:GpuFactsOp",
+}
+
+
+def operation(name: str) -> type[Operation[Any, Any, Any]]:
+    """The operation class called ``name`` (imported now)."""
+    try:
+        module, attr = OPERATIONS[name].split(":")
+    except KeyError:
+        raise KeyError(f"no calque operation {name!r}; known: {', '.join(sorted(OPERATIONS))}") from None
+    op: type[Operation[Any, Any, Any]] = getattr(importlib.import_module(module), attr)
+    return op

@@ -1,0 +1,150 @@
+"""A MIG layout as an operation: plan with ``MigPlanner``, apply it, and one rule for what is left over.
+
+The rule (``settle``), the same for ``calque gpu mig apply`` and ``calque.gpu.mig``:
+
+- a MIG mode change waiting for a GPU reset that was not allowed is ``pending="reset"``: success,
+  with a warning saying to rerun with allow_reset or reboot;
+- a platform that cannot reset a GPU is ``pending="reboot"``: success, ``reboot_required`` true and
+  a warning (calque never reboots a host; the caller decides, e.g. ``ansible.builtin.reboot``);
+- a reset that was allowed but refused because something holds the GPU is a ``failure`` (exit 1):
+  the caller asked for it and it did not happen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from calque.errors import UsageError
+from calque.gpu.backend import GpuBackend
+from calque.gpu.planner import BusyInstance, MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
+from calque.models import MigDevice
+from calque.models.base import CalqueModel
+from calque.ops.base import Operation
+from calque.ops.gpu_host import GpuHostRequest
+from calque.ops.outcome import Failure, Outcome, Pending
+
+RESET_WARNING = "a MIG mode change is pending a GPU reset: rerun with allow_reset (--allow-reset) or reboot the host"
+REBOOT_WARNING = "this platform cannot reset the GPU: reboot the host, then apply the layout again"
+
+
+class MigRequest(GpuHostRequest):
+    """A layout from a file (``config``, ``select``) or inline (``layout``), and what apply may do."""
+
+    config: str | None = None
+    select: str | None = None
+    layout: list[dict[str, Any]] | None = None
+    force: bool = False
+    allow_reset: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MigRequest:
+        if (self.config is None) == (self.layout is None):
+            raise ValueError("give exactly one of config (a layout file) and layout (inline entries)")
+        return self
+
+
+class MigResult(CalqueModel):
+    """The MIG devices after the run (as they are, in check mode) and what is still needed."""
+
+    plan: list[str] = Field(default_factory=list, description="the planned operations, one sentence each")
+    mig_devices: list[MigDevice] = Field(default_factory=list)
+    reset_required: bool = False
+    reboot_required: bool = False
+    stopped_processes: list[BusyInstance] = Field(default_factory=list)
+
+
+@dataclass
+class MigOpPlan:
+    request: MigRequest
+    backend: GpuBackend
+    planner: MigPlanner
+    plan: MigPlan
+    before: MigState
+
+
+def settle(applied: MigApplyResult) -> tuple[Pending | None, Failure | None, list[str]]:
+    """The one rule for what an apply left undone: pending reboot or reset (success), or a failure."""
+    blocked = [g for g in applied.gpus if g.blocked and not g.reboot_required]
+    failure = Failure(message="; ".join(f"GPU {g.index}: {g.blocked}" for g in blocked)) if blocked else None
+    if applied.reboot_required:
+        return "reboot", failure, [REBOOT_WARNING]
+    if applied.reset_required:
+        return "reset", failure, [] if blocked else [RESET_WARNING]
+    return None, failure, []
+
+
+def _views(state: MigState, indices: set[int]) -> dict[str, Any]:
+    """Each GPU's layout; ``mig_pending`` only where a MIG mode change waits for a reset."""
+    views: dict[str, Any] = {}
+    for g in state.gpus:
+        if g.index in indices:
+            view: dict[str, Any] = {"mig_enabled": g.layout.mig_enabled, "instances": g.layout.instances}
+            if g.mig_pending != g.mig_current:
+                view["mig_pending"] = g.mig_pending
+            views[f"gpu{g.index}"] = view
+    return views
+
+
+class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
+    name = "mig"
+    Request = MigRequest
+
+    def plan(self, request: MigRequest) -> MigOpPlan:
+        from calque.gpu.layout import load_layout, parse_entries
+
+        if request.config is not None:
+            name, entries = load_layout(request.config).select(request.select)
+        elif request.select is not None:
+            raise UsageError("select names a config of a layout file: give config too, or drop select")
+        else:
+            name, entries = None, parse_entries(request.layout)
+        backend = request.backend()
+        planner = MigPlanner(backend)
+        plan = planner.plan(entries, force=request.force, config=name)
+        return MigOpPlan(request, backend, planner, plan, current_layout(backend))
+
+    def check(self, plan: MigOpPlan) -> Outcome[MigResult]:
+        p, allow = plan.plan, plan.request.allow_reset
+        needs_reset = any(g.needs_reset for g in p.gpus)
+        pending: Pending | None = "reset" if needs_reset and not allow else None
+        return Outcome[MigResult](
+            resource=self.name,
+            check_mode=True,
+            changed=p.would_change(allow),
+            before=_views(plan.before, {g.index for g in p.gpus}),
+            after={f"gpu{g.index}": g.after.model_dump() for g in p.gpus},
+            actions=[op.describe() for g in p.gpus for op in g.ops],
+            warnings=[RESET_WARNING] if pending else [],
+            pending=pending,
+            result=self._result(plan, plan.backend.mig_devices(), needs_reset, False),
+        )
+
+    def apply(self, plan: MigOpPlan) -> Outcome[MigResult]:
+        applied = plan.planner.apply(plan.plan, allow_reset=plan.request.allow_reset, progress=self.say)
+        pending, failure, warnings = settle(applied)
+        touched = {g.index for g in plan.plan.gpus}
+        return Outcome[MigResult](
+            resource=self.name,
+            changed=applied.changed,
+            before=_views(plan.before, touched),
+            after=_views(current_layout(plan.backend), touched),
+            actions=[op.describe() for g in applied.gpus for op in g.done],
+            warnings=warnings,
+            pending=pending,
+            failure=failure,
+            result=self._result(plan, applied.mig_devices, applied.reset_required, applied.reboot_required),
+        )
+
+    @staticmethod
+    def _result(plan: MigOpPlan, devices: list[MigDevice], reset: bool, reboot: bool) -> MigResult:
+        gpus = plan.plan.gpus
+        return MigResult(
+            plan=[op.describe() for g in gpus for op in g.ops],
+            mig_devices=devices,
+            reset_required=reset,
+            reboot_required=reboot,
+            stopped_processes=[b for g in gpus for b in g.busy_destroyed],
+        )

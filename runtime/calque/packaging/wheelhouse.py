@@ -1,0 +1,157 @@
+"""A wheelhouse: the calque wheel plus every runtime dependency at the version CI tested, for hosts with no index.
+
+``OUT_DIR`` holds exactly one ``calque-<version>-py3-none-any.whl``, the dependency wheels,
+``requirements.txt`` (``name==version`` lines, optionally with ``--hash``) and ``SHA256SUMS``
+(``sha256sum -c`` format). ``pip install --no-index --find-links OUT_DIR -r OUT_DIR/requirements.txt``
+installs calque with its pinned dependencies. The pins come from the package's own
+``data/runtime-constraints.txt`` (generated from ``constraints.txt``), so no repository is needed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from calque import __version__
+from calque.errors import UsageError
+from calque.packaging.wheel import build_wheel, sha256_file, wheel_name
+
+REQUIREMENTS = "requirements.txt"
+SUMS = "SHA256SUMS"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    path: Path
+    calque_wheel: str  # file name inside ``path``
+    pins: dict[str, str]  # distribution name -> exact version, calque included
+    files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
+
+
+def runtime_pins() -> dict[str, str]:
+    """The runtime's dependency closure pinned as CI tested it (``calque/data/runtime-constraints.txt``)."""
+    text = resources.files("calque").joinpath("data/runtime-constraints.txt").read_text()
+    pins: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name] = version
+    return pins
+
+
+def default_python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def default_platform() -> str:
+    """This controller's platform tag (``linux_x86_64`` -> ``manylinux2014_x86_64``: what PyPI ships)."""
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return "manylinux2014_" + plat.removeprefix("linux_") if plat.startswith("linux_") else plat
+
+
+def _wheel_dist(filename: str) -> tuple[str, str]:
+    """(normalised name, version) of a wheel file name."""
+    name, version = filename.split("-")[:2]
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+def _pip_download(args: list[str], progress: Progress) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = [*tail[-30:], line]
+        if line.startswith(("Collecting", "Saved", "Successfully", "Processing")):
+            progress("  " + line.strip())
+    if proc.wait() != 0:
+        raise UsageError(
+            "pip could not download the pinned runtime dependencies (is the index reachable, and are wheels "
+            "published for that --python-version/--platform?):\n" + "\n".join(tail)
+        )
+
+
+def build_wheelhouse(
+    out_dir: str | Path,
+    *,
+    python_version: str | None = None,
+    platform: str | None = None,
+    hashes: bool = False,
+    wheel: str | Path | None = None,
+    progress: Progress = lambda _msg: None,
+) -> Wheelhouse:
+    """Write the calque wheel and its pinned dependency wheels, ``requirements.txt`` and ``SHA256SUMS`` to ``out_dir``.
+
+    Only binary wheels for ``python_version``/``platform`` (default: this controller's), fetched with
+    ``pip download`` from pip's configured index or cache. ``wheel`` reuses a built calque wheel.
+    """
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"wheelhouse {out} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    stale = [p.name for p in out.iterdir() if p.suffix == ".whl" or p.name in (REQUIREMENTS, SUMS)]
+    if stale:
+        raise UsageError(f"wheelhouse {out} already holds {', '.join(sorted(stale)[:3])}...: give an empty directory")
+    pins = runtime_pins()
+    with tempfile.TemporaryDirectory(prefix="calque-wheelhouse-") as tmp:
+        if wheel is None:
+            progress(f"building {wheel_name()} (setuptools, SOURCE_DATE_EPOCH)")
+            calque_whl = build_wheel(tmp)
+        else:
+            calque_whl = Path(wheel).expanduser()
+            if calque_whl.name != wheel_name():
+                raise UsageError(f"wheel {calque_whl.name} is not {wheel_name()} (this calque's version)")
+        constraints = Path(tmp) / "constraints.txt"
+        constraints.write_text("".join(f"{n}=={v}\n" for n, v in pins.items()))
+        shutil.copyfile(calque_whl, out / calque_whl.name)
+        pyver = python_version or default_python_version()
+        plat = platform or default_platform()
+        progress(f"downloading {len(pins)} pinned dependencies for Python {pyver} on {plat}")
+        _pip_download(
+            [
+                "--only-binary=:all:",
+                "--python-version",
+                pyver,
+                "--platform",
+                plat,
+                "--constraint",
+                str(constraints),
+                "--dest",
+                str(out),
+                str(out / calque_whl.name),
+            ],
+            progress,
+        )
+    return _index(out, calque_whl.name, pins, hashes, progress)
+
+
+def _index(out: Path, calque_file: str, pins: dict[str, str], hashes: bool, progress: Progress) -> Wheelhouse:
+    """Check every wheel is pinned, then write ``requirements.txt`` and ``SHA256SUMS``."""
+    wanted = {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in pins.items()}
+    wanted["calque"] = __version__
+    files = {p.name: sha256_file(p) for p in sorted(out.glob("*.whl"))}
+    found: dict[str, tuple[str, str]] = {}
+    for name in files:
+        dist, version = _wheel_dist(name)
+        if wanted.get(dist) != version:
+            raise UsageError(f"{name} is not pinned in runtime-constraints.txt ({dist}=={wanted.get(dist)})")
+        found[dist] = (version, name)
+    lines = []
+    for dist, (version, name) in sorted(found.items()):
+        lines.append(f"{dist}=={version}" + (f" --hash=sha256:{files[name]}" if hashes else "") + "\n")
+    (out / REQUIREMENTS).write_text("".join(lines))
+    sums = {**files, REQUIREMENTS: sha256_file(out / REQUIREMENTS)}
+    (out / SUMS).write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items())))
+    progress(f"wheelhouse {out}: {len(files)} wheels, {REQUIREMENTS}, {SUMS}")
+    return Wheelhouse(out, calque_file, {d: v for d, (v, _) in found.items()}, sums)

@@ -1,0 +1,68 @@
+"""The sandbox's institution part (``scripts/sandbox`` runs ``python -m tests.hosts.sandbox``): one
+booted session host of RTX PRO 6000 shape, ``playbooks/site.yml`` with the institution's teaching
+group_vars, a created user checks a slice out over ssh, ``calque session list``, teardown.
+
+Where this machine cannot boot hosts (not root, no systemd-nspawn) it says why and stops there.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .fleet import Fleet, HostSpec
+from .institution import SITE, institution_inventory, prepare_dlami
+from .paths import REPO
+from .preflight import unavailable_reason
+from .wheelhouse import ensure_wheelhouse
+
+HOST, USER = "teach0", "student"
+
+
+def say(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+def indent(text: str) -> None:
+    for line in text.rstrip().splitlines():
+        print(f"  {line}", flush=True)
+
+
+def main() -> int:
+    reason = unavailable_reason()
+    if reason:
+        say(f"institution: skipped, booted test hosts are not possible here: {reason}")
+        return 0
+    t0 = time.monotonic()
+    fleet = Fleet("sandbox")
+    try:
+        say("institution: the calque wheelhouse the hosts install from (no package index on a host)")
+        wheelhouse = ensure_wheelhouse()
+        indent(str(wheelhouse))
+        say(f"institution: booting session host {HOST} (Debian bookworm, systemd-nspawn; 1x RTX PRO 6000, simulated)")
+        fleet.up([HostSpec(HOST, "rtx-pro-6000", ("teaching",))])
+        indent(f"{HOST} at {fleet.host(HOST).address}, reached by ssh from namespace {fleet.controller_ns}")
+        prepare_dlami(fleet)
+        inventory, extra = institution_inventory(fleet, wheelhouse)
+        say(f"institution: ansible-playbook -i {inventory.relative_to(REPO)} playbooks/site.yml (teaching group_vars)")
+        r = fleet.playbook(SITE, "-e", f"@{extra}", inventory=inventory)
+        if r.returncode != 0:
+            print(r.stdout[-4000:] + r.stderr[-2000:])
+            say("institution: site.yml failed")
+            return 3
+        indent("\n".join(line for line in r.stdout.splitlines() if line.startswith(HOST) and "ok=" in line))
+        say(f"institution: {USER} (a created user) checks a slice out over ssh: calque session checkout --ttl 30m")
+        fleet.ssh(HOST, f"id {USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {USER}")
+        fleet.authorize(HOST, USER)
+        indent(fleet.ssh(HOST, "calque session checkout --profile 1g.24gb --ttl 30m", user=USER).stdout)
+        say(f"institution: calque session list (as {USER})")
+        indent(fleet.ssh(HOST, "calque session list", user=USER).stdout)
+    finally:
+        say("institution: teardown (host powered off, namespaces and files removed)")
+        fleet.down()
+    say(f"institution: done in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

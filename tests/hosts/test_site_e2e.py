@@ -1,0 +1,169 @@
+"""End to end: ``playbooks/site.yml`` with the institution's own group_vars on three booted hosts (a
+teaching MIG host of RTX PRO 6000 shape, a teaching 8x H100 MIG host, a research L40S MPS host),
+then what users and IT would see: a second run changes nothing; two created users check slices out
+over ssh and each can open only their own capability nodes; one checks in, the other's session
+expires on time; a restarted host re-applies its MIG layout at boot (``calque-gpu.service``) and its
+session service comes back with its sessions; an MPS group without the consent is refused before
+any change.
+
+The hosts stand for hosts with a working driver (an AWS Deep Learning AMI): the stand-in
+``nvidia-smi`` of tests/roles answers 580, so the driver role keeps it, and its extras come from the
+stand-in apt repository; the GPUs are calque's simulator of each host's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from .fleet import Fleet, HostSpec
+from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami
+from .paths import HOSTS_DIR
+
+pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+
+MIG, H100, MPS = "teach-rtx", "teach-h100", "research-l40s"
+CONSENT = "calque_gpu_layout_mps_i_understand_mps_shares_memory"
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+LOGS = HOSTS_DIR / "logs"
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    return {
+        m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
+        for m in RECAP.finditer(out)
+    }
+
+
+class Estate:
+    """The booted hosts, the inventory folder (institution group_vars + the run's hosts) and helpers."""
+
+    def __init__(self, fleet: Fleet, inventory: Path, extra: Path) -> None:
+        self.fleet, self.inventory, self.extra = fleet, inventory, extra
+
+    def site(self, log: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """site.yml with the institution inventory; its output is also kept in build/hosts/logs/e2e-LOG.log."""
+        path = LOGS / f"e2e-{log}.log"
+        with path.open("w") as out:
+            r = self.fleet.playbook(
+                SITE, "-e", f"@{self.extra}", *args, inventory=self.inventory, stdout=out, stderr=subprocess.STDOUT
+            )
+        r.stdout = path.read_text()
+        return r
+
+    def as_user(self, user: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.fleet.ssh(MIG, command, user=user, check=check)
+
+    def nodes(self, slice_id: str) -> list[str]:
+        code = (
+            "import json, sys\nfrom calque.gpu.hostconfig import open_backend\nb = open_backend()\n"
+            "m = next(m for m in b.mig_devices() if m.uuid == sys.argv[1])\nprint(json.dumps(b.capability_devices(m)))"
+        )
+        r = self.fleet.ssh(MIG, f"/opt/calque/venv/bin/python -c '{code}' {slice_id}")
+        return list(json.loads(r.stdout))
+
+    def can_read(self, user: str, path: str) -> bool:
+        return self.as_user(user, f"test -r {path}", check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
+    fleet = Fleet("e2e")
+    specs = [
+        HostSpec(MIG, "rtx-pro-6000", ("teaching",)),
+        HostSpec(H100, "p5.48xlarge", ("teaching",)),
+        HostSpec(MPS, "l40s", ("research",)),
+    ]
+    try:
+        fleet.up(specs)
+        prepare_dlami(fleet)
+        inventory, extra = institution_inventory(
+            fleet,
+            wheelhouse,
+            host_vars={
+                MPS: {"calque_session_service_mps": one_gpu_mps_slots()},
+                H100: {"calque_nvidia_driver_instance_type": "p5.48xlarge"},
+            },
+        )
+        LOGS.mkdir(parents=True, exist_ok=True)
+        yield Estate(fleet, inventory, extra)
+    finally:
+        fleet.down()
+
+
+def test_site_converges_three_hosts_and_a_second_run_changes_nothing(estate: Estate) -> None:
+    first = estate.site("first")
+    assert first.returncode == 0, first.stdout[-6000:]
+    assert set(recap(first.stdout)) == {MIG, H100, MPS}
+    second = estate.site("second")
+    assert second.returncode == 0, second.stdout[-6000:]
+    changed = {h: r["changed"] for h, r in recap(second.stdout).items()}
+    assert changed == {MIG: 0, H100: 0, MPS: 0}, second.stdout[-6000:]
+    # What the layout gave each teaching host (institution's teaching-small) and the MPS daemon.
+    rtx = json.loads(estate.fleet.ssh(MIG, "calque gpu mig show --json").stdout)
+    h100 = json.loads(estate.fleet.ssh(H100, "calque gpu mig show --json").stdout)
+    assert "1g.24gb" in json.dumps(rtx) and "1g.10gb" in json.dumps(h100)
+    assert (
+        estate.fleet.ssh(MPS, "systemctl is-active calque-mps.target calque-session.service").stdout.split()
+        == ["active"] * 2
+    )
+
+
+def test_users_open_only_their_own_slices_one_checks_in_the_other_expires_on_time(estate: Estate) -> None:
+    f = estate.fleet
+    for user in ("alice", "bob"):
+        f.ssh(MIG, f"id {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}")
+        f.authorize(MIG, user)
+    a = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    b = json.loads(estate.as_user("bob", "calque session checkout --profile 1g.24gb --ttl 25s --json").stdout)
+    assert a["user"] == "alice" and b["user"] == "bob" and a["slice_id"] != b["slice_id"]
+    a_nodes, b_nodes = estate.nodes(a["slice_id"]), estate.nodes(b["slice_id"])
+    assert len(a_nodes) == len(b_nodes) == 2
+    assert all(estate.can_read("alice", n) and not estate.can_read("bob", n) for n in a_nodes)
+    assert all(estate.can_read("bob", n) and not estate.can_read("alice", n) for n in b_nodes)
+
+    estate.as_user("alice", "calque session checkin")
+    assert json.loads(estate.as_user("alice", "calque session status --json").stdout) == []
+    assert not any(estate.can_read("alice", n) for n in a_nodes)
+
+    deadline = datetime.fromisoformat(b["expires_at"]).timestamp()
+    while json.loads(estate.as_user("bob", "calque session status --json").stdout):
+        assert time.time() < deadline + 20, "bob's session outlived its deadline by 20 s"
+        time.sleep(1)
+    assert time.time() >= deadline - 1, "bob's session ended before its deadline"
+    assert not any(estate.can_read("bob", n) for n in b_nodes)
+
+
+def test_restarted_host_reapplies_its_layout_and_keeps_its_sessions(estate: Estate) -> None:
+    f = estate.fleet
+    s = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    before = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)
+    f.restart(MIG)
+    # /run (the simulated driver's state) is empty after a boot, as a real GPU's MIG instances are gone:
+    # only calque-gpu.service can have laid the slices out again.
+    assert f.ssh(MIG, "systemctl show -p Result --value calque-gpu.service").stdout.strip() == "success"
+    assert json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout) == before
+    assert f.ssh(MIG, "systemctl is-active calque-session.service").stdout.strip() == "active"
+    status = json.loads(estate.as_user("alice", "calque session status --json").stdout)
+    assert [x["id"] for x in status] == [s["id"]]
+    nodes = estate.nodes(s["slice_id"])
+    assert all(estate.can_read("alice", n) and not estate.can_read("bob", n) for n in nodes)
+    estate.as_user("alice", "calque session checkin")
+
+
+def test_mps_group_without_consent_is_refused_before_any_change(estate: Estate) -> None:
+    f = estate.fleet
+    units = "systemctl list-units 'calque-mps*' --all --no-legend --plain"
+    before = f.ssh(MPS, units).stdout
+    r = estate.site("no-consent", "--limit", MPS, "-e", json.dumps({CONSENT: False}))
+    assert r.returncode != 0
+    assert CONSENT in r.stdout
+    assert recap(r.stdout)[MPS]["changed"] == 0 and recap(r.stdout)[MPS]["failed"] == 1
+    assert f.ssh(MPS, units).stdout == before

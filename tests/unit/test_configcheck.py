@@ -1,0 +1,92 @@
+"""``calque config check KIND FILE``: the roles' validate step reads a file exactly as its service will."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from calque.cli.main import run
+from calque.models import PoolSpec
+from calque.pool.process import shutdown_bound_s
+
+GOOD = {
+    "host": "gpu:\n  backend: sim\n  sim: {state: /run/calque-sim/gpus.json, instance_type: p5.48xlarge, mig: true}\n",
+    "session": "version: 1\ndefault_ttl: 2h\nmps:\n"
+    "  - {gpu: 0, slots: 4, active_thread_percentage: 25, pinned_mem_limit_mib: 11000}\n"
+    "policy: {admin_group: staff, groups: {lab: {max_sessions: 2}}}\n",
+    "pool": "model: lab/embedder\nworkload: /opt/calque/pool/embed.py::Embedder\nbucket: lab-runs\n"
+    "workers: 2\ncuda_visible_devices: ['0', '1']\nshutdown_grace_s: 20\nqueue: {receive_wait: 10}\n",
+}
+BAD = {  # one bad field each, and the name the message must carry
+    "host": ("gpu:\n  backend: sim\n", "sim"),
+    "session": ("version: 1\nmax_total_ttl: forever\n", "forever"),
+    "pool": (
+        "model: m\nworkload: w.py\nbucket: bkt\nworkers: 2\ncuda_visible_devices: ['0']\n",
+        "cuda_visible_devices",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", GOOD)
+def test_a_good_file_passes_with_a_summary(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / f"{kind}.yaml"
+    f.write_text(GOOD[kind])
+    assert run(["config", "check", kind, str(f), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == kind and out["path"] == str(f)
+    assert out["summary"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_a_bad_file_exits_2_naming_file_and_field(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text, name = BAD[kind]
+    f = tmp_path / f"{kind}.yaml"
+    f.write_text(text)
+    assert run(["config", "check", kind, str(f)]) == 2
+    err = capsys.readouterr().err
+    assert str(f) in err and name in err
+
+
+def test_session_summary_counts_mps_slots_and_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "session.yaml"
+    f.write_text(GOOD["session"])
+    assert run(["config", "check", "session", str(f), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["mps_slots"] == 4
+    assert summary["default_ttl_s"] == 7200
+    assert summary["admin_group"] == "staff" and summary["group_limits"] == ["lab"]
+
+
+def test_pool_spec_from_stdin_reports_the_workers_shutdown_bound() -> None:
+    # what the pool_worker role reads for TimeoutStopSec: the worker's own bound, from the same function
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "calque"), "config", "check", "pool", "-", "--json"],
+        input=GOOD["pool"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)["summary"]
+    spec = PoolSpec.model_validate(
+        {
+            "model": "lab/embedder",
+            "workload": "x",
+            "bucket": "lab-runs",
+            "shutdown_grace_s": 20,
+            "queue": {"receive_wait": 10},
+        }
+    )
+    assert summary["shutdown_bound_s"] == shutdown_bound_s(spec) == 10 + 2 * 20 + 5
+    assert summary["workers"] == 2 and summary["cuda_visible_devices"] == ["0", "1"]
+    assert summary["queue_name"].startswith("calque-pool-lab-embedder-")
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["config", "check", "session", str(tmp_path / "nope.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
