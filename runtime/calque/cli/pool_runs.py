@@ -17,7 +17,7 @@ from calque.errors import InfrastructureError, PartialFailure, UsageError
 if TYPE_CHECKING:
     from calque.aws.queue import PoolQueue
     from calque.aws.store import RunStore
-    from calque.models import QueueDepth, RunRecord, RunReport
+    from calque.models import PoolStatus, QueueDepth, RunRecord, RunReport
     from calque.pool.submit import PoolTarget
 
 # -- submit / results -----------------------------------------------------------------------------
@@ -219,22 +219,57 @@ def status(
     profile: str | None,
     as_json: bool,
 ) -> None:
-    """Show a pool queue's depth: visible, in flight, delayed, dead-lettered, oldest message age.
+    """Show a pool queue's depth (visible, in flight, delayed, dead-lettered, oldest message age) and its workers.
 
-    With --run, the run's report too (dead-lettered claims of the pool are first recorded as failed).
+    With a bucket (--bucket or CALQUE_POOL_BUCKET), each worker slot's load record too: serving
+    (with its methods), stopped, or failed (with the error), and the load error when no worker
+    serves. With --run, the run's report instead (dead-lettered claims are first recorded as failed).
     """
     from calque.aws.clients import client
     from calque.aws.queue import PoolQueue
+    from calque.models import PoolStatus
     from calque.pool import submit as core
     from calque.pool.deadletter import settle_dead_letters
+    from calque.pool.loads import LoadRecords, health, load_error
 
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
     queue = PoolQueue(sqs, model, cloudwatch=cloudwatch)
     if run_id is None:
-        emit(queue.depth(), as_json, _render_depth)
+        depth = queue.depth()
+        if not bucket:
+            emit(depth, as_json, _render_depth)
+            return
+        records = LoadRecords(_target(model, bucket, prefix, region, endpoint_url, profile).store(queue.name)).read()
+        failing = health(records).failing
+        why = None if failing is None else str(load_error(failing, model))
+        emit(PoolStatus(**depth.model_dump(), workers=records, load_error=why), as_json, _render_status)
         return
     target = _target(model, bucket, prefix, region, endpoint_url, profile)
     store, record = core.load_run(target, run_id)
     settle_dead_letters(queue, store)
-    emit(core.report(record, store.summaries(record.results_prefix)), as_json, _render_report)
+    rep = core.report(record, store.summaries(record.results_prefix))
+    emit(rep, as_json, _render_report)
+    failing = health(LoadRecords(store).read()).failing
+    if not rep.finished and failing is not None:
+        click.echo(str(load_error(failing, model)), err=True)
+
+
+def _render_status(s: PoolStatus) -> str:
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    rows = []
+    for r in s.workers:
+        what = ", ".join(r.methods) if r.state == "serving" else (r.error or "-")
+        if r.state == "failed" and r.failures > 1:
+            what = f"{what} ({r.failures} in a row)"
+        rows.append([r.slot, r.worker_id, r.state, f"{int((now - r.seen_at).total_seconds())}s ago", what])
+    parts = [_render_depth(s)]
+    if rows:
+        parts.append(table(["slot", "worker", "state", "seen", "methods / error"], rows))
+    else:
+        parts.append("no worker has recorded a load yet")
+    if s.load_error:
+        parts.append(f"load error: {s.load_error}")
+    return "\n\n".join(parts)

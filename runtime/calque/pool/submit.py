@@ -28,12 +28,23 @@ from calque.models import Item, ItemResult, PoolSpec, RunRecord, RunReport, Summ
 from calque.models.ids import RULE, is_safe_id
 from calque.pool.cost import run_cost
 from calque.pool.deadletter import settle_dead_letters
+from calque.pool.loads import (
+    CHECK_EVERY_S,
+    LoadRecords,
+    PoolLoadError,
+    check_loadable,
+    check_method,
+    health,
+    pool_health,
+)
 from calque.pool.stage import STAGE_THREADS, stage_run
 
 # How often a waiting submitter looks in the dead-letter queue for claims that will never finish.
 SETTLE_EVERY_S = 10.0
 # A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
 DEFAULT_METHOD = "__default__"
+# What a submitter that stops waiting on a pool that cannot load says about the claims it sent.
+_QUEUED = "The run's claims stay queued; a worker that loads runs them (calque pool results {run} reads them)."
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,10 @@ def submit(
     run_id = run_id or new_run_id()
     if not is_safe_id(run_id):
         raise UsageError(f"run id {run_id!r} cannot name S3 keys: use {RULE}")
+    # The workers' load records: a pool that cannot load, or a method its class lacks, sends nothing.
+    health = pool_health(store)
+    check_loadable(health, target.model, waiting="Nothing was sent.")
+    check_method(health, method or DEFAULT_METHOD, f"--method {method}", default=DEFAULT_METHOD)
     return stage_run(
         pq,
         store,
@@ -207,13 +222,19 @@ def wait(
     total = len(record.claims)
     last_error: InfrastructureError | None = None
     next_settle = time.monotonic() + SETTLE_EVERY_S
+    loads, next_load_check = LoadRecords(store), time.monotonic()
     while True:
         try:
             if queue is not None and time.monotonic() >= next_settle:
                 next_settle = time.monotonic() + SETTLE_EVERY_S
                 settle_dead_letters(queue, store)  # a dead-lettered claim of this run gets its failed Summary
             count = store.summary_count(record.results_prefix)
+            if count < total and time.monotonic() >= next_load_check:
+                next_load_check = time.monotonic() + CHECK_EVERY_S
+                check_loadable(health(loads.read()), record.model, waiting=_QUEUED.format(run=record.run_id))
             last_error = None
+        except PoolLoadError:
+            raise
         except InfrastructureError as exc:
             last_error, count = exc, -1
         if on_progress and count >= 0:

@@ -85,13 +85,7 @@ class LocalBackend:
             sup = self._sups.get(key)
             if sup is None:
                 workload = build_workload(self.module, self.path, target.name, dict(target.parameters))
-                sup = WarmSupervisor(workload)
-                sup._start()
-                try:
-                    sup._enter()
-                except BaseException:
-                    sup.close(run_exit=False)
-                    raise
+                sup = WarmSupervisor.from_workload(workload)
                 self.tally.local_enter_seconds += sup.enter_seconds
                 self._sups[key] = sup
         return sup

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from calque.aws.queue import PoolQueue
@@ -23,8 +23,9 @@ from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, Summary
 from calque.pool.deadletter import settle_dead_letters
+from calque.pool.loads import CHECK_EVERY_S, LoadRecords, PoolHealth, check_loadable, check_method, health
 from calque.pool.stage import StagedClaim, stage_run
-from calque.pool.submit import SETTLE_EVERY_S, PoolTarget, new_run_id
+from calque.pool.submit import DEFAULT_METHOD, SETTLE_EVERY_S, PoolTarget, new_run_id
 from calque.run.backend import Target
 from calque.run.pools import PoolMap
 from calque.run.progress import Tally
@@ -38,6 +39,21 @@ class _Pool:
     spec: PoolSpec
     queue: PoolQueue
     store: RunStore
+    loads: LoadRecords
+    _health: PoolHealth | None = None
+    _health_at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def health(self) -> PoolHealth:
+        """The workers' load records, read at most every ``CHECK_EVERY_S`` (a ``.remote`` loop adds no LISTs)."""
+        with self._lock:
+            if self._health is None or time.monotonic() - self._health_at >= CHECK_EVERY_S:
+                try:
+                    self._health = health(self.loads.read())
+                except InfrastructureError:  # unreadable for now: nothing known, as before records existed
+                    self._health = self._health or PoolHealth()
+                self._health_at = time.monotonic()
+            return self._health
 
 
 class PoolRun:
@@ -124,12 +140,17 @@ class PoolRun:
                 self._next_settle = now + SETTLE_EVERY_S
                 with contextlib.suppress(InfrastructureError):
                     settle_dead_letters(self.pool.queue, self.pool.store)
+            if now - self._last_progress > CHECK_EVERY_S:  # nothing for a while: can the pool load at all?
+                check_loadable(self.pool.health(), self.pool.spec.model, waiting=self._queued())
             if now - self._last_progress > self.timeout_s:
                 raise InfrastructureError(self._stalled())
             if now >= deadline:
                 return []
             time.sleep(min(self._interval, max(0.0, deadline - now)))
             self._interval = min(self._interval * 1.3, _MAX_POLL_S)
+
+    def _queued(self) -> str:
+        return f"Run {self.run_id}'s claims stay queued; a worker that loads runs them."
 
     def _stalled(self) -> str:
         why = f" (last error: {self._last_error})" if self._last_error else ""
@@ -158,11 +179,16 @@ class PoolBackend:
                 t = PoolTarget.from_spec(spec)
                 queue = t.queue()
                 queue.url()  # an InfrastructureError naming the queue, before anything is staged
-                pool = self._by_model[spec.model] = _Pool(spec, queue, t.store(queue.name))
+                store = t.store(queue.name)
+                pool = self._by_model[spec.model] = _Pool(spec, queue, store, LoadRecords(store))
         return pool
 
     def start(self, target: Target, items: Iterable[Item]) -> PoolRun:
-        return PoolRun(self._pool(target), target, items, self.tally, self._fetch, self.timeout_s)
+        pool = self._pool(target)
+        h = pool.health()  # a pool that cannot load, or a method its class lacks: refused before anything is sent
+        check_loadable(h, pool.spec.model, waiting=f"Nothing of {target.label} was sent.")
+        check_method(h, target.method, target.label, default=DEFAULT_METHOD)
+        return PoolRun(pool, target, items, self.tally, self._fetch, self.timeout_s)
 
     def local_callable(self, target: Target) -> Any:
         if self._local is None:

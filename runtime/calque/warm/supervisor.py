@@ -139,7 +139,19 @@ class WarmSupervisor:
             claim_deadline_s = claim_deadline_s or spec.claim_deadline_s
         else:
             workload, params = spec, dict(parameters or {})
-        sup = cls(load_workload(workload, params), item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s)
+        return cls.from_workload(
+            load_workload(workload, params), item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s
+        )
+
+    @classmethod
+    def from_workload(
+        cls, workload: Workload, *, item_timeout_s: float | None = None, claim_deadline_s: float | None = None
+    ) -> WarmSupervisor:
+        """Enter an already built ``Workload`` once (``calque run --local`` builds its own from a module).
+
+        If ``@enter`` raises, the supervisor is closed without ``@exit`` and the ``EnterError`` propagates.
+        """
+        sup = cls(workload, item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s)
         sup._start()
         try:
             sup._enter()
