@@ -129,3 +129,15 @@ def test_pool_status_lists_each_workers_load_and_the_load_error(make_pool, capsy
     code, out, _ = _cli(capsys, base)
     assert code == 0
     assert "failed" in out and "RuntimeError: weights not found" in out and "load error: the pool's workers" in out
+
+
+def test_several_workers_that_cannot_load_each_record_their_slot_and_the_parent_exits_3(make_pool) -> None:
+    pool = make_pool(
+        workload=f"{FAILING_ENTER}::Broken", model="load/several", workers=2, cuda_visible_devices=["0", "1"]
+    )
+    parent = pool.start()
+    assert parent.proc.wait(timeout=PROC_WAIT) == 3, parent.stderr()
+    records = _records(pool)
+    assert sorted(r.slot[-2:] for r in records) == ["-0", "-1"]
+    assert {r.state for r in records} == {"failed"} and all(r.worker_id.endswith(("/0", "/1")) for r in records)
+    assert "see each worker's load record" in parent.stderr()

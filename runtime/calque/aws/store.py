@@ -187,6 +187,10 @@ class RunStore:
                 out += [o["Key"] for o in page.get("Contents", [])]
         return out
 
+    def keys(self, uri_prefix: str) -> list[str]:
+        """Every key under ``uri_prefix`` (``s3://bucket/prefix``), in S3's order."""
+        return self._keys(uri_prefix)
+
     def _put_model(self, uri: str, model: BaseModel) -> None:
         self.put(uri, model.model_dump_json().encode())
 

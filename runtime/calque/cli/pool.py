@@ -9,7 +9,7 @@ import click
 from calque.cli.options import DURATION, WHOLE_DURATION, aws_options, json_option, wheelhouse_target_options
 from calque.cli.output import progress_to_stderr
 from calque.cli.pool_runs import bucket_option, prefix_option, results, status, submit, sweep
-from calque.errors import PartialFailure, UsageError
+from calque.errors import InfrastructureError, PartialFailure, UsageError
 
 # boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
 if TYPE_CHECKING:
@@ -99,6 +99,9 @@ def worker(
     )
     if index is None and spec.workers > 1:
         codes = run_workers(spec_path, spec)
+        if any(codes) and all(c in (0, InfrastructureError.exit_code) for c in codes):
+            # every failed child could not load (or reach AWS): exit as they did, so systemd backs off alike
+            raise InfrastructureError(f"worker exit codes {codes}: see each worker's load record (calque pool status)")
         if any(codes):
             raise PartialFailure(f"worker exit codes {codes}")
         return

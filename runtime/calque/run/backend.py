@@ -7,7 +7,7 @@ Two backends implement it: ``PoolBackend`` (claims on the pool's queue, results 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +42,9 @@ class Run(Protocol):
 class Backend(Protocol):
     def start(self, target: Target, items: Iterable[Item]) -> Run:
         """Start running ``items`` (their index is their position); the iterable may still be growing."""
+
+    def stream(self, target: Target, item: Item) -> Iterator[Any]:
+        """A generator method's values for one call, in order, as they are produced (its exception at the end)."""
 
     def local_callable(self, target: Target) -> Any:
         """The target as an in-process callable (an entered instance's bound method, or the function)."""

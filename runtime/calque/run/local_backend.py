@@ -12,12 +12,13 @@ import itertools
 import queue as queue_mod
 import threading
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from calque.models import Item, ItemResult
 from calque.run.backend import Target
+from calque.run.outcome import value_of
 from calque.run.progress import Tally
 from calque.warm import WarmSupervisor
 from calque.warm.loader import build_workload
@@ -92,6 +93,32 @@ class LocalBackend:
 
     def start(self, target: Target, items: Iterable[Item]) -> LocalRun:
         return LocalRun(self._supervisor(target), target.method, items, self.tally)
+
+    def stream(self, target: Target, item: Item) -> Iterator[Any]:
+        """The generator's values through the supervisor's chunks, as a pool's worker writes them."""
+        sup = self._supervisor(target)
+        out: queue_mod.Queue[list[Any] | ItemResult | BaseException] = queue_mod.Queue()
+
+        def produce() -> None:
+            try:
+                (result,) = sup.drain(target.method, [item], on_chunk=lambda _i, _n, values: out.put(values)).results
+                out.put(result)
+            except BaseException as exc:
+                out.put(exc)
+
+        self.tally.submitted(1)
+        threading.Thread(target=produce, name="calque-run-local-stream", daemon=True).start()
+        while True:
+            got = out.get()
+            if isinstance(got, list):
+                yield from got
+                continue
+            if isinstance(got, BaseException):
+                raise got
+            self.tally.finished(1, 0 if got.ok else 1)
+            if not got.ok:
+                value_of(got)  # raises the method's exception, after the values it yielded
+            return
 
     def local_callable(self, target: Target) -> Any:
         return self._supervisor(target).workload.methods[target.method].fn

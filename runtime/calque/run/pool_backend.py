@@ -14,7 +14,7 @@ import concurrent.futures as cf
 import contextlib
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,10 @@ from calque.models import Item, ItemResult, PoolSpec, Summary
 from calque.pool.deadletter import settle_dead_letters
 from calque.pool.loads import CHECK_EVERY_S, LoadRecords, PoolHealth, check_loadable, check_method, health
 from calque.pool.stage import StagedClaim, stage_run
+from calque.pool.stream import follow
 from calque.pool.submit import DEFAULT_METHOD, SETTLE_EVERY_S, PoolTarget, new_run_id
 from calque.run.backend import Target
+from calque.run.outcome import value_of
 from calque.run.pools import PoolMap
 from calque.run.progress import Tally
 
@@ -189,6 +191,31 @@ class PoolBackend:
         check_loadable(h, pool.spec.model, waiting=f"Nothing of {target.label} was sent.")
         check_method(h, target.method, target.label, default=DEFAULT_METHOD)
         return PoolRun(pool, target, items, self.tally, self._fetch, self.timeout_s)
+
+    def stream(self, target: Target, item: Item) -> Iterator[Any]:
+        """A generator method's values as its worker writes their chunks (a one-item run, claim of one)."""
+        pool = self._pool(target)
+        h = pool.health()
+        check_loadable(h, pool.spec.model, waiting=f"Nothing of {target.label} was sent.")
+        check_method(h, target.method, target.label, default=DEFAULT_METHOD)
+        run_id = new_run_id()
+        self.tally.submitted(1)
+        record = stage_run(pool.queue, pool.store, [item], run_id=run_id, model=pool.spec.model,
+                           method=target.method, batch_size=1)  # fmt: skip
+        ended: list[ItemResult] = []
+
+        def on_result(summary: Summary, result: ItemResult) -> None:
+            ended.append(result)
+            self.tally.finished(1, 0 if result.ok else 1, summary)
+
+        def check() -> None:
+            waiting = f"Run {run_id}'s claim stays queued; a worker that loads runs it."
+            check_loadable(pool.health(), pool.spec.model, waiting=waiting)
+
+        yield from follow(pool.store, record.results_prefix, record.claims[0], index=item.index,
+                          timeout_s=self.timeout_s, on_result=on_result, check=check)  # fmt: skip
+        if ended and not ended[0].ok:
+            value_of(ended[0])  # raises the method's exception, after the values it yielded
 
     def local_callable(self, target: Target) -> Any:
         if self._local is None:

@@ -139,6 +139,14 @@ class FunctionProxy:
         self.for_each = _Verb(self._for_each, self._for_each_aio)
         self.spawn = _Verb(self._spawn, self._spawn_aio)
         self.local = _Verb(self._local, self._local_aio)
+        self.remote_gen = _Verb(self._remote_gen, self._remote_gen_aio)
+        raw = getattr(fn, "__func__", fn)
+        marks = marks_of(fn) if fn is not None else None
+        self._is_generator = (
+            inspect.isgeneratorfunction(raw)
+            or inspect.isasyncgenfunction(raw)
+            or bool(marks is not None and marks.options.get("is_generator"))
+        )
 
     def __repr__(self) -> str:
         return f"<calque proxy {self._target.label}>"
@@ -153,6 +161,8 @@ class FunctionProxy:
     # -- one call ----------------------------------------------------------------------------------
 
     def _remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_generator:
+            raise TypeError(f"{self._target.label} is a generator method: call it with .remote_gen(...)")
         run = self._backend.start(self._target, [_item(self._target, 0, args, kwargs)])
         for value in iter_results(run, True, False):
             return value
@@ -160,6 +170,15 @@ class FunctionProxy:
 
     async def _remote_aio(self, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(self._remote, *args, **kwargs)
+
+    def _remote_gen(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        """A generator method's values as its worker produces them (Modal's ``.remote_gen``)."""
+        if not self._is_generator:
+            raise TypeError(f"{self._target.label} is not a generator method: call it with .remote(...)")
+        return self._backend.stream(self._target, _item(self._target, 0, args, kwargs))
+
+    def _remote_gen_aio(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        return _aiter_of(self._remote_gen(*args, **kwargs))
 
     def _spawn(self, *args: Any, **kwargs: Any) -> FunctionCall:
         return FunctionCall(self._backend.start(self._target, [_item(self._target, 0, args, kwargs)]), self._target)

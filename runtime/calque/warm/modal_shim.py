@@ -121,8 +121,6 @@ def _decorator(apply: Callable[[Marks], None], args: tuple[Any, ...], name: str)
 
 def method(*args: Any, **kwargs: Any) -> Any:
     """``@modal.method()``: a method a claim may name."""
-    if kwargs.get("is_generator"):
-        raise ShimError("@modal.method(is_generator=True): generator methods are not supported by the calque worker")
 
     def apply(m: Marks) -> None:
         m.method = True
@@ -260,8 +258,6 @@ class App:
         _check_kwargs("@app.function", kwargs)
 
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-                raise ShimError(f"@app.function on generator {fn.__name__}: generators are not supported")
             fn.__calque_function__ = dict(kwargs)  # type: ignore[attr-defined]
             self.registered_functions[fn.__name__] = fn
             if _CLIENT is not None:
