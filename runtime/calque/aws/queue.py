@@ -20,6 +20,8 @@ from calque.aws.pool_names import POOL_TAG, pool_names, refuse_foreign
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
 
+# SQS's SendMessageBatch takes at most ten entries.
+SEND_BATCH = 10
 _STALE_RECEIPT_CODES = frozenset({"InvalidParameterValue", "ReceiptHandleIsInvalid", "MessageNotInflight"})
 
 
@@ -252,6 +254,24 @@ class PoolQueue:
             mid: str = self.sqs.send_message(QueueUrl=url, MessageBody=ref.body())["MessageId"]
         return mid
 
+    def send_batch(self, refs: list[ClaimRef]) -> None:
+        """Send up to ten claims in one SendMessageBatch; entries SQS refuses are retried once, then an error."""
+        if len(refs) > SEND_BATCH:
+            raise ValueError(f"SendMessageBatch takes at most {SEND_BATCH} messages, got {len(refs)}")
+        entries = [{"Id": str(n), "MessageBody": ref.model_dump_json()} for n, ref in enumerate(refs)]
+        url = self.url()
+        for attempt in (1, 2):
+            if not entries:
+                return
+            with aws_errors(f"send claims to {self.name}"):
+                resp = self.sqs.send_message_batch(QueueUrl=url, Entries=entries)
+            failed = {f["Id"]: f for f in resp.get("Failed", [])}
+            entries = [e for e in entries if e["Id"] in failed]
+            if entries and attempt == 2:
+                first = next(iter(failed.values()))
+                why = f"{first.get('Code')}: {first.get('Message')}"
+                raise InfrastructureError(f"SQS refused {len(entries)} claim(s) sent to {self.name}: {why}")
+
     def receive(self, wait_s: int, max_messages: int = 1) -> list[dict[str, Any]]:
         """Long-poll for messages, asking for ``ApproximateReceiveCount``."""
         url = self.url()
@@ -264,6 +284,29 @@ class PoolQueue:
             )
         messages: list[dict[str, Any]] = resp.get("Messages", [])
         return messages
+
+    def receive_dead_letters(self, max_messages: int = 10) -> list[dict[str, Any]]:
+        """Up to ``max_messages`` from the DLQ (hidden 60 s while they are recorded); [] when it has none."""
+        durl = self._lookup(self.dlq)
+        if durl is None:
+            return []
+        with aws_errors(f"receive from {self.dlq}"):
+            resp = self.sqs.receive_message(
+                QueueUrl=durl,
+                MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=60,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        messages: list[dict[str, Any]] = resp.get("Messages", [])
+        return messages
+
+    def delete_dead_letter(self, receipt_handle: str) -> None:
+        durl = self._lookup(self.dlq)
+        if durl is None:
+            return
+        with aws_errors(f"delete a message from {self.dlq}"):
+            self.sqs.delete_message(QueueUrl=durl, ReceiptHandle=receipt_handle)
 
     def extend(self, receipt_handle: str, seconds: int) -> None:
         """Change a held message's visibility (heartbeat, or 0 to release it at once)."""

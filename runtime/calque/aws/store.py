@@ -28,8 +28,10 @@ from pydantic import BaseModel, ValidationError
 
 from calque.aws.errors import aws_errors, is_not_found, is_precondition_failed, translate
 from calque.errors import InfrastructureError, format_validation_error
-from calque.models import ItemResult, Manifest, RunRecord, Summary
+from calque.models import ItemError, ItemResult, Manifest, RunRecord, Summary
 
+# The ItemError type of an item whose claim ended without its result (poisoned, dead-lettered, cut short).
+CLAIM_FAILED = "calque.ClaimFailed"
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -194,6 +196,10 @@ class RunStore:
                 out += [o["Key"] for o in page.get("Contents", [])]
         return out
 
+    def keys(self, uri_prefix: str) -> list[str]:
+        """Every key under ``uri_prefix`` (``s3://bucket/prefix``), in S3's order."""
+        return self._keys(uri_prefix)
+
     def _put_model(self, uri: str, model: BaseModel) -> None:
         self.put(uri, model.model_dump_json().encode())
 
@@ -232,11 +238,58 @@ class RunStore:
         data = self.get(uri)
         return None if data is None else _parse(Summary, data, uri)
 
+    def summary_claims(self, results_prefix: str) -> list[str]:
+        """Claim ids that have a Summary so far (one LIST per 1,000 claims)."""
+        return [k.rsplit("/", 1)[-1].removesuffix(".json") for k in self._keys(results_prefix + "summaries/")]
+
+    def claim_results(self, results_prefix: str, summary: Summary, indices: range | None) -> list[ItemResult]:
+        """The results ``summary`` vouches for, plus a failed result for each of ``indices`` they lack.
+
+        A claim that ended without results for some items (poisoned, dead-lettered, cut short) still
+        gives every item a result a user can see, with the claim's error as the reason.
+        """
+        try:
+            key = self.vouches_for(summary)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from exc
+        out: list[ItemResult] = []
+        if summary.results_key is not None or summary.ok:
+            uri = self.results_uri(results_prefix, summary.claim_id, key)
+            data = self.get(uri)
+            if data:
+                out = [_parse(ItemResult, line, uri) for line in data.splitlines() if line.strip()]
+        if indices is not None and len(out) < len(indices):
+            have = {r.index for r in out}
+            why = f"claim {summary.claim_id} ended without this item's result: {summary.error or 'no reason given'}"
+            error = ItemError(type=CLAIM_FAILED, message=why)
+            out += [ItemResult(index=i, ok=False, error=error, seconds=0.0) for i in indices if i not in have]
+        return out
+
+    def _claim_indices(self, record: RunRecord, summaries: dict[str, Summary], claim_id: str) -> range | None:
+        # Claims hold contiguous items in claim order: the manifest says which; when it is missing or
+        # broken (the claim's poison), the item counts of the claims before it do.
+        try:
+            data = self.get(self.manifest_uri(record.results_prefix, claim_id))
+            if data is not None:
+                idx = [i.index for i in Manifest.model_validate_json(data).items]
+                return range(min(idx), max(idx) + 1) if idx else range(0)
+        except (StoreError, ValidationError, ManifestProblem):
+            pass
+        start = 0
+        for c in record.claims:
+            if c == claim_id:
+                return range(start, min(start + summaries[c].items, record.item_count))
+            if c not in summaries:
+                return None
+            start += summaries[c].items
+        return None
+
     def results(self, record: RunRecord) -> list[ItemResult]:
         """The run's ItemResults in item order: for each claim, the results its Summary vouches for.
 
         Claims without a Summary yet are skipped, and so is every results object no Summary names
-        (an attempt that lost its lease, or one still writing).
+        (an attempt that lost its lease, or one still writing). A claim whose Summary vouches for
+        fewer results than it had items (poison, deadline) gives the missing ones a failed result.
         """
         out: list[ItemResult] = []
         summaries = self.summaries(record.results_prefix)
@@ -244,14 +297,10 @@ class RunStore:
             s = summaries.get(claim_id)
             if s is None:
                 continue
-            try:
-                key = self.vouches_for(s)
-            except ValueError as exc:
-                raise StoreError(str(exc)) from exc
-            uri = self.results_uri(record.results_prefix, claim_id, key)
-            data = self.get(uri)
-            if data:
-                out += [_parse(ItemResult, line, uri) for line in data.splitlines() if line.strip()]
+            got = self.claim_results(record.results_prefix, s, None)
+            if len(got) < s.items:
+                got = self.claim_results(record.results_prefix, s, self._claim_indices(record, summaries, claim_id))
+            out += got
         out.sort(key=lambda r: r.index)
         return out
 

@@ -24,6 +24,7 @@ _VERBS = {
     "session": "calque.cli.session:session",
     "gpu": "calque.cli.gpu:gpu",
     "ramp": "calque.cli.ramp:ramp",
+    "run": "calque.cli.run:run",
     "runtime": "calque.cli.runtime:runtime",
 }
 

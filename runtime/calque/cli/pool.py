@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from calque.cli.options import (
-    DURATION,
-    aws_options,
-    bucket_option,
-    given_pool_queue,
-    json_option,
-    pool_name_option,
-    prefix_option,
-)
-from calque.cli.output import emit
+from calque.cli.options import DURATION, aws_options, json_option
+from calque.cli.pool_runs import results, submit, sweep
 from calque.cli.pool_scaling import scaling
 from calque.cli.pool_status import status
-from calque.errors import InfrastructureError, PartialFailure, UsageError
+from calque.errors import InfrastructureError, PartialFailure
 
 # boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
 if TYPE_CHECKING:
-    from calque.aws.store import RunStore
-    from calque.models import RunRecord, RunReport
     from calque.ops.outcome import Outcome
-    from calque.pool.submit import PoolTarget
 
 
 @click.group()
@@ -35,8 +22,8 @@ def pool() -> None:
     """Warm pools: one SQS queue per named pool and resident workers that keep its model loaded."""
 
 
-pool.add_command(status)
-pool.add_command(scaling)
+for _command in (submit, results, sweep, status, scaling):
+    pool.add_command(_command)
 
 
 def _render_queue(o: Outcome[Any]) -> str:
@@ -114,6 +101,9 @@ def worker(
     )
     if index is None and spec.workers > 1:
         codes = run_workers(spec_path, spec)
+        if any(codes) and all(c in (0, InfrastructureError.exit_code) for c in codes):
+            # every failed child could not load (or reach AWS): exit as they did, so systemd backs off alike
+            raise InfrastructureError(f"worker exit codes {codes}: see each worker's load record (calque pool status)")
         if any(codes):
             raise PartialFailure(f"worker exit codes {codes}")
         return
@@ -178,180 +168,10 @@ def user_data(
         click.echo(outcome.result.user_data, nl=False)
 
 
-# -- submit / results -----------------------------------------------------------------------------
-
-
-def _target(
-    model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
-) -> PoolTarget:
-    from calque.pool.submit import PoolTarget
-
-    if not bucket:
-        raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    return PoolTarget(model, bucket, prefix, region, endpoint, profile, given_pool_queue())
-
-
-def _render_report(r: RunReport) -> str:
-    from calque.pool.cost import cost_line
-
-    ips = "-" if r.items_per_second is None else f"{r.items_per_second:.2f}"
-    lines = [
-        f"run {r.run_id}  model {r.model}  queue {r.queue_name}",
-        f"items: {r.items_ok} ok, {r.items_failed} failed of {r.items}  "
-        f"claims: {r.claims_done}/{r.claims} done ({r.claims_failed} failed)",
-        f"warm hits: {r.warm_hits}/{r.claims_done}  enter paid: {r.enter_seconds_paid:.2f}s  "
-        f"wall: {r.wall_seconds:.2f}s  items/s: {ips}",
-        cost_line(r.cost, r.enter_seconds_paid),
-    ]
-    lines += [f"claim error: {e}" for e in r.errors]
-    return "\n".join(lines)
-
-
-def _render_record(r: RunRecord) -> str:
-    return f"run {r.run_id}: {r.item_count} items in {len(r.claims)} claims sent to {r.queue_name}"
-
-
-@pool.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--items", "items_path", required=True, type=click.Path(dir_okay=False), help="JSONL, one item a line.")
-@click.option("--method", default=None, help="Method to call (default: the pool's default method).")
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Items per claim.")
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the run to finish.")
-@click.option(
-    "--timeout", type=DURATION, default=3600.0, show_default=True, help="How long to wait (seconds, 90m, 1h)."
-)
-@click.option("--workload-digest", default=None, help="Refuse workers that run another script/parameters.")
-@pool_name_option
-@bucket_option
-@prefix_option
-@aws_options
-@json_option
-def submit(
-    model: str,
-    items_path: str,
-    method: str | None,
-    batch_size: int,
-    wait: bool,
-    timeout: float,
-    workload_digest: str | None,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-    as_json: bool,
-) -> None:
-    """Submit items to a pool; with --wait, show progress and print the run's outcome and cost.
-
-    Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
-    """
-    from calque.pool import submit as core
-
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    items = core.read_items(Path(items_path))
-    record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
-    click.echo(f"submitted {_render_record(record)}", err=True)
-    if not wait:
-        emit(record, as_json, _render_record)
-        return
-    store = target.store(record.queue_name)
-    rep = _wait_with_progress(store, record, timeout)
-    emit(rep, as_json, _render_report)
-    core.check_finished(rep, timeout)
-    if rep.items_failed or rep.claims_failed:
-        raise PartialFailure(
-            f"{rep.items_failed} of {rep.items} items failed; see them with: calque pool results {rep.run_id} "
-            f"--model {model!r} --failed"
-        )
-
-
-def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float) -> RunReport:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from calque.pool import submit as core
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("claims"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
-    ) as bar:
-        task = bar.add_task("claims", total=len(record.claims))
-
-        def on_progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        rep: RunReport = core.wait(store, record, timeout_s=timeout, on_progress=on_progress)
-    return rep
-
-
-@pool.command()
-@click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--failed", "failed_only", is_flag=True, help="Only the items that failed.")
-@pool_name_option
-@bucket_option
-@prefix_option
-@aws_options
-def results(
-    run_id: str,
-    model: str,
-    failed_only: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
-    """Print a run's ItemResults as JSONL on stdout, in item order."""
-    from calque.pool import submit as core
-
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    store, record = core.load_run(target, run_id)
-    out = core.results(store, record)
-    shown = [r for r in out if not r.ok] if failed_only else out
-    for r in shown:
-        sys.stdout.write(r.model_dump_json() + "\n")
-    sys.stdout.flush()
-    missing = record.item_count - len(out)
-    if missing:
-        raise InfrastructureError(f"{missing} of {record.item_count} items of run {run_id} have no result yet")
-
-
-@pool.command()
-@click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
-@click.option("--dry-run", is_flag=True, help="Only list the orphaned results objects.")
-@pool_name_option
-@bucket_option
-@prefix_option
-@aws_options
-def sweep(
-    run_id: str,
-    model: str,
-    dry_run: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
-    """Delete a run's orphaned results: objects no Summary vouches for (attempts that lost their lease).
-
-    Prints each one's URI. Claims without a Summary yet are left alone.
-    """
-    from calque.pool import submit as core
-
-    target = _target(model, bucket, prefix, region, endpoint_url, profile)
-    store, record = core.load_run(target, run_id)
-    for uri in store.sweep(record, dry_run=dry_run):
-        click.echo(uri)
-
-
 # Verbs in their own files (each file under a few hundred lines).
 from calque.cli.pool_iam import iam_policy  # noqa: E402
 from calque.cli.pool_list import pool_list  # noqa: E402
 from calque.cli.pool_runtime import stage_runtime  # noqa: E402
 
-pool.add_command(pool_list)
-pool.add_command(stage_runtime)
-pool.add_command(iam_policy)
+for _command in (pool_list, stage_runtime, iam_policy):
+    pool.add_command(_command)

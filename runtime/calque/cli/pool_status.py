@@ -1,18 +1,20 @@
-"""``calque pool status``: a pool queue's depth and, for a named pool, its group's size against its backlog."""
+"""``calque pool status``: a pool's queue, its workers' load records and, for a named pool, its group; or one run."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import click
 
-from calque.cli.options import aws_options, json_option
+from calque.cli.options import aws_options, bucket_option, json_option, prefix_option
 from calque.cli.output import emit, table
 from calque.errors import UsageError
 
 if TYPE_CHECKING:
     from calque.aws.acquire.scaling import ScalingStatus
-    from calque.models import QueueDepth
+    from calque.models import PoolStatus, QueueDepth
+    from calque.pool.submit import PoolTarget
 
 
 def _render_depth(d: QueueDepth) -> str:
@@ -23,50 +25,134 @@ def _render_depth(d: QueueDepth) -> str:
     )
 
 
-def _render_scaling(s: ScalingStatus) -> str:
+def _render_group(s: ScalingStatus) -> str:
     if not s.group_exists:
-        group = f"group {s.group_name}: none (calque.gpu.pool_group creates it)"
-    else:
-        per = "-" if s.backlog_per_instance is None else f"{s.backlog_per_instance:g}"
-        target = "-" if s.target is None else f"{s.target:g}"
-        group = table(
-            ["group", "min", "max", "desired", "in service", "backlog", "per instance", "target"],
-            [[s.group_name, s.min_size, s.max_size, s.desired, s.in_service, s.backlog, per, target]],
-        )
-    return f"pool {s.pool}\n{group}\n{_render_depth(s.queue)}"
+        return f"group {s.group_name}: none (calque.gpu.pool_group creates it)"
+    per = "-" if s.backlog_per_instance is None else f"{s.backlog_per_instance:g}"
+    target = "-" if s.target is None else f"{s.target:g}"
+    return table(
+        ["group", "min", "max", "desired", "in service", "backlog", "per instance", "target"],
+        [[s.group_name, s.min_size, s.max_size, s.desired, s.in_service, s.backlog, per, target]],
+    )
+
+
+def _render_scaling(s: ScalingStatus) -> str:
+    return f"pool {s.pool}\n{_render_group(s)}\n{_render_depth(s.queue)}"
+
+
+def _render_workers(s: PoolStatus) -> str:
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    rows = []
+    for r in s.workers:
+        what = ", ".join(r.methods) if r.state == "serving" else (r.error or "-")
+        if r.state == "failed" and r.failures > 1:
+            what = f"{what} ({r.failures} in a row)"
+        rows.append([r.slot, r.worker_id, r.state, f"{int((now - r.seen_at).total_seconds())}s ago", what])
+    parts = [table(["slot", "worker", "state", "seen", "methods / error"], rows)] if rows else []
+    if not rows:
+        parts.append("no worker has recorded a load yet")
+    if s.load_error:
+        parts.append(f"load error: {s.load_error}")
+    return "\n\n".join(parts)
+
+
+def _render_status(s: PoolStatus) -> str:
+    return f"{_render_depth(s)}\n\n{_render_workers(s)}"
 
 
 @click.command()
 @click.option("--model", default=None, help="The pool's model: the queue of a pool named by its model alone.")
 @click.option("--pool", "pool_name", default=None, help="The pool's name (lab-a/embedder): queue, group and scaling.")
+@click.option(
+    "--run", "run_id", default=None, help="Show this run instead: items ok and failed, failed claims' reasons."
+)
+@bucket_option
+@prefix_option
 @aws_options
 @json_option
 def status(
     model: str | None,
     pool_name: str | None,
+    run_id: str | None,
+    bucket: str | None,
+    prefix: str,
     region: str | None,
     endpoint_url: str | None,
     profile: str | None,
     as_json: bool,
 ) -> None:
-    """Show a pool queue's depth; with --pool also its group: desired, in service, backlog per instance, target."""
+    """Show a pool queue's depth (visible, in flight, delayed, dead-lettered, oldest message age) and its workers.
+
+    With --pool, the pool's group too: min, max, desired and in-service instances, the backlog per
+    instance and the scaling target beside it. With a bucket (--bucket or CALQUE_POOL_BUCKET), each
+    worker slot's load record: serving (with its methods), stopped, or failed (with the error), and
+    the load error when no worker serves. With --run, the run's report instead (dead-lettered
+    claims are first recorded as failed).
+    """
     from calque.aws.clients import client
     from calque.aws.queue import PoolQueue
+    from calque.cli.pool_runs import render_report
+    from calque.pool.loads import LoadRecords, health, load_error
+    from calque.pool.submit import PoolTarget
 
     if (model is None) == (pool_name is None):
         raise UsageError("give one of --pool (a named pool, e.g. lab-a/embedder) or --model (a model-named pool)")
+    names = None
+    if pool_name is not None:
+        from calque.aws.pool_names import pool_names
+
+        try:
+            names = pool_names(pool_name)
+        except ValueError as exc:
+            raise UsageError(f"--pool: {exc}") from None
+    label = model or pool_name or ""
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
-    if model is not None:
-        emit(PoolQueue(sqs, model, cloudwatch=cloudwatch).depth(), as_json, _render_depth)
+    queue = PoolQueue(sqs, label, names.queue if names else None, cloudwatch=cloudwatch)
+
+    def target() -> PoolTarget:
+        if not bucket:
+            raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
+        return PoolTarget(label, bucket, prefix, region, endpoint_url, profile, queue.name)
+
+    if run_id is not None:
+        from calque.pool import submit as core
+        from calque.pool.deadletter import settle_dead_letters
+
+        store, record = core.load_run(target(), run_id)
+        settle_dead_letters(queue, store)
+        rep = core.report(record, store.summaries(record.results_prefix))
+        emit(rep, as_json, render_report)
+        failing = health(LoadRecords(store).read()).failing
+        if not rep.finished and failing is not None:
+            click.echo(str(load_error(failing, label)), err=True)
+        return
+
+    from calque.models import PoolStatus
+
+    depth = queue.depth()
+    workers = None
+    if bucket:
+        records = LoadRecords(target().store(queue.name)).read()
+        failing = health(records).failing
+        why = None if failing is None else str(load_error(failing, label))
+        workers = PoolStatus(**depth.model_dump(), workers=records, load_error=why)
+    if names is None:
+        if workers is None:
+            emit(depth, as_json, _render_depth)
+        else:
+            emit(workers, as_json, _render_status)
         return
     from calque.aws.acquire.scaling import PoolScaling, scaling_status
-    from calque.aws.pool_names import pool_names
 
-    try:
-        names = pool_names(pool_name or "")
-    except ValueError as exc:
-        raise UsageError(f"--pool: {exc}") from None
-    depth = PoolQueue(sqs, names.pool, names.queue, cloudwatch=cloudwatch).depth()
     autoscaling = client("autoscaling", region=region, endpoint_url=endpoint_url, profile=profile)
-    emit(scaling_status(PoolScaling(autoscaling, cloudwatch, names), depth), as_json, _render_scaling)
+    group = scaling_status(PoolScaling(autoscaling, cloudwatch, names), depth)
+    if workers is None:
+        emit(group, as_json, _render_scaling)
+    elif as_json:
+        both = {"scaling": group.model_dump(mode="json"), "workers": workers.model_dump(mode="json")}
+        click.echo(json.dumps(both, indent=2))
+    else:
+        click.echo(f"{_render_scaling(group)}\n\n{_render_workers(workers)}")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         RunReport,
         Summary,
     )
+    from calque.models.poolload import LoadRecord, PoolStatus
     from calque.models.session import (
         SESSION_PROTOCOL_VERSION,
         Session,
@@ -92,6 +93,8 @@ _FAMILY = {
     "RunRecord": "calque.models.pool",
     "RunReport": "calque.models.pool",
     "Summary": "calque.models.pool",
+    "LoadRecord": "calque.models.poolload",
+    "PoolStatus": "calque.models.poolload",
     "SESSION_PROTOCOL_VERSION": "calque.models.session",
     "Session": "calque.models.session",
     "SessionRequest": "calque.models.session",
@@ -131,9 +134,11 @@ __all__ = [
     "ItemError",
     "ItemResult",
     "LaunchAttempt",
+    "LoadRecord",
     "Manifest",
     "MigDevice",
     "PoolSpec",
+    "PoolStatus",
     "QueueDepth",
     "QueueSettings",
     "RampReport",

@@ -30,6 +30,7 @@ from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.pool.bootstrap import materialize_workload
 from calque.pool.instance import InstanceGuard, NoInstance, discover
+from calque.pool.loadguard import LoadGuard
 from calque.pool.metrics import Metrics
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.worker import Worker, WorkerReport
@@ -88,7 +89,6 @@ def _instance_guard(spec: PoolSpec) -> InstanceGuard:
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle."""
     _setup_logging()
-    spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
     if index is not None and spec.cuda_visible_devices:
         if index >= len(spec.cuda_visible_devices):
             raise UsageError(f"--index {index} but the spec lists {len(spec.cuda_visible_devices)} devices")
@@ -97,14 +97,18 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     sqs = client("sqs", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
     s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
     pool_queue = PoolQueue(sqs, spec.model, spec.queue_name)
-    pool_queue.url()  # fail before the (slow) enter when the queue does not exist
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
-    instance_type = _instance_type(spec)
-    if instance_type:
-        hourly_usd(instance_type)  # an unknown type is a usage error now, not a missing cost later
-    worker_id = f"{socket.gethostname()}:{os.getpid()}" + (f"/{index}" if index is not None else "")
-    log.info("loading %s for model %s (queue %s)", spec.workload, spec.model, pool_queue.name)
-    sup = WarmSupervisor.load(spec)
+    host = socket.gethostname()
+    worker_id = f"{host}:{os.getpid()}" + (f"/{index}" if index is not None else "")
+    guard = LoadGuard(store, spec.workload, host if index is None else f"{host}-{index}", worker_id)
+    with guard.loading():  # a failure is recorded where submitters look, then WorkerLoadError (exit 3)
+        spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
+        pool_queue.url()  # fail before the (slow) enter when the queue does not exist
+        instance_type = _instance_type(spec)
+        if instance_type:
+            hourly_usd(instance_type)  # an unknown type is an error now, not a missing cost later
+        log.info("loading %s for model %s (queue %s)", spec.workload, spec.model, pool_queue.name)
+        sup = WarmSupervisor.load(spec)
     log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
     metrics = Metrics({"model": spec.model, "worker": worker_id})
     instance = _instance_guard(spec)
@@ -126,10 +130,12 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
         spec = spec.model_copy(update={"metrics_textfile": f"{stem}-{index}.{ext}" if dot else f"{ext}-{index}"})
         worker.spec = spec
     _install_signals(worker, spec)
+    guard.serving(sup)  # the class's methods, for submitters to check calls against; refreshed while serving
     try:
         rep = worker.serve()
     finally:
         metrics.close()
+        guard.stopped()
     log.info("stopped (%s) after %d claims; enter count %d", rep.stop_reason, rep.claims, rep.enter_count)
     return rep
 

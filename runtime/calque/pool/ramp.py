@@ -36,6 +36,7 @@ from calque.models import Item, ItemResult, PoolSpec, QueueSettings, RunReport, 
 from calque.models.acquire import CohortSpec, Market, RampReport, RampRung, RootVolume
 from calque.pool import submit as pool
 from calque.pool.bootstrap import stage_workload, worker_user_data, write_spec
+from calque.pool.loads import PoolLoadError
 from calque.pool.runtime_wheel import MAX_URL_TTL_S, stage_runtime
 
 MAX_RUNG = 1_000_000
@@ -177,12 +178,27 @@ class InstanceWorker:
         return None
 
 
+def _load_failure(spec: PoolSpec) -> str | None:
+    """The ramp's worker's load error from its load record, when it failed to load."""
+    from calque.aws.store import RunStore
+    from calque.pool.loads import LoadRecords, health, load_error
+
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
+    store = RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
+    try:
+        failing = health(LoadRecords(store).read()).failing
+    except CalqueError:
+        return None
+    return None if failing is None else str(load_error(failing, spec.model))
+
+
 class LocalStandIn:
     """Offline: a local ``calque pool worker --spec`` on the spec the user-data carries."""
 
     def __init__(self, spec: PoolSpec) -> None:
         from calque.pool.process import start_worker_process
 
+        self.spec = spec
         self.dir = Path(tempfile.mkdtemp(prefix="calque-ramp-"))
         self.spec_path = write_spec(spec, self.dir / "pool.yml")
         self.log_path = self.dir / "worker.log"
@@ -204,6 +220,9 @@ class LocalStandIn:
         if code is None:
             return
         msg = f"the ramp's worker exited with code {code} before the ramp ended:\n{self._tail()}"
+        failed = _load_failure(self.spec)
+        if failed is not None:  # the caller's workload did not load: theirs to fix, as a usage error
+            raise UsageError(f"{msg}\n{failed}")
         raise UsageError(msg) if code == UsageError.exit_code else InfrastructureError(msg)
 
     def stop(self) -> None:
@@ -236,9 +255,12 @@ def _run_rung(
     k: int,
 ) -> _Rung:
     started = time.monotonic()
-    record = pool.submit(target, items, method=opts.method, batch_size=opts.batch_size)
-    store = target.store(record.queue_name)
-    rep = pool.wait(store, record, timeout_s=opts.rung_timeout_s, on_progress=lambda _d, _t: worker.check())
+    try:
+        record = pool.submit(target, items, method=opts.method, batch_size=opts.batch_size)
+        store = target.store(record.queue_name)
+        rep = pool.wait(store, record, timeout_s=opts.rung_timeout_s, on_progress=lambda _d, _t: worker.check())
+    except PoolLoadError as exc:  # the ramp's workload is the caller's: its failure to load is a usage error
+        raise UsageError(f"rung {k}: the ramp's worker could not load the workload: {exc}") from exc
     wall = time.monotonic() - started
     if not rep.finished:
         worker.check()

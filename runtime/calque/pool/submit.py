@@ -8,6 +8,7 @@ polls the run's Summaries; ``report`` folds them into a RunReport with the cost 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -16,18 +17,34 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from botocore.config import Config
 from pydantic import ValidationError
 
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
-from calque.models import ClaimRef, Item, ItemResult, Manifest, PoolSpec, RunRecord, RunReport, Summary
+from calque.models import Item, ItemResult, PoolSpec, RunRecord, RunReport, Summary
 from calque.models.ids import RULE, is_safe_id
 from calque.pool.cost import run_cost
+from calque.pool.deadletter import settle_dead_letters
+from calque.pool.loads import (
+    CHECK_EVERY_S,
+    LoadRecords,
+    PoolLoadError,
+    check_loadable,
+    check_method,
+    health,
+    pool_health,
+)
+from calque.pool.stage import STAGE_THREADS, stage_run
 
+# How often a waiting submitter looks in the dead-letter queue for claims that will never finish.
+SETTLE_EVERY_S = 10.0
 # A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
 DEFAULT_METHOD = "__default__"
+# What a submitter that stops waiting on a pool that cannot load says about the claims it sent.
+_QUEUED = "The run's claims stay queued; a worker that loads runs them (calque pool results {run} reads them)."
 
 
 @dataclass(frozen=True)
@@ -51,24 +68,49 @@ class PoolTarget:
         return PoolQueue(sqs, self.model, self.queue_name)
 
     def store(self, queue_name: str) -> RunStore:
-        s3 = client("s3", region=self.region, endpoint_url=self.endpoint_url, profile=self.profile)
+        # one connection per staging thread (and a few for readers), so concurrent PUTs never queue on the pool
+        cfg = Config(max_pool_connections=STAGE_THREADS + 8)
+        s3 = client("s3", region=self.region, endpoint_url=self.endpoint_url, profile=self.profile, config=cfg)
         return RunStore(s3, self.bucket, self.prefix, queue_name)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number: JSON cannot carry it faithfully")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} is beyond a double's range and would arrive as infinity")
+    return value
+
+
+def parse_item_line(line: str) -> Any:
+    """One JSON value; NaN, Infinity and numbers beyond a double's range are refused (ValueError), never nulled."""
+    return json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def read_items(path: str | Path) -> list[Item]:
     """Items from JSONL: ``{"args": [...], "kwargs": {...}}`` per line, or any other JSON value as the one argument."""
     items: list[Item] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read items file {path}: {exc}") from exc
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        where = raw[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"{path} is not UTF-8 text (line {where}, byte {exc.start}: {exc.reason}): save it as UTF-8"
+        ) from None
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            doc: Any = json.loads(line)
+            doc: Any = parse_item_line(line)
         except ValueError as exc:
-            raise UsageError(f"{path} line {n} is not JSON ({exc}): write one JSON value per line") from exc
+            raise UsageError(f"{path} line {n} is not JSON ({exc}): write one JSON value per line") from None
         if isinstance(doc, dict) and doc and set(doc) <= {"args", "kwargs"}:
             try:
                 items.append(Item(index=len(items), args=doc.get("args", []), kwargs=doc.get("kwargs", {})))
@@ -94,7 +136,7 @@ def submit(
     workload_digest: str | None = None,
     run_id: str | None = None,
 ) -> RunRecord:
-    """Stage manifests and the RunRecord, then send one ClaimRef per claim. Returns the record."""
+    """Stage one manifest per claim and send its ClaimRef (``stage_run``), then the RunRecord. Returns it."""
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
     pq = target.queue()
@@ -103,43 +145,20 @@ def submit(
     run_id = run_id or new_run_id()
     if not is_safe_id(run_id):
         raise UsageError(f"run id {run_id!r} cannot name S3 keys: use {RULE}")
-    prefix = store.run_prefix(run_id)
-    now = datetime.now(timezone.utc)
-    method = method or DEFAULT_METHOD
-    chunks = [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
-    claims = [f"c{n:05d}" for n in range(len(chunks))]
-    record = RunRecord(
+    # The workers' load records: a pool that cannot load, or a method its class lacks, sends nothing.
+    health = pool_health(store)
+    check_loadable(health, target.model, waiting="Nothing was sent.")
+    check_method(health, method or DEFAULT_METHOD, f"--method {method}", default=DEFAULT_METHOD)
+    return stage_run(
+        pq,
+        store,
+        items,
         run_id=run_id,
         model=target.model,
-        method=method,
-        queue_name=pq.name,
-        results_prefix=prefix,
-        item_count=len(items),
-        claims=claims,
+        method=method or DEFAULT_METHOD,
+        batch_size=batch_size,
         workload_digest=workload_digest,
-        submitted_at=now,
     )
-    refs = []
-    for claim_id, chunk in zip(claims, chunks, strict=True):
-        m = Manifest(run_id=run_id, claim_id=claim_id, model=target.model, method=method, items=chunk)
-        uri = store.put_manifest(prefix, m)
-        refs.append(
-            ClaimRef(
-                run_id=run_id,
-                claim_id=claim_id,
-                model=target.model,
-                method=method,
-                manifest_uri=uri,
-                results_prefix=prefix,
-                workload_digest=workload_digest,
-                item_count=len(chunk),
-                submitted_at=now,
-            )
-        )
-    store.put_run(record)
-    for ref in refs:
-        pq.send(ref)
-    return record
 
 
 def load_run(target: PoolTarget, run_id: str) -> tuple[RunStore, RunRecord]:
@@ -191,20 +210,45 @@ def wait(
     *,
     timeout_s: float,
     on_progress: Callable[[int, int], None] | None = None,
+    queue: PoolQueue | None = None,
 ) -> RunReport:
-    """Poll until every claim has a Summary or ``timeout_s`` passes; returns the (maybe partial) report."""
+    """Poll until every claim has a Summary or ``timeout_s`` passes; returns the (maybe partial) report.
+
+    S3 failing while we wait (an endpoint outage, a throttle) is ridden out with backoff until the
+    timeout: the workers may well survive it and finish the run.
+    """
     deadline = time.monotonic() + timeout_s
     interval = 0.1
     total = len(record.claims)
+    last_error: InfrastructureError | None = None
+    next_settle = time.monotonic() + SETTLE_EVERY_S
+    loads, next_load_check = LoadRecords(store), time.monotonic()
     while True:
-        count = store.summary_count(record.results_prefix)
-        if on_progress:
+        try:
+            if queue is not None and time.monotonic() >= next_settle:
+                next_settle = time.monotonic() + SETTLE_EVERY_S
+                settle_dead_letters(queue, store)  # a dead-lettered claim of this run gets its failed Summary
+            count = store.summary_count(record.results_prefix)
+            if count < total and time.monotonic() >= next_load_check:
+                next_load_check = time.monotonic() + CHECK_EVERY_S
+                check_loadable(health(loads.read()), record.model, waiting=_QUEUED.format(run=record.run_id))
+            last_error = None
+        except PoolLoadError:
+            raise
+        except InfrastructureError as exc:
+            last_error, count = exc, -1
+        if on_progress and count >= 0:
             on_progress(min(count, total), total)
         if count >= total or time.monotonic() >= deadline:
             break
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
         interval = min(interval * 1.5, 2.0)
-    return report(record, store.summaries(record.results_prefix))
+    try:
+        return report(record, store.summaries(record.results_prefix))
+    except InfrastructureError as exc:
+        raise InfrastructureError(
+            f"run {record.run_id}: cannot read its Summaries after waiting {timeout_s:g}s: {last_error or exc}"
+        ) from exc
 
 
 def results(store: RunStore, record: RunRecord, *, failed_only: bool = False) -> list[ItemResult]:

@@ -44,6 +44,7 @@ from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
 from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
+from calque.pool.stream import chunk_sink
 from calque.pool.summaries import SummaryMaker, now
 from calque.pool.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
@@ -294,7 +295,8 @@ class Worker:
                 return "lost"
             return "shutdown" if self._stop.is_set() else None
 
-        drain = self.sup.drain(method, manifest.items, should_stop=should_stop)
+        sink = chunk_sink(self.store, ref.results_prefix, ref.claim_id, max(lease.receive_count, 1))
+        drain = self.sup.drain(method, manifest.items, should_stop=should_stop, on_chunk=sink)
         if drain.stopped == "lost":
             log.warning("claim %s/%s lost mid-run: not summarising, not deleting", ref.run_id, ref.claim_id)
             self.metrics.inc("calque_pool_claims_total", outcome="lost")

@@ -4,7 +4,7 @@
 built the way Modal builds it, or the script's ``@app.function``s), its lifecycle hooks in Modal's
 order, its methods with their batching and concurrency, and the ``workload_digest``. Every problem
 (an ImportError under ``image.imports()``, a Modal construct the worker cannot honour, a missing
-parameter, a method that is a generator) becomes a ``WorkloadError`` naming the construct and the
+parameter, a method both batched and a generator) becomes a ``WorkloadError`` naming the construct and the
 script's line, at load, never later.
 """
 
@@ -39,6 +39,7 @@ class MethodInfo:
     fn: Any  # bound method or function
     is_async: bool
     batched: tuple[int, int] | None = None  # (max_batch_size, wait_ms)
+    is_generator: bool = False  # yields: its values stream (``calque.warm.streaming``)
 
 
 @dataclass
@@ -214,13 +215,17 @@ def _collect(klass: type) -> dict[str, Marks]:
 
 def _method_info(name: str, fn: Any, marks: Marks | None, where: str) -> MethodInfo:
     raw = getattr(fn, "__func__", fn)
-    if inspect.isgeneratorfunction(raw) or inspect.isasyncgenfunction(raw):
-        raise WorkloadError(f"{where}: method {name} is a generator; the calque worker does not stream results")
+    is_async_gen = inspect.isasyncgenfunction(raw)
+    is_generator = inspect.isgeneratorfunction(raw) or is_async_gen or bool(marks and marks.options.get("is_generator"))
+    batched = marks.batched if marks else None
+    if is_generator and batched is not None:
+        raise WorkloadError(f"{where}: method {name} is both batched and a generator; make it one or the other")
     return MethodInfo(
         name=name,
         fn=fn,
-        is_async=inspect.iscoroutinefunction(raw),
-        batched=marks.batched if marks else None,
+        is_async=inspect.iscoroutinefunction(raw) or is_async_gen,
+        batched=batched,
+        is_generator=is_generator,
     )
 
 
@@ -292,16 +297,30 @@ def _function_workload(path: Path, name: str, parameters: dict[str, Any]) -> Wor
     return w
 
 
-def load_workload(workload: str, parameters: dict[str, Any] | None = None) -> Workload:
-    """Import the script with the stand-in ``modal`` and build its target. Raises ``WorkloadError``."""
-    params = dict(parameters or {})
-    path, name = split_workload(workload)
+def import_script(path: Path) -> types.ModuleType:
+    """Import ``path`` once with the stand-in ``modal`` in place (``calque run`` uses it on the submitter)."""
     path = path.resolve()
     if not path.is_file():
-        raise WorkloadError(f"workload script {path} does not exist")
-    module = _import_script(path)
+        raise WorkloadError(f"script {path} does not exist")
+    return _import_script(path)
+
+
+def build_workload(module: types.ModuleType, path: Path, name: str | None, parameters: dict[str, Any]) -> Workload:
+    """Build the target ``name`` of a script already imported by ``import_script`` (no second import)."""
+    path = path.resolve()
+    params = dict(parameters)
     target, klass = _pick_target(module, path, name)
     w = _class_workload(klass, path, params) if klass is not None else _function_workload(path, target, params)
     w.parameters = params
     w.digest = workload_digest(path.read_bytes(), target, params)
     return w
+
+
+def load_workload(workload: str, parameters: dict[str, Any] | None = None) -> Workload:
+    """Import the script with the stand-in ``modal`` and build its target. Raises ``WorkloadError``."""
+    path, name = split_workload(workload)
+    path = path.resolve()
+    if not path.is_file():
+        raise WorkloadError(f"workload script {path} does not exist")
+    module = _import_script(path)
+    return build_workload(module, path, name, dict(parameters or {}))

@@ -23,6 +23,11 @@ from typing import Any
 
 __calque_shim__ = True
 
+# Set only by ``calque run`` on the submitter (``calque.run.script``): the object that turns the
+# script's classes and functions into proxies whose ``.remote``/``.map``/``.spawn`` reach a pool.
+# None in a worker process, where the decorators return the script's own classes and functions.
+_CLIENT: Any = None
+
 
 class ShimError(Exception):
     """A construct the calque worker cannot honour (raised at load, or when an inert value is used)."""
@@ -116,8 +121,6 @@ def _decorator(apply: Callable[[Marks], None], args: tuple[Any, ...], name: str)
 
 def method(*args: Any, **kwargs: Any) -> Any:
     """``@modal.method()``: a method a claim may name."""
-    if kwargs.get("is_generator"):
-        raise ShimError("@modal.method(is_generator=True): generator methods are not supported by the calque worker")
 
     def apply(m: Marks) -> None:
         m.method = True
@@ -245,6 +248,8 @@ class App:
             klass.__calque_cls__ = dict(kwargs)  # type: ignore[attr-defined]
             klass.__calque_line__ = where  # type: ignore[attr-defined]
             self.registered_classes[klass.__name__] = klass
+            if _CLIENT is not None:
+                return _CLIENT.cls_proxy(klass)  # type: ignore[no-any-return]
             return klass
 
         return wrap
@@ -253,10 +258,10 @@ class App:
         _check_kwargs("@app.function", kwargs)
 
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-                raise ShimError(f"@app.function on generator {fn.__name__}: generators are not supported")
             fn.__calque_function__ = dict(kwargs)  # type: ignore[attr-defined]
             self.registered_functions[fn.__name__] = fn
+            if _CLIENT is not None:
+                return _CLIENT.function_proxy(fn)  # type: ignore[no-any-return]
             return fn
 
         if len(args) == 1 and callable(args[0]):
@@ -264,7 +269,7 @@ class App:
         return wrap
 
     def local_entrypoint(self, *args: Any, **_: Any) -> Any:
-        """Recorded and never run by the worker (it is the submitter's side of a Modal script)."""
+        """Recorded; never run by the worker, run by ``calque run`` (the submitter's side of a Modal script)."""
 
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.entrypoints.append(fn)
@@ -289,8 +294,8 @@ _APPS: list[App] = []
 
 
 def is_local() -> bool:
-    """False: on a calque worker the script runs 'remotely', as inside a Modal container."""
-    return False
+    """False on a calque worker (the script runs 'remotely', as inside a Modal container); True under ``calque run``."""
+    return _CLIENT is not None
 
 
 # -- inert values -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from calque.errors import UsageError
 from calque.models import Item, ItemError, ItemResult, PoolSpec
 from calque.warm.loader import MethodInfo, Workload, WorkloadError, load_workload
+from calque.warm.streaming import Sink, generator_runner
 
 _POLL_S = 0.05
 
@@ -139,7 +140,19 @@ class WarmSupervisor:
             claim_deadline_s = claim_deadline_s or spec.claim_deadline_s
         else:
             workload, params = spec, dict(parameters or {})
-        sup = cls(load_workload(workload, params), item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s)
+        return cls.from_workload(
+            load_workload(workload, params), item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s
+        )
+
+    @classmethod
+    def from_workload(
+        cls, workload: Workload, *, item_timeout_s: float | None = None, claim_deadline_s: float | None = None
+    ) -> WarmSupervisor:
+        """Enter an already built ``Workload`` once (``calque run --local`` builds its own from a module).
+
+        If ``@enter`` raises, the supervisor is closed without ``@exit`` and the ``EnterError`` propagates.
+        """
+        sup = cls(workload, item_timeout_s=item_timeout_s, claim_deadline_s=claim_deadline_s)
         sup._start()
         try:
             sup._enter()
@@ -198,8 +211,13 @@ class WarmSupervisor:
         *,
         should_stop: Callable[[], str | None] | None = None,
         on_result: Callable[[ItemResult], None] | None = None,
+        on_chunk: Sink | None = None,
     ) -> Drain:
-        """Like ``run``, stopping early when ``should_stop()`` returns a reason ('lost', 'shutdown')."""
+        """Like ``run``, stopping early when ``should_stop()`` returns a reason ('lost', 'shutdown').
+
+        A generator method's values go to ``on_chunk`` in numbered chunks while it runs, and its
+        item's value is ``{"chunks": k, "values": n}``; with no ``on_chunk``, the list of its values.
+        """
         info = self.workload.methods.get(method)
         if info is None:
             raise WorkloadError(f"{self.workload.target_name} has no method {method!r} (it has {self.methods})")
@@ -222,7 +240,7 @@ class WarmSupervisor:
             while units and len(inflight) < self.workload.max_inputs:
                 u = units.popleft()
                 u.started = time.monotonic()
-                u.future = self._submit(info, u)
+                u.future = self._submit(info, u, on_chunk)
                 inflight.append(u)
             cf.wait([u.future for u in inflight if u.future], timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
             now = time.monotonic()
@@ -265,7 +283,9 @@ class WarmSupervisor:
         size = info.batched[0]
         return [_Unit(items[i : i + size], batched=True) for i in range(0, len(items), size)]
 
-    def _submit(self, info: MethodInfo, u: _Unit) -> cf.Future[Any]:
+    def _submit(self, info: MethodInfo, u: _Unit, on_chunk: Sink | None = None) -> cf.Future[Any]:
+        if info.is_generator:
+            return self._call(generator_runner(info.fn, u.items[0], on_chunk, is_async=info.is_async))
         if not u.batched:
             it = u.items[0]
             return self._call(info.fn, *it.args, **it.kwargs)

@@ -1,0 +1,93 @@
+"""Which pool serves a class or function of the script: ``--pool SPEC``, or a small mapping file.
+
+The mapping file (``--pools FILE``, default ``calque-run.yml`` beside the script when it exists)::
+
+    version: 1
+    pools:
+      Embedder: ../pools/embedder-spec.yml     # class or function name -> its pool's spec file
+      generate: ../pools/llm-spec.yml
+
+A spec file is the PoolSpec that ``playbooks/pool.yml`` writes (``calque_pool_spec_path``): it names
+the pool's model (hence its queue), bucket, prefix, region and batch size. A name the mapping lacks
+goes to ``--pool``; with neither, the error says how to create a pool. Nothing is ever launched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from calque.configfile import load_model
+from calque.errors import UsageError
+from calque.models import CalqueModel, PoolSpec
+from calque.pool.spec import load_spec
+from calque.run.backend import Target
+
+DEFAULT_POOLS_FILE = "calque-run.yml"
+
+
+class RunPools(CalqueModel):
+    """``calque-run.yml``: which pool spec serves each class or function of a script."""
+
+    version: int = 1
+    pools: dict[str, str] = Field(default_factory=dict, description="class or function name -> pool spec file")
+
+
+class PoolMap:
+    """Resolves a target to its pool's spec, checking that the pool runs that target."""
+
+    def __init__(self, script: Path, default_spec: str | None = None, pools_file: str | None = None) -> None:
+        self.script = script
+        self.default_spec = default_spec
+        self.mapping: dict[str, Path] = {}
+        path = Path(pools_file) if pools_file else script.parent / DEFAULT_POOLS_FILE
+        self.pools_file = path
+        if pools_file or path.is_file():
+            doc = load_model(RunPools, path, "calque run pools file")
+            self.mapping = {k: (path.parent / v) for k, v in doc.pools.items()}
+        self._specs: dict[Path, PoolSpec] = {}
+
+    def spec_for(self, target: Target) -> PoolSpec:
+        spec_path = self.mapping.get(target.name) or (Path(self.default_spec) if self.default_spec else None)
+        if spec_path is None:
+            raise UsageError(self._no_pool(target))
+        spec = self._specs.get(spec_path)
+        if spec is None:
+            spec = self._specs[spec_path] = load_spec(spec_path)
+        _, _, serves = spec.workload.partition("::")
+        if serves and serves != target.name:
+            raise UsageError(
+                f"{target.label}: pool spec {spec_path} serves {serves!r} (workload {spec.workload}), not "
+                f"{target.name!r}. {self._no_pool(target)}"
+            )
+        _check_parameters(target, spec, spec_path)
+        return spec
+
+    def _no_pool(self, target: Target) -> str:
+        kind = "function" if target.is_function else "class"
+        workload = f"{self.script}::{target.name}"
+        return (
+            f"no pool serves {kind} {target.name} of {self.script.name}. To create one, set in your inventory's "
+            f"group_vars calque_pool_model (the pool's name), calque_pool_bucket and calque_pool_workload: "
+            f"{workload}, then run `ansible-playbook -i INVENTORY playbooks/pool.yml`; it writes the pool's spec "
+            f"to calque_pool_spec_path. Pass that file with --pool SPEC, or map it in {self.pools_file.name} "
+            f"(pools: {{{target.name}: SPEC}}). To try the script with no pool: calque run --local {self.script.name}"
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b or str(a) == str(b))
+
+
+def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
+    # A pool runs one parameter set (its spec's), as a Modal class's parameters pick its containers.
+    wrong = {k: v for k, v in target.parameters if k not in spec.parameters or not _same(spec.parameters[k], v)}
+    if wrong:
+        given = ", ".join(f"{k}={v!r}" for k, v in wrong.items())
+        raise UsageError(
+            f"{target.name}({given}): the pool of {spec_path} runs {target.name} with parameters "
+            f"{spec.parameters or '{}'}; a pool serves one parameter set. Call {target.name}() with the pool's "
+            "values, or map this class to a pool whose spec sets these parameters"
+        )

@@ -1,0 +1,117 @@
+"""Running a generator method for one item: its values go to a sink in numbered chunks while it runs.
+
+``Chunker`` buffers what the generator yields and hands the buffer to the sink at most every
+``flush_s`` (a timer flushes a value the generator yielded before a long pause, so a reader sees it
+without waiting for the next one) or when it holds ``max_values``; ``close`` flushes the rest and
+waits for every chunk to be handed over, so whatever follows (the item's result, the Summary) comes
+after the stream's last chunk. Chunks are numbered from 1, in order, handed over one at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from calque.models import Item
+
+Sink = Callable[[int, int, list[Any]], None]  # (item index, chunk number, values)
+
+
+class Chunker:
+    def __init__(self, sink: Sink, index: int, *, flush_s: float = 0.2, max_values: int = 256) -> None:
+        self.sink, self.index, self.flush_s, self.max_values = sink, index, flush_s, max_values
+        self.chunks = self.values = 0
+        self._buf: list[Any] = []
+        self._lock = threading.Lock()  # the buffer
+        self._put = threading.Lock()  # one chunk handed over at a time, in number order
+        self._timer: threading.Timer | None = None
+        self._last = 0.0
+        self._error: BaseException | None = None
+
+    def add(self, value: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        jsonable = to_jsonable_python(value)
+        with self._lock:
+            self._buf.append(jsonable)
+            self.values += 1
+            due = len(self._buf) >= self.max_values or time.monotonic() - self._last >= self.flush_s
+            if not due and self._timer is None:
+                self._timer = threading.Timer(self.flush_s, self._flush_quietly)
+                self._timer.daemon = True
+                self._timer.start()
+        if due:
+            self.flush()
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.flush()
+        except BaseException as exc:  # raised to the generator's thread at its next value, or at close
+            self._error = exc
+
+    def flush(self) -> None:
+        with self._put:
+            with self._lock:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                values, self._buf = self._buf, []
+                if not values:
+                    return
+                self.chunks += 1
+                number = self.chunks
+                self._last = time.monotonic()
+            self.sink(self.index, number, values)
+
+    def close(self) -> dict[str, int]:
+        """Flush the rest; the item's value: how many chunks and values the stream holds."""
+        self.flush()
+        if self._error is not None:
+            raise self._error
+        return {"chunks": self.chunks, "values": self.values}
+
+
+def generator_runner(fn: Any, item: Item, sink: Sink | None, *, is_async: bool) -> Callable[[], Any]:
+    """A callable that runs generator ``fn`` for ``item``: its values to ``sink`` in chunks, then their count.
+
+    Values yielded before an exception still reach the sink (the reader yields them, then raises).
+    With no sink (``run`` in-process), the item's value is the list of the values.
+    """
+    chunker = Chunker(sink, item.index) if sink is not None else None
+    collected: list[Any] = []
+    add = chunker.add if chunker is not None else collected.append
+
+    def finish() -> Any:
+        return chunker.close() if chunker is not None else [to_jsonable_python(v) for v in collected]
+
+    def end_early() -> None:
+        if chunker is not None:
+            chunker.flush()
+
+    if is_async:
+
+        async def run_async() -> Any:
+            try:
+                async for value in fn(*item.args, **item.kwargs):
+                    add(value)
+            except BaseException:
+                end_early()
+                raise
+            return finish()
+
+        return run_async
+
+    def run() -> Any:
+        try:
+            for value in fn(*item.args, **item.kwargs):
+                add(value)
+        except BaseException:
+            end_early()
+            raise
+        return finish()
+
+    return run

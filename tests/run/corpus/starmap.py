@@ -1,0 +1,36 @@
+""".starmap over argument tuples, and .map over two iterables zipped."""
+
+import time
+
+import modal
+
+app = modal.App("corpus-starmap")
+
+
+@app.cls(gpu="L4", scaledown_window=300)
+class Model:
+    scale: int = modal.parameter(default=2)
+
+    @modal.enter()
+    def load(self):
+        time.sleep(0.2)  # the "model load": paid once per worker
+        self.weights = self.scale
+
+    @modal.method()
+    def double(self, x):
+        return x * self.weights
+
+    @modal.method()
+    def add(self, a, b):
+        return a + b
+
+    @modal.method()
+    def describe(self, text: str, repeat: int = 1) -> dict:
+        return {"text": text * repeat, "length": len(text) * repeat}
+
+
+@app.local_entrypoint()
+def main():
+    pairs = [(1, 2), (3, 4), (5, 6)]
+    print(list(Model().add.starmap(pairs)))
+    print(list(Model().add.map([1, 2, 3], [10, 20, 30])))
