@@ -41,6 +41,7 @@ from calque.errors import UsageError
 from calque.models import Item, QueueSettings
 from calque.pool import submit as core
 from calque.pool.bootstrap import stage_workload
+from calque.pool.loadguard import WorkerLoadError
 from calque.pool.process import start_worker_process
 
 from pool.conftest import PROC_WAIT, RUN_WAIT, STEADY, wait_until
@@ -228,12 +229,14 @@ def test_worker_role_serves_its_pool_and_is_refused_on_another(
     assert proc.returncode == UsageError.exit_code, text
     assert b.queue in text and "may not do this" in text, text
 
-    # ... and on pool B's keys: a workload staged under them cannot be read, so nothing is served
+    # ... and on pool B's keys: a workload staged under them cannot be read, so nothing is served; the
+    # worker records that load failure under its own pool's keys (which it may write) and exits 3
     proc, err = _start(world, _spec(world, tmp_path, POOL_A, workload=world.workload_b), tmp_path)
     proc.wait(timeout=PROC_WAIT)
     text = err.read_text()
-    assert proc.returncode == UsageError.exit_code, text
+    assert proc.returncode == WorkerLoadError.exit_code, text
     assert f"cannot download workload {world.workload_b}" in text and "AccessDenied" in text, text
+    assert f"recorded in s3://{BUCKET}/calque/pools/{a.queue}/load/" in text, text
 
     # through calque's own store and queue: writes and reads under B's keys and B's queue are refused
     role_s3, role_sqs = world.worker.client("s3", world.url), world.worker.client("sqs", world.url)
