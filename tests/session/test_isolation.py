@@ -116,6 +116,21 @@ def test_stray_holder_of_a_free_slices_node_is_ended(host: Host, make_user: Call
         keeper.wait()
 
 
+def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(reassert_every=60)  # the timer's re-check is far off: only the watcher can act in time
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    caps = host.dir / "root/dev/nvidia-caps"
+    new = caps / "nvidia-cap999"
+    os.close(os.open(new, os.O_CREAT | os.O_WRONLY, 0o444))  # as the driver makes a new MIG device's node
+    free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))[0]
+    held = _nodes(host, s["slice_id"])[0]
+    os.chmod(free, 0o444)  # as the driver resets modes with DeviceFileModify: 1
+    os.chmod(held, 0o444)
+    assert wait_for(lambda: all(n.stat().st_mode & 0o777 == 0o400 for n in (new, free)), 1.0, every=0.01)
+    assert wait_for(lambda: acl_users(held) == {alice.uid: 4} and held.stat().st_mode & 0o007 == 0, 1.0, every=0.01)
+
+
 def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
     host: Host, make_user: Callable[..., User], cgroup_parent: Path
 ) -> None:

@@ -97,7 +97,7 @@ class SessionConfig(VersionedModel):
         "more than 1 uses more than one CPU for requests",
     )
     max_connections: int = Field(
-        64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
+        64, ge=1, le=1024, description="requests served at once per worker process (threads); the rest queue per uid"
     )
     max_connections_per_uid: int = Field(
         128, ge=1, le=4096, description="connections one uid may hold open per worker process; more are refused at once"

@@ -27,6 +27,7 @@ from calque.session.inventory import owner_of, pids_on, processes_on
 from calque.session.notices import notify_terminals
 from calque.session.registry import Held
 from calque.session.service import Service
+from calque.session.watch import NodeWatch
 
 log = logging.getLogger("calque.session")
 
@@ -76,6 +77,7 @@ class Enforcer:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-timers", daemon=True)
         self.cgroups = SessionCgroups.from_config(self.cfg)
+        self._watch = NodeWatch(service.host_root / "dev/nvidia-caps", self.secure_node)
         self._reclaims: queue.Queue[tuple[Held, str, str] | None] = queue.Queue()
         self._reclaimers = [
             threading.Thread(target=self._reclaim_loop, name=f"session-reclaim-{i}", daemon=True)
@@ -90,6 +92,7 @@ class Enforcer:
             self._notice_sig = int(signal.SIGUSR1)
 
     def start(self) -> None:
+        self._watch.start()
         for t in self._reclaimers:
             t.start()
         self._thread.start()
@@ -101,6 +104,7 @@ class Enforcer:
 
     def stop(self) -> None:
         self._cleanup.put(None)
+        self._watch.stop()
         for _ in self._reclaimers:
             self._reclaims.put(None)
         self._stop.set()
@@ -200,14 +204,34 @@ class Enforcer:
                 else:
                     self._retry_at.pop(sid, None)
 
-    def finish(self, h: Held) -> None:
-        """After the end: the session's cgroup, whoever else holds its nodes, its MPS pipe directory."""
-        self.cgroups.kill(h.session.id)
-        nodes = [n.device for n in isolation.cap_nodes(self.svc.host_root, h.slice)]
+    def finish(self, *ended: Held) -> None:
+        """After the end: the sessions' cgroups, whoever else holds their nodes (one walk of /proc for
+        them all), their MPS pipe directories."""
+        nodes = []
+        for h in ended:
+            self.cgroups.kill(h.session.id)
+            nodes += [n.device for n in isolation.cap_nodes(self.svc.host_root, h.slice)]
         holders.end_holders(holders.holders(holders.keys_of(nodes)))
-        if h.slice.kind == "mps" and h.slice.pipe_directory:
-            live = [x for x in self.svc.registry.live() if x.slice.pipe_directory == h.slice.pipe_directory]
-            isolation.set_pipe_holders(h.slice.pipe_directory, {x.session.uid for x in live})
+        pipes = {h.slice.pipe_directory for h in ended if h.slice.kind == "mps" and h.slice.pipe_directory}
+        if pipes:
+            live = self.svc.registry.live()
+            for pipe in sorted(pipes):
+                isolation.set_pipe_holders(pipe, {x.session.uid for x in live if x.slice.pipe_directory == pipe})
+
+    def secure_node(self, path: Path) -> None:
+        """A node that appeared or changed mode: its holder's (ACL) if a live session's, else root's alone."""
+        if not path.name.startswith("nvidia-cap") or not path.exists():
+            return
+        with self.svc.nodes_lock:
+            holder = None
+            for h in self.svc.registry.live():
+                try:
+                    if any(n.device == path for n in isolation.cap_nodes(self.svc.host_root, h.slice)):
+                        holder = h.session.uid
+                        break
+                except (OSError, ValueError):
+                    continue
+            isolation.close_node(path, holder)
 
     def sweep_cgroups(self, with_cgroup: list[str], live: set[str]) -> None:
         """Kill the cgroup of any session that is no longer live (ended by another process, or before
@@ -278,8 +302,7 @@ class Enforcer:
                 batch.append(item)
             try:
                 procs = self.svc.reader.processes() if self.svc.reader is not None else []
-                for h in batch:  # the cgroup and node holders first: at once, no grace after a check-in
-                    self.finish(h)
+                self.finish(*batch)  # cgroups and node holders first: at once, no grace after a check-in
                 for h in batch:
                     if any(_alive(p, h.session.uid) for p in pids_on(procs, h.slice, h.session.uid)):
                         self.terminate(h)

@@ -140,6 +140,7 @@ class FrontDoor:
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
                     log.error("out of descriptors accepting a session connection; the rest wait in the backlog")
+                    time.sleep(0.05)  # the socket stays readable: do not spin until a descriptor frees
                 return
             try:
                 pid, uid, gid = peer_credentials(sock)

@@ -9,7 +9,7 @@ wider. At the end the ACL goes and the node is root's alone again. An MPS slot's
 closed the same way: ``root 0700`` plus one ACL entry per uid holding a slot on that MPS daemon.
 The driver must not reset modes behind us: that needs ``DeviceFileModify: 0``
 (``options nvidia NVreg_ModifyDeviceFiles=0``); when it reads 1 the daemon says so and re-asserts
-the nodes on every timer tick (and closes a node the moment it appears).
+the nodes on every re-check; ``watch.py`` closes a node the moment it appears or changes.
 """
 
 from __future__ import annotations
@@ -153,6 +153,11 @@ def grant(host_root: Path, sl: Slice, uid: int) -> list[str]:
             users[uid] = 7
             _restrict(pipe, 7, users)
     return warnings
+
+
+def close_node(path: Path, holder: int | None) -> bool:
+    """One node: root's, readable by ``holder`` alone (or by nobody but root); True when changed."""
+    return _restrict(path, FREE_MODE >> 6, {holder: 4} if holder is not None else {})
 
 
 def revoke(host_root: Path, sl: Slice) -> None:

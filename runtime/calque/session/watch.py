@@ -1,0 +1,91 @@
+"""Close a capability node the moment it appears or its mode changes: inotify on ``/dev/nvidia-caps``.
+
+The driver (or nvidia-modprobe) creates a new MIG device's nodes world-readable (0444), and with
+``DeviceFileModify: 1`` it may reset modes later. The timer's re-check (``reassert_every``) would
+close such a node within seconds; this watcher closes it within milliseconds of the event: a node
+of a live session is given back to its holder's ACL, any other node becomes ``root 0400``. Whoever
+opened it in between is ended by the next re-check (``holders.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import select
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("calque.session")
+
+IN_ATTRIB = 0x004
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+_MASK = IN_ATTRIB | IN_MOVED_TO | IN_CREATE
+_EVENT_HEADER = 16  # struct inotify_event: wd, mask, cookie, len (then the name)
+
+
+class NodeWatch:
+    def __init__(self, directory: Path, on_node: Callable[[Path], None]) -> None:
+        self.directory = directory
+        self.on_node = on_node
+        self._fd = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="session-node-watch", daemon=True)
+
+    def start(self) -> bool:
+        """Watch; False (and the timer's re-check alone) where inotify or the directory is missing."""
+        if not self.directory.is_dir():
+            return False
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            log.warning(
+                "inotify unavailable (%s): new capability nodes close at the next re-check",
+                os.strerror(ctypes.get_errno()),
+            )
+            return False
+        if libc.inotify_add_watch(fd, os.fsencode(self.directory), _MASK) < 0:
+            log.warning("cannot watch %s: %s", self.directory, os.strerror(ctypes.get_errno()))
+            os.close(fd)
+            return False
+        self._fd = fd
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                continue
+            for name in sorted(_names(data)):
+                try:
+                    self.on_node(self.directory / name)
+                except Exception:
+                    log.exception("cannot secure new capability node %s", name)
+
+
+def _names(data: bytes) -> set[str]:
+    names = set()
+    off = 0
+    while off + _EVENT_HEADER <= len(data):
+        length = int.from_bytes(data[off + 12 : off + 16], "little")
+        raw = data[off + _EVENT_HEADER : off + _EVENT_HEADER + length].rstrip(b"\0")
+        if raw:
+            names.add(os.fsdecode(raw))
+        off += _EVENT_HEADER + length
+    return names
