@@ -99,21 +99,31 @@ def test_holder_cannot_widen_access_to_her_nodes(host: Host, make_user: Callable
         assert host.run_as(alice, ["/usr/bin/test", "-r", str(node)]).returncode == 0
 
 
-def test_stray_holder_of_a_free_slices_node_is_ended(host: Host, make_user: Callable[..., User]) -> None:
-    bob = make_user()
-    host.start(reassert_every=0.3)
-    node = _nodes(host, host.migs[-1].uuid)[0]
-    # A node the driver has just created (or reset) is world-readable until the daemon closes it;
-    # whoever opened it in that window is ended at the next re-check.
-    os.chmod(node, 0o444)
-    keeper = _hold(bob, node)
+def test_a_node_descriptor_handed_to_another_user_is_ended(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(reassert_every=0.5)
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    held = _nodes(host, s["slice_id"])[0]
+    free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))[0]
+    mine = _hold(alice, held)  # Alice's own use of her slice: left alone
+    # Descriptors Bob never could have opened, handed to his process (as SCM_RIGHTS or inheritance
+    # would): one of Alice's live slice, one of a free slice.
+    fds = [os.open(held, os.O_RDONLY), os.open(free, os.O_RDONLY)]
+    idle = "import time; print('holding', flush=True); time.sleep(120)"
+    bobs = subprocess.Popen(
+        as_user(bob, ["/usr/bin/python3", "-c", idle]), pass_fds=fds, stdout=subprocess.PIPE, text=True
+    )
+    for fd in fds:
+        os.close(fd)
     try:
-        assert wait_for(lambda: _gone(keeper.pid), 5)
-        assert oct(node.stat().st_mode & 0o777) == oct(0o400)
+        assert bobs.wait(5) == -signal.SIGKILL  # may be before it even printed "holding"
+        time.sleep(1.0)  # two more re-checks
+        assert mine.poll() is None, "the holder's own process on her own node was ended"
     finally:
-        if keeper.poll() is None:
-            keeper.kill()
-        keeper.wait()
+        for p in (mine, bobs):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
 
 
 def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_user: Callable[..., User]) -> None:

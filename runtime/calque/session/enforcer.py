@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 from calque.models import GpuProcess
-from calque.session import holders, isolation
+from calque.session import isolation
 from calque.session.cgroup import SessionCgroups
+from calque.session.guard import NodeGuard
 from calque.session.inventory import owner_of, pids_on, processes_on
 from calque.session.notices import notify_terminals
 from calque.session.registry import Held
 from calque.session.service import Service
-from calque.session.watch import NodeWatch
 
 log = logging.getLogger("calque.session")
 
@@ -77,7 +77,7 @@ class Enforcer:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-timers", daemon=True)
         self.cgroups = SessionCgroups.from_config(self.cfg)
-        self._watch = NodeWatch(service.host_root / "dev/nvidia-caps", self.secure_node)
+        self.guard = NodeGuard(service)
         self._reclaims: queue.Queue[tuple[Held, str, str] | None] = queue.Queue()
         self._reclaimers = [
             threading.Thread(target=self._reclaim_loop, name=f"session-reclaim-{i}", daemon=True)
@@ -92,7 +92,7 @@ class Enforcer:
             self._notice_sig = int(signal.SIGUSR1)
 
     def start(self) -> None:
-        self._watch.start()
+        self.guard.start()
         for t in self._reclaimers:
             t.start()
         self._thread.start()
@@ -104,7 +104,7 @@ class Enforcer:
 
     def stop(self) -> None:
         self._cleanup.put(None)
-        self._watch.stop()
+        self.guard.stop()
         for _ in self._reclaimers:
             self._reclaims.put(None)
         self._stop.set()
@@ -155,8 +155,9 @@ class Enforcer:
                     self._start_reclaim(h, "idle", "idle")
         if reassert:
             self.svc.reassert_nodes()
-            self.secure_pipes_and_holders(live)
+            self.guard.secure_pipes(live)
             self._last_reassert = now
+        self.guard.check(live, everything=reassert)
         return next_due - time.time()
 
     def _notice(self, h: Held, now: float) -> None:
@@ -205,33 +206,15 @@ class Enforcer:
                     self._retry_at.pop(sid, None)
 
     def finish(self, *ended: Held) -> None:
-        """After the end: the sessions' cgroups, whoever else holds their nodes (one walk of /proc for
-        them all), their MPS pipe directories."""
-        nodes = []
+        """After the end: the sessions' cgroups and MPS pipe directories (whoever else holds their nodes
+        open is ended by the guard's next tick in the main process)."""
         for h in ended:
             self.cgroups.kill(h.session.id)
-            nodes += [n.device for n in isolation.cap_nodes(self.svc.host_root, h.slice)]
-        holders.end_holders(holders.holders(holders.keys_of(nodes)))
         pipes = {h.slice.pipe_directory for h in ended if h.slice.kind == "mps" and h.slice.pipe_directory}
         if pipes:
             live = self.svc.registry.live()
             for pipe in sorted(pipes):
                 isolation.set_pipe_holders(pipe, {x.session.uid for x in live if x.slice.pipe_directory == pipe})
-
-    def secure_node(self, path: Path) -> None:
-        """A node that appeared or changed mode: its holder's (ACL) if a live session's, else root's alone."""
-        if not path.name.startswith("nvidia-cap") or not path.exists():
-            return
-        with self.svc.nodes_lock:
-            holder = None
-            for h in self.svc.registry.live():
-                try:
-                    if any(n.device == path for n in isolation.cap_nodes(self.svc.host_root, h.slice)):
-                        holder = h.session.uid
-                        break
-                except (OSError, ValueError):
-                    continue
-            isolation.close_node(path, holder)
 
     def sweep_cgroups(self, with_cgroup: list[str], live: set[str]) -> None:
         """Kill the cgroup of any session that is no longer live (ended by another process, or before
@@ -241,42 +224,6 @@ class Enforcer:
             if sid not in live:
                 log.info("session %s has ended: killing its cgroup", sid)
                 self.cgroups.kill(sid)
-
-    def secure_pipes_and_holders(self, live: list[Held]) -> None:
-        """MPS pipe directories to exactly their holders; processes holding a node of a free slice, or
-        of someone else's slice, ended (they opened it through a window, or kept it from before)."""
-        pipes: dict[str, set[int]] = {}
-        for m in self.cfg.mps:
-            pipes[m.pipe_directory or str(self.cfg.mps_pipe_root / f"gpu{m.gpu}")] = set()
-        holder_of: dict[str, int] = {}
-        for h in live:
-            if h.slice.kind == "mps" and h.slice.pipe_directory:
-                pipes.setdefault(h.slice.pipe_directory, set()).add(h.session.uid)
-            holder_of[h.slice.id] = h.session.uid
-        for pipe, uids in pipes.items():
-            try:
-                isolation.set_pipe_holders(pipe, uids)
-            except OSError as exc:
-                log.error("cannot secure MPS pipe directory %s: %s", pipe, exc)
-        try:
-            slices = [sl for sl in self.svc.slices() if sl.kind == "mig"]
-        except Exception as exc:
-            log.error("cannot list slices to look for stray node holders: %s", exc)
-            return
-        owner: dict[holders.Key, int | None] = {}
-        paths: dict[holders.Key, Path] = {}
-        for sl in slices:
-            try:
-                nodes = isolation.cap_nodes(self.svc.host_root, sl)
-            except (OSError, ValueError):
-                continue
-            for k, path in holders.keys_of(n.device for n in nodes).items():
-                owner[k], paths[k] = holder_of.get(sl.id), path
-        for pid, held_nodes in holders.holders(paths).items():
-            uid = owner_of(pid)
-            keys = {k for k, p in paths.items() if p in held_nodes}
-            if uid is not None and any(owner[k] != uid for k in keys):
-                holders.end_holders({pid: held_nodes})
 
     def reclaim_after_end(self, h: Held) -> None:
         """After a check-in or release: stop what the holder left running on the slice (off the request path)."""

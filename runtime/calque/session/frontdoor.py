@@ -158,6 +158,7 @@ class FrontDoor:
             c = Conn(sock, pid, uid, gid, time.monotonic() + self.timeout)
             self._waiting[sock.fileno()] = c
             self._sel.register(sock, selectors.EVENT_READ, c)
+            self._read(c)  # a client usually sends at once: often the request is already here
 
     def _refuse(self, sock: socket.socket, uid: int) -> None:
         msg = f"uid {uid} already has {self.per_uid} connections open to the session daemon; close some and retry"

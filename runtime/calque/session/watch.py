@@ -4,7 +4,8 @@ The driver (or nvidia-modprobe) creates a new MIG device's nodes world-readable 
 ``DeviceFileModify: 1`` it may reset modes later. The timer's re-check (``reassert_every``) would
 close such a node within seconds; this watcher closes it within milliseconds of the event: a node
 of a live session is given back to its holder's ACL, any other node becomes ``root 0400``. Whoever
-opened it in between is ended by the next re-check (``holders.py``).
+opened it in between is ended by the guard (``guard.py``), which also learns here which nodes were
+opened (``IN_OPEN``), so that it walks ``/proc`` only for those.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from pathlib import Path
 log = logging.getLogger("calque.session")
 
 IN_ATTRIB = 0x004
+IN_OPEN = 0x020
 IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
-_MASK = IN_ATTRIB | IN_MOVED_TO | IN_CREATE
+IN_Q_OVERFLOW = 0x4000
+_MASK = IN_ATTRIB | IN_MOVED_TO | IN_CREATE | IN_OPEN
 _EVENT_HEADER = 16  # struct inotify_event: wd, mask, cookie, len (then the name)
 
 
 class NodeWatch:
-    def __init__(self, directory: Path, on_node: Callable[[Path], None]) -> None:
+    def __init__(self, directory: Path, on_node: Callable[[Path, bool], None]) -> None:
         self.directory = directory
         self.on_node = on_node
         self._fd = -1
@@ -72,20 +75,29 @@ class NodeWatch:
                 data = os.read(self._fd, 65536)
             except BlockingIOError:
                 continue
-            for name in sorted(_names(data)):
+            for name, opened in sorted(_events(data, self.directory)):
                 try:
-                    self.on_node(self.directory / name)
+                    self.on_node(self.directory / name, opened)
                 except Exception:
-                    log.exception("cannot secure new capability node %s", name)
+                    log.exception("cannot secure capability node %s", name)
 
 
-def _names(data: bytes) -> set[str]:
-    names = set()
+def _events(data: bytes, directory: Path) -> set[tuple[str, bool]]:
+    """(name, opened) per event: opened for IN_OPEN, else created or changed. A queue overflow
+    (events lost) counts as every node of the directory opened and changed."""
+    out = set()
     off = 0
     while off + _EVENT_HEADER <= len(data):
+        mask = int.from_bytes(data[off + 4 : off + 8], "little")
         length = int.from_bytes(data[off + 12 : off + 16], "little")
         raw = data[off + _EVENT_HEADER : off + _EVENT_HEADER + length].rstrip(b"\0")
-        if raw:
-            names.add(os.fsdecode(raw))
         off += _EVENT_HEADER + length
-    return names
+        if mask & IN_Q_OVERFLOW:
+            try:
+                every = os.listdir(directory)
+            except OSError:
+                continue
+            out |= {(n, o) for n in every for o in (True, False)}
+        elif raw:
+            out.add((os.fsdecode(raw), bool(mask & IN_OPEN)))
+    return out
