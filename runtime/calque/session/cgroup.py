@@ -8,8 +8,10 @@ once (the kernel's atomic kill, no pid races).
 
 Two placements:
 
-* ``systemd`` (systemd is PID 1): a transient scope ``calque-<session>.scope`` in ``calque.slice``,
-  made through systemd's D-Bus API (``busctl``) at the first adoption, later adoptions attached to it.
+* ``systemd`` (systemd is PID 1): a transient, delegated scope ``calque-<session>.scope`` in
+  ``calque.slice``, made through systemd's D-Bus API (``busctl``) at the first adoption, later
+  adoptions attached to it (``AttachProcessesToUnit``, which needs ``Delegate=yes``). These calls
+  and ``cgroup.kill`` on the scope were checked by hand on a booted test host (systemd 252).
 * ``direct``: a cgroup v2 directory ``<cgroup_parent>/<session>``, made at the first adoption (until
   then the session has no process to hold).
 
@@ -63,6 +65,14 @@ def systemd_is_init() -> bool:
         return Path("/run/systemd/system").is_dir() and Path("/proc/1/comm").read_text().strip() == "systemd"
     except OSError:
         return False
+
+
+def _cgroup_of(pid: int) -> str:
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line[3:] for line in lines if line.startswith("0::")), "")
 
 
 class SessionCgroups:
@@ -136,11 +146,20 @@ class SessionCgroups:
         if d.is_dir():
             cmd = [*base, "AttachProcessesToUnit", "ssau", unit, "", "1", str(pid)]
         else:
-            props = ["3", "PIDs", "au", "1", str(pid), "Slice", "s", SLICE, "Description", "s", f"calque session {sid}"]
+            # Delegate: AttachProcessesToUnit (later adoptions) is refused on non-delegated units.
+            props = ["4", "PIDs", "au", "1", str(pid), "Slice", "s", SLICE, "Delegate", "b", "true"]
+            props += ["Description", "s", f"calque session {sid}"]
             cmd = [*base, "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", *props, "0"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
         if res.returncode != 0:
             raise CgroupError(f"systemd refused {unit} for pid {pid}: {res.stderr.strip()}")
+        # systemd answers when the job is queued; reply only once the pid is in the scope, so that
+        # nothing the command forks after exec starts outside it.
+        deadline = time.monotonic() + 2.0
+        while f"/{SLICE}/{unit}" not in _cgroup_of(pid):
+            if time.monotonic() >= deadline:
+                raise CgroupError(f"pid {pid} did not reach {unit} within 2 s")
+            time.sleep(0.005)
 
     def sessions(self) -> list[str]:
         """Session ids that have a cgroup now."""

@@ -3,11 +3,12 @@
 Before expiry the holder gets a notice (a line on their terminals, through their own descriptors, and
 ``notice_signal`` to their processes on the slice). At expiry their processes get SIGTERM (those on
 the slice and those in the session's cgroup), then SIGKILL after ``kill_grace``, and the slice is
-reclaimed. However a session ends, its cgroup is killed and every process still holding one of its
-nodes open is ended (``holders.py``). Reclaims run on a fixed pool of threads started with the daemon
-(starting a thread can fail under load; queueing cannot), and one that fails is retried on a later
-tick. With ``idle_expiry`` a session whose slice has had no process for that long ends too. "On the
-slice" is what the GPU backend reports for the slice's device, restricted to processes the holder owns.
+reclaimed. However a session ends, its cgroup is killed; processes outside it still holding one of
+its nodes open are ended by the node guard on the next tick (``guard.py``). Reclaims run on a fixed
+pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
+and one that fails is retried on a later tick. With ``idle_expiry`` a session whose slice has had no
+process for that long ends too. "On the slice" is what the GPU backend reports for the slice's
+device, restricted to processes the holder owns.
 """
 
 from __future__ import annotations

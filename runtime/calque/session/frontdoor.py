@@ -27,6 +27,10 @@ from calque.session.protocol import error, peer_credentials
 log = logging.getLogger("calque.session")
 
 ACCEPT_BATCH = 64  # connections taken per wake-up before looking at the others again
+# A refused connection is kept (write side shut) until its client has sent its request or for
+# REFUSED_LINGER_S, so the client reads the refusal instead of a broken pipe; at most REFUSED_MAX.
+REFUSED_LINGER_S = 1.0
+REFUSED_MAX = 1024
 
 
 @dataclass
@@ -95,6 +99,7 @@ class FrontDoor:
         self._lock = threading.Lock()
         self._queue = FairQueue()
         self._waiting: collections.OrderedDict[int, Conn] = collections.OrderedDict()  # by deadline (fd order)
+        self._refused: collections.OrderedDict[int, tuple[socket.socket, float]] = collections.OrderedDict()
         self._sel = selectors.DefaultSelector()
         self._loop = threading.Thread(target=self._run, name="session-frontdoor", daemon=True)
         self.workers = [
@@ -125,11 +130,15 @@ class FrontDoor:
             for key, _ in events:
                 if key.data is None:
                     self._accept()
-                else:
+                elif isinstance(key.data, Conn):
                     self._read(key.data)
+                else:
+                    self._forget(key.data)
             self._expire(time.monotonic())
         for c in list(self._waiting.values()):
             self._drop(c)
+        for sock, _ in list(self._refused.values()):
+            self._forget(sock)
 
     def _accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
@@ -162,9 +171,24 @@ class FrontDoor:
 
     def _refuse(self, sock: socket.socket, uid: int) -> None:
         msg = f"uid {uid} already has {self.per_uid} connections open to the session daemon; close some and retry"
-        with contextlib.suppress(OSError):
+        try:
             sock.setblocking(False)
             sock.send(error("refused", msg))
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            sock.close()
+            return
+        if len(self._refused) >= REFUSED_MAX:
+            sock.close()
+            return
+        self._refused[sock.fileno()] = (sock, time.monotonic() + REFUSED_LINGER_S)
+        self._sel.register(sock, selectors.EVENT_READ, sock)
+
+    def _forget(self, sock: socket.socket) -> None:
+        """A refused connection whose client has sent (or gone): close it."""
+        self._refused.pop(sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(sock)
         sock.close()
 
     def _read(self, c: Conn) -> None:
@@ -187,6 +211,11 @@ class FrontDoor:
             self._queue.put(c.uid, (c, bytes(c.buf[:nl])))
 
     def _expire(self, now: float) -> None:
+        while self._refused:
+            sock, until = next(iter(self._refused.values()))
+            if until > now:
+                break
+            self._forget(sock)
         while self._waiting:
             c = next(iter(self._waiting.values()))
             if c.deadline > now:

@@ -1,10 +1,10 @@
 """Who holds a slice's nodes open: every descriptor under ``/proc/*/fd``, matched by the file itself.
 
 chown, chmod and ACLs never revoke a descriptor already open, and NVIDIA's capability check
-(``nv_cap_validate_and_dup_fd``) does not re-check permissions; so when a session ends, whoever still
-holds one of its nodes open is ended. A real node is a character device and is matched by its device
-number (``st_rdev``: any path to the same device, in any mount namespace); the simulator's nodes are
-plain files, matched by ``(st_dev, st_ino)``.
+(``nv_cap_validate_and_dup_fd``) does not re-check permissions; so whoever holds a node they may no
+longer use is ended (``guard.py`` decides which nodes to walk for, and when). A real node is a
+character device, matched by its device number (``st_rdev``: any path to the same device, in any
+mount namespace); the simulator's nodes are plain files, matched by ``(st_dev, st_ino)``.
 """
 
 from __future__ import annotations
