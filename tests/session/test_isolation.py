@@ -135,8 +135,9 @@ def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_
     os.close(os.open(new, os.O_CREAT | os.O_WRONLY, 0o444))  # as the driver makes a new MIG device's node
     free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))[0]
     held = _nodes(host, s["slice_id"])[0]
-    os.chmod(free, 0o444)  # as the driver resets modes with DeviceFileModify: 1
-    os.chmod(held, 0o444)
+    for n in (free, held):  # as the driver resets modes (DeviceFileModify: 1) when a device is opened
+        os.chmod(n, 0o444)
+        os.close(os.open(n, os.O_RDONLY))
     assert wait_for(lambda: all(n.stat().st_mode & 0o777 == 0o400 for n in (new, free)), 1.0, every=0.01)
     assert wait_for(lambda: acl_users(held) == {alice.uid: 4} and held.stat().st_mode & 0o007 == 0, 1.0, every=0.01)
 

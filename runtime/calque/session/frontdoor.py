@@ -165,9 +165,10 @@ class FrontDoor:
                 continue
             sock.setblocking(False)
             c = Conn(sock, pid, uid, gid, time.monotonic() + self.timeout)
+            if self._read(c):  # a client sends at once: the request is often here already
+                continue
             self._waiting[sock.fileno()] = c
             self._sel.register(sock, selectors.EVENT_READ, c)
-            self._read(c)  # a client usually sends at once: often the request is already here
 
     def _refuse(self, sock: socket.socket, uid: int) -> None:
         msg = f"uid {uid} already has {self.per_uid} connections open to the session daemon; close some and retry"
@@ -191,24 +192,28 @@ class FrontDoor:
             self._sel.unregister(sock)
         sock.close()
 
-    def _read(self, c: Conn) -> None:
+    def _read(self, c: Conn) -> bool:
+        """Read what is there; True when the connection is done with here (queued, failed or gone)."""
         try:
             chunk = c.sock.recv(min(65536, self.max_bytes + 1 - len(c.buf)))
         except BlockingIOError:
-            return
+            return False
         except OSError:
             self._drop(c)
-            return
+            return True
         if not chunk:
             self._fail(c, "connection closed before a complete request (no newline)")
-            return
+            return True
         c.buf += chunk
         nl = c.buf.find(b"\n")
         if nl > self.max_bytes or (nl < 0 and len(c.buf) > self.max_bytes):
             self._fail(c, f"request larger than {self.max_bytes} bytes")
-        elif nl >= 0:
-            self._unwatch(c)
-            self._queue.put(c.uid, (c, bytes(c.buf[:nl])))
+            return True
+        if nl < 0:
+            return False
+        self._unwatch(c)
+        self._queue.put(c.uid, (c, bytes(c.buf[:nl])))
+        return True
 
     def _expire(self, now: float) -> None:
         while self._refused:

@@ -48,7 +48,7 @@ class NodeGuard:
         if opened:
             with self._lock:
                 self._opened.add(path)
-        elif path.name.startswith("nvidia-cap"):
+        if path.name.startswith("nvidia-cap"):
             self.secure_node(path)
 
     def secure_node(self, path: Path) -> None:

@@ -1,11 +1,12 @@
-"""Close a capability node the moment it appears or its mode changes: inotify on ``/dev/nvidia-caps``.
+"""Close a capability node the moment it appears or is opened: inotify on ``/dev/nvidia-caps``.
 
 The driver (or nvidia-modprobe) creates a new MIG device's nodes world-readable (0444), and with
-``DeviceFileModify: 1`` it may reset modes later. The timer's re-check (``reassert_every``) would
-close such a node within seconds; this watcher closes it within milliseconds of the event: a node
-of a live session is given back to its holder's ACL, any other node becomes ``root 0400``. Whoever
-opened it in between is ended by the guard (``guard.py``), which also learns here which nodes were
-opened (``IN_OPEN``), so that it walks ``/proc`` only for those.
+``DeviceFileModify: 1`` it may reset modes when a process opens a device. The timer's re-check
+(``reassert_every``) would close such a node within seconds; this watcher checks a node within
+milliseconds of its creation or of an open: a node of a live session is given back to its holder's
+ACL, any other node becomes ``root 0400``. Whoever opened it in between is ended by the guard
+(``guard.py``), which also learns here which nodes were opened (``IN_OPEN``), so that it walks
+``/proc`` only for those.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from pathlib import Path
 
 log = logging.getLogger("calque.session")
 
-IN_ATTRIB = 0x004
 IN_OPEN = 0x020
 IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
 IN_Q_OVERFLOW = 0x4000
-_MASK = IN_ATTRIB | IN_MOVED_TO | IN_CREATE | IN_OPEN
+# Not IN_ATTRIB: every grant and revoke of the daemon's own would come back as events (a cost per
+# checkout); a mode reset by the driver comes with an open (IN_OPEN), a hand-made one waits for the re-check.
+_MASK = IN_MOVED_TO | IN_CREATE | IN_OPEN
 _EVENT_HEADER = 16  # struct inotify_event: wd, mask, cookie, len (then the name)
 
 
