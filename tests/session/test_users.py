@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from calque.session.isolation import acl_users
 
 from .conftest import Host, User, wait_for
 
@@ -51,7 +52,8 @@ def test_other_user_cannot_touch_a_session_and_admin_can_release(host: Host, mak
     assert len(nodes) == 2
     for n in nodes:
         st = n.stat()
-        assert st.st_uid == alice.uid and stat.S_IMODE(st.st_mode) == 0o400
+        # Root's node, Alice's ACL entry: she can read it but not chmod it wider.
+        assert st.st_uid == 0 and acl_users(n) == {alice.uid: 4} and stat.S_IMODE(st.st_mode) & 0o007 == 0
         assert _can_read(host, alice, n)
         assert not _can_read(host, bob, n)
     # A free slice's nodes are root's alone.
@@ -193,7 +195,10 @@ def test_nodes_reset_behind_the_daemons_back_are_secured_again(host: Host, make_
     for n in held + free:
         os.chown(n, 0, 0)
         n.chmod(0o444)
-    assert _can_read(host, bob, free[0])
+    # (The daemon's inotify watch usually closes them before Bob can even try; the timer's re-check
+    # would within reassert_every.)
     assert wait_for(lambda: not _can_read(host, bob, free[0]) and not _can_read(host, bob, held[0]), 10)
-    assert all(n.stat().st_uid == alice.uid for n in held) and _can_read(host, alice, held[0])
+    assert all(n.stat().st_uid == 0 and acl_users(n) == {alice.uid: 4} for n in held) and _can_read(
+        host, alice, held[0]
+    )
     assert all(n.stat().st_uid == 0 and stat.S_IMODE(n.stat().st_mode) == 0o400 for n in free)

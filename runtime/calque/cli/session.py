@@ -288,3 +288,12 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
         updates["metrics_addr"] = metrics_addr
     cfg = cfg.model_validate({**cfg.model_dump(), **updates})
     run_daemon(cfg)
+
+
+def _add_run_and_shell() -> None:
+    from calque.cli.session_run import add_to
+
+    add_to(session, socket_option)
+
+
+_add_run_and_shell()

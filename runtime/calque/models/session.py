@@ -18,7 +18,7 @@ from calque.models.base import CalqueModel, VersionedModel
 SESSION_PROTOCOL_VERSION = 1
 
 SliceKind = Literal["mig", "mps"]
-SessionOp = Literal["checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami"]
+SessionOp = Literal["checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt"]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 EndReason = Literal["checkin", "expired", "idle", "released", "vanished"]
 

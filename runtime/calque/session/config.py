@@ -121,7 +121,18 @@ class SessionConfig(VersionedModel):
         "more than 1 uses more than one CPU for requests",
     )
     max_connections: int = Field(
-        64, ge=1, le=1024, description="connections served at once (worker threads); more wait in the backlog"
+        64, ge=1, le=1024, description="requests served at once per worker process (threads); the rest queue per uid"
+    )
+    max_connections_per_uid: int = Field(
+        128, ge=1, le=4096, description="connections one uid may hold open per worker process; more are refused at once"
+    )
+    cgroups: Literal["auto", "systemd", "direct", "off"] = Field(
+        "auto",
+        description="where a session's processes live: a transient systemd scope (systemd is PID 1), a cgroup v2 "
+        "directory under cgroup_parent (direct), auto (whichever this host has), or off",
+    )
+    cgroup_parent: Path | None = Field(
+        None, description="direct mode: the cgroup v2 directory session cgroups go under (default <cgroup2>/calque)"
     )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus metrics on <port> (off if unset)"

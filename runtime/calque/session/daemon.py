@@ -1,10 +1,10 @@
 """``calque session serve``: the unix-socket server in front of the session service.
 
-A fixed pool of worker threads all block in ``accept`` on the listening socket (the kernel wakes one
-per connection: no hand-off between threads, no thread per request); one request per connection.
-The caller is whoever SO_PEERCRED says; no request carries a user name. A request that is garbage,
-too large, too slow or abandoned costs one worker for at most ``request_timeout`` and gets an error
-back when the peer is still there; other connections wait in the kernel's backlog meanwhile.
+Enforcement first: the main process binds the socket and runs the timers and reclaims; it serves no
+client. ``processes`` worker processes serve requests through the front door (``frontdoor.py``: one
+thread accepts and reads without blocking, per-uid connection limits, worker threads taken round
+robin across uids), and metrics, when configured, come from a process of their own. The caller is
+whoever SO_PEERCRED says; no request carries a user name.
 """
 
 from __future__ import annotations
@@ -12,43 +12,43 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from calque.errors import CalqueError
 from calque.session.audit import AuditLog, EventTally
 from calque.session.config import SessionConfig
 from calque.session.enforcer import Enforcer
 from calque.session.files import PRIVATE_UMASK, lock_path, prepare_socket
+from calque.session.frontdoor import Conn, FrontDoor
 from calque.session.inventory import host_root, load_reader
-from calque.session.protocol import RequestError, error, ok, parse_request, peer_credentials, read_line
+from calque.session.protocol import RequestError, error, ok, parse_request
 from calque.session.registry import HostLock, Registry
 from calque.session.service import Service
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("calque.session")
 
 BACKLOG = 512  # a burst of clients queues in the kernel instead of getting EAGAIN
 
 
-def send(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.settimeout(5)
-        sock.sendall(data)
-    except OSError:
-        pass  # the client vanished; nothing to tell it
-
-
 class _Listener:
-    """The listening socket and the workers accepting on it."""
+    """The listening socket and, in a worker process, the front door serving it."""
 
-    def __init__(self, daemon: Daemon, inherited_fd: int | None = None, threads: bool = True) -> None:
+    def __init__(self, daemon: Daemon, inherited_fd: int | None = None) -> None:
         self.daemon = daemon
-        self.path = daemon.config.socket
+        cfg = daemon.config
+        self.path = cfg.socket
         self.owner = inherited_fd is None  # the process that bound the socket unlinks it
         if inherited_fd is None:
             prepare_socket(self.path)  # a checked directory; a stale socket or symlink is unlinked
@@ -58,77 +58,45 @@ class _Listener:
             self.sock.listen(BACKLOG)
         else:
             self.sock = socket.socket(fileno=inherited_fd)
-        self.stopping = False
-        self.in_flight = 0
-        self._count_lock = threading.Lock()
-        self.workers = [
-            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True)
-            for i in range(daemon.config.max_connections if threads else 0)
-        ]
+        self.door = FrontDoor(
+            self.sock,
+            self._serve,
+            threads=cfg.max_connections,
+            per_uid=cfg.max_connections_per_uid,
+            max_bytes=cfg.max_request_bytes,
+            timeout=cfg.request_timeout,
+        )
 
     def start(self) -> None:
-        for t in self.workers:
-            t.start()
+        self.door.start()
 
     def drain(self, timeout: float) -> None:
         """Stop taking requests and wait (bounded) for those being served (worker processes)."""
-        self.stopping = True
+        self.door.stopping = True
         deadline = time.monotonic() + timeout
-        while self.in_flight and time.monotonic() < deadline:
+        while self.door.in_flight and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def stop(self) -> None:
-        self.stopping = True
+        if self.door.workers and self.door.workers[0].is_alive():
+            self.door.stop()
         if not self.owner:
             return
-        # Wake every worker blocked in accept() with a connection it will drop.
-        for _ in self.workers:
-            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.setblocking(False)
-                s.connect(str(self.path))
-        for t in self.workers:
-            t.join(timeout=2)
         self.sock.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
 
-    def _work(self) -> None:
-        while not self.stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                if self.stopping:
-                    return
-                continue
-            with conn:
-                if self.stopping:
-                    return
-                with self._count_lock:
-                    self.in_flight += 1
-                try:
-                    self._serve(conn)
-                except Exception:
-                    log.exception("unexpected error serving a connection")
-                finally:
-                    with self._count_lock:
-                        self.in_flight -= 1
-
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, conn: Conn, line: bytes) -> bytes:
         d = self.daemon
-        cfg = d.config
         try:
-            pid, uid, gid = peer_credentials(sock)
-            line = read_line(sock, cfg.max_request_bytes, cfg.request_timeout)
             req = parse_request(line)
-            caller = d.service.caller(pid, uid, gid)
-            result = d.service.handle(caller, req.op, req.args)
-            reply = ok(result)
+            caller = d.service.caller(conn.pid, conn.uid, conn.gid)
+            return ok(d.service.handle(caller, req.op, req.args))
         except RequestError as exc:
-            reply = error(exc.kind, exc.message)
+            return error(exc.kind, exc.message)
         except Exception as exc:
             log.exception("request failed")
-            reply = error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
-        send(sock, reply)
+            return error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
 
 
 class Daemon:
@@ -152,30 +120,26 @@ class Daemon:
         self._stopping = threading.Event()
 
     def serve_forever(self) -> None:
+        """The main process serves no client: it binds the socket, runs the timers and reclaims, and
+        keeps the worker processes (and the metrics process) running."""
         self.service.reconcile()
-        multi = self.config.processes > 1
-        listener = _Listener(self, threads=not multi)
-        listener.start()
-        children: list[subprocess.Popen[bytes]] = []
-        if multi:
-            children = [self._spawn(listener.sock.fileno()) for _ in range(self.config.processes)]
+        raise_descriptor_limit()
+        listener = _Listener(self)
+        fd = listener.sock.fileno()
+        roles = ["worker_main"] * self.config.processes
+        if self.config.metrics_port is not None or self.config.metrics_textfile is not None:
+            roles.append("metrics_main")
+        children = [self._spawn(role, fd) for role in roles]
         self.enforcer.start()
-        metrics_server = None
-        if self.config.metrics_port is not None:  # one bounded thread: idle clients cannot exhaust the daemon
-            from calque import exposition
-            from calque.session.metrics import registry_of
-
-            reg = registry_of(self.service)
-            metrics_server = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr, name="metrics")
-        if self.config.metrics_textfile is not None:
-            threading.Thread(target=self._textfile_loop, name="metrics-textfile", daemon=True).start()
         log.info("calque session daemon serving on %s (%d slices)", self.config.socket, len(self.service.slices()))
         try:
             while not self._stopping.wait(0.5):
                 for i, child in enumerate(children):
                     if child.poll() is not None:
-                        log.error("worker process %d exited with %s; starting another", child.pid, child.returncode)
-                        children[i] = self._spawn(listener.sock.fileno())
+                        log.error(
+                            "%s process %d exited with %s; starting another", roles[i], child.pid, child.returncode
+                        )
+                        children[i] = self._spawn(roles[i], fd)
         finally:
             for child in children:
                 child.terminate()
@@ -187,37 +151,20 @@ class Daemon:
                     child.wait(5)
             listener.stop()
             self.enforcer.stop()
-            if metrics_server is not None:
-                metrics_server.close()
             self.registry.close()
             self.audit.close()
 
-    def _spawn(self, fd: int) -> subprocess.Popen[bytes]:
-        """A worker process serving requests on the inherited listening socket (timers stay here)."""
-        env = {
-            **os.environ,
-            _ENV_CONFIG: self.config.model_dump_json(),
-            _ENV_FD: str(fd),
-            _ENV_PARENT: str(os.getpid()),
-        }
+    def _spawn(self, entry: str, fd: int) -> subprocess.Popen[bytes]:
+        """A child process: a worker serving requests on the inherited socket, or the metrics server."""
+        env = {**os.environ, _ENV_CONFIG: self.config.model_dump_json(), _ENV_PARENT: str(os.getpid())}
+        worker = entry == "worker_main"
+        if worker:
+            env[_ENV_FD] = str(fd)
         return subprocess.Popen(
-            [sys.executable, "-c", "from calque.session.daemon import worker_main; worker_main()"],
-            pass_fds=(fd,),
+            [sys.executable, "-c", f"from calque.session.daemon import {entry}; {entry}()"],
+            pass_fds=(fd,) if worker else (),
             env=env,
         )
-
-    def _textfile_loop(self) -> None:
-        from calque import exposition
-        from calque.session.metrics import registry_of
-
-        assert self.config.metrics_textfile is not None
-        while True:
-            try:
-                exposition.write_textfile(registry_of(self.service), self.config.metrics_textfile)
-            except (OSError, CalqueError) as exc:
-                log.error("cannot write metrics textfile: %s", exc)
-            if self._stopping.wait(10):
-                return
 
     def stop(self) -> None:
         self._stopping.set()
@@ -243,26 +190,77 @@ _ENV_FD = "CALQUE_SESSION_WORKER_FD"
 _ENV_PARENT = "CALQUE_SESSION_WORKER_PARENT"
 
 
-def worker_main() -> None:
-    """A worker process of ``processes > 1``: serve requests on the parent's socket until told to
-    stop or until the parent is gone (then finish what is in flight and exit)."""
+def _child_setup() -> tuple[SessionConfig, int]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     os.umask(PRIVATE_UMASK)
     config = SessionConfig.model_validate_json(os.environ.pop(_ENV_CONFIG))
-    fd = int(os.environ.pop(_ENV_FD))
     # The pid we were started by, not getppid() now: the main process may already be gone.
     parent = int(os.environ.pop(_ENV_PARENT, str(os.getppid())))
-    d = Daemon(config)
-    listener = _Listener(d, inherited_fd=fd)
-    stop = threading.Event()
+    return config, parent
+
+
+def _until_told_or_orphaned(stop: threading.Event, parent: int) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    d.enforcer.start_cleanup()
-    listener.start()
     while not stop.wait(0.2):
         if os.getppid() != parent:
-            log.warning("the session daemon's main process is gone; worker %d exits", os.getpid())
-            break
+            log.warning("the session daemon's main process is gone; process %d exits", os.getpid())
+            return
+
+
+def worker_main() -> None:
+    """A worker process: serve requests on the parent's socket until told to stop or until the
+    parent is gone (then finish what is in flight and exit)."""
+    config, parent = _child_setup()
+    fd = int(os.environ.pop(_ENV_FD))
+    raise_descriptor_limit()
+    d = Daemon(config)
+    listener = _Listener(d, inherited_fd=fd)
+    d.enforcer.start_cleanup()
+    listener.start()
+    _until_told_or_orphaned(threading.Event(), parent)
     listener.drain(5.0)
     d.audit.close()
-    os._exit(0)  # worker threads are blocked in accept() on the shared socket; do not wait for them
+    os._exit(0)  # worker threads may be mid-request; do not wait for them
+
+
+def metrics_main() -> None:
+    """The metrics process: prometheus_client's one-thread server (bounded backlog, per-connection
+    timeout) and/or the textfile, apart from the timers and from the request workers."""
+    from calque import exposition
+    from calque.session.metrics import registry_of
+
+    config, parent = _child_setup()
+    d = Daemon(config)
+    reg = registry_of(d.service)
+    server = None
+    if config.metrics_port is not None:
+        server = exposition.serve(reg, config.metrics_port, config.metrics_addr, name="metrics")
+    stop = threading.Event()
+    if config.metrics_textfile is not None:
+        threading.Thread(target=_textfile_loop, args=(reg, config.metrics_textfile, stop), daemon=True).start()
+    _until_told_or_orphaned(stop, parent)
+    stop.set()
+    if server is not None:
+        server.close()
+    os._exit(0)
+
+
+def _textfile_loop(reg: CollectorRegistry, path: Path, stop: threading.Event) -> None:
+    from calque import exposition
+
+    while True:
+        try:
+            exposition.write_textfile(reg, path)
+        except (OSError, CalqueError) as exc:
+            log.error("cannot write metrics textfile: %s", exc)
+        if stop.wait(10):
+            return
+
+
+def raise_descriptor_limit() -> None:
+    """Idle connections cost descriptors: take the hard limit (per-uid limits bound the rest)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

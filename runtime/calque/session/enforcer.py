@@ -1,10 +1,14 @@
-"""Time limits the daemon enforces itself: a timer thread, not a sweep on the next request.
+"""Time limits the daemon enforces itself: a timer thread in the main process, which serves no client.
 
-Before expiry the holder gets a notice (a line on their terminals and ``notice_signal`` to their
-processes on the slice). At expiry their processes on the slice get SIGTERM, then SIGKILL after
-``kill_grace``, and the slice is reclaimed as soon as they are gone. With ``idle_expiry`` a session
-whose slice has had no process for that long ends too. "On the slice" is what the GPU backend reports
-for the slice's device, restricted to processes the holder owns (never anyone else's).
+Before expiry the holder gets a notice (a line on their terminals, through their own descriptors, and
+``notice_signal`` to their processes on the slice). At expiry their processes get SIGTERM (those on
+the slice and those in the session's cgroup), then SIGKILL after ``kill_grace``, and the slice is
+reclaimed. However a session ends, its cgroup is killed; processes outside it still holding one of
+its nodes open are ended by the node guard on the next tick (``guard.py``). Reclaims run on a fixed
+pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
+and one that fails is retried on a later tick. With ``idle_expiry`` a session whose slice has had no
+process for that long ends too. "On the slice" is what the GPU backend reports for the slice's
+device, restricted to processes the holder owns.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ import time
 from pathlib import Path
 
 from calque.models import GpuProcess
+from calque.session import isolation
+from calque.session.cgroup import SessionCgroups
+from calque.session.guard import NodeGuard
 from calque.session.inventory import owner_of, pids_on, processes_on
+from calque.session.notices import notify_terminals
 from calque.session.registry import Held
 from calque.session.service import Service
 
@@ -26,6 +34,8 @@ log = logging.getLogger("calque.session")
 
 MAX_SLEEP_S = 0.25
 CLEANUP_BATCH_S = 0.1
+RECLAIMERS = 8
+RETRY_AFTER_S = 1.0
 
 
 def _alive(pid: int, uid: int) -> bool:
@@ -55,35 +65,6 @@ def _signal(pids: list[int], uid: int, sig: int) -> list[int]:
     return sent
 
 
-def notify_terminals(uid: int, message: str) -> int:
-    """Write ``message`` to every terminal the user has a process on; returns how many."""
-    ttys: set[str] = set()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or owner_of(int(d.name)) != uid:
-            continue
-        for fd in ("0", "1", "2"):
-            try:
-                target = os.readlink(d / "fd" / fd)
-            except OSError:
-                continue
-            if target.startswith(("/dev/pts/", "/dev/tty")):
-                ttys.add(target)
-    n = 0
-    for tty in sorted(ttys):
-        try:
-            tfd = os.open(tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            os.write(tfd, f"\r\n[calque session] {message}\r\n".encode())
-            n += 1
-        except OSError:
-            pass
-        finally:
-            os.close(tfd)
-    return n
-
-
 class Enforcer:
     """One timer thread for notices, expiry and idle; one short-lived thread per reclaim."""
 
@@ -93,8 +74,16 @@ class Enforcer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._reclaiming: set[str] = set()
+        self._retry_at: dict[str, float] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-timers", daemon=True)
+        self.cgroups = SessionCgroups.from_config(self.cfg)
+        self.guard = NodeGuard(service)
+        self._reclaims: queue.Queue[tuple[Held, str, str] | None] = queue.Queue()
+        self._reclaimers = [
+            threading.Thread(target=self._reclaim_loop, name=f"session-reclaim-{i}", daemon=True)
+            for i in range(RECLAIMERS)
+        ]
         self._cleanup: queue.Queue[Held | None] = queue.Queue()
         self._cleaner = threading.Thread(target=self._cleanup_loop, name="session-cleanup", daemon=True)
         self._last_reassert = 0.0
@@ -104,6 +93,9 @@ class Enforcer:
             self._notice_sig = int(signal.SIGUSR1)
 
     def start(self) -> None:
+        self.guard.start()
+        for t in self._reclaimers:
+            t.start()
         self._thread.start()
         self._cleaner.start()
 
@@ -113,6 +105,9 @@ class Enforcer:
 
     def stop(self) -> None:
         self._cleanup.put(None)
+        self.guard.stop()
+        for _ in self._reclaimers:
+            self._reclaims.put(None)
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=5)
@@ -133,7 +128,9 @@ class Enforcer:
     def tick(self, now: float) -> float:
         """Act on every live session; returns seconds until the next thing is due."""
         next_due = now + MAX_SLEEP_S
+        with_cgroup = self.cgroups.sessions()  # before reading the registry: see sweep_cgroups
         live = self.svc.registry.live()
+        self.sweep_cgroups(with_cgroup, {h.session.id for h in live})
         reassert = now - self._last_reassert >= self.cfg.reassert_every
         procs: list[GpuProcess] | None = None
         for h in live:
@@ -159,7 +156,9 @@ class Enforcer:
                     self._start_reclaim(h, "idle", "idle")
         if reassert:
             self.svc.reassert_nodes()
+            self.guard.secure_pipes(live)
             self._last_reassert = now
+        self.guard.check(live, everything=reassert)
         return next_due - time.time()
 
     def _notice(self, h: Held, now: float) -> None:
@@ -176,22 +175,56 @@ class Enforcer:
 
     def _start_reclaim(self, h: Held, reason: str, event: str) -> None:
         with self._lock:
-            if h.session.id in self._reclaiming:
+            if h.session.id in self._reclaiming or time.monotonic() < self._retry_at.get(h.session.id, 0.0):
                 return
             self._reclaiming.add(h.session.id)
-        threading.Thread(
-            target=self._expire, args=(h, reason, event), name=f"reclaim-{h.session.id}", daemon=True
-        ).start()
+        self._reclaims.put((h, reason, event))
+
+    def _reclaim_loop(self) -> None:
+        while True:
+            item = self._reclaims.get()
+            if item is None:
+                return
+            self._expire(*item)
 
     def _expire(self, h: Held, reason: str, event: str) -> None:
+        sid = h.session.id
+        failed = False
         try:
+            self.cgroups.signal(sid, signal.SIGTERM)
             self.terminate(h)
-            self.svc.end(h, reason, event, 0)
+            ended = self.svc.end(h, reason, event, 0)
+            self.finish(ended or h)
         except Exception:
-            log.exception("reclaiming %s failed", h.session.id)
+            failed = True
+            log.exception("reclaiming %s failed; retrying in %g s", sid, RETRY_AFTER_S)
         finally:
             with self._lock:
-                self._reclaiming.discard(h.session.id)
+                self._reclaiming.discard(sid)
+                if failed:
+                    self._retry_at[sid] = time.monotonic() + RETRY_AFTER_S
+                else:
+                    self._retry_at.pop(sid, None)
+
+    def finish(self, *ended: Held) -> None:
+        """After the end: the sessions' cgroups and MPS pipe directories (whoever else holds their nodes
+        open is ended by the guard's next tick in the main process)."""
+        for h in ended:
+            self.cgroups.kill(h.session.id)
+        pipes = {h.slice.pipe_directory for h in ended if h.slice.kind == "mps" and h.slice.pipe_directory}
+        if pipes:
+            live = self.svc.registry.live()
+            for pipe in sorted(pipes):
+                isolation.set_pipe_holders(pipe, {x.session.uid for x in live if x.slice.pipe_directory == pipe})
+
+    def sweep_cgroups(self, with_cgroup: list[str], live: set[str]) -> None:
+        """Kill the cgroup of any session that is no longer live (ended by another process, or before
+        a restart). ``with_cgroup`` was listed before ``live`` was read, so a cgroup made for a new
+        session after that read is not in it."""
+        for sid in with_cgroup:
+            if sid not in live:
+                log.info("session %s has ended: killing its cgroup", sid)
+                self.cgroups.kill(sid)
 
     def reclaim_after_end(self, h: Held) -> None:
         """After a check-in or release: stop what the holder left running on the slice (off the request path)."""
@@ -217,6 +250,7 @@ class Enforcer:
                 batch.append(item)
             try:
                 procs = self.svc.reader.processes() if self.svc.reader is not None else []
+                self.finish(*batch)  # cgroups and node holders first: at once, no grace after a check-in
                 for h in batch:
                     if any(_alive(p, h.session.uid) for p in pids_on(procs, h.slice, h.session.uid)):
                         self.terminate(h)

@@ -1,26 +1,33 @@
-"""What a checkout gives: the environment, and (MIG) the capability device nodes for the holder only.
+"""What a checkout gives: the environment, and access to the slice for the holder only.
 
 A MIG device is reachable only through its GPU-instance and compute-instance capability nodes
 (``/dev/nvidia-caps/nvidia-capN``); their minors come from
-``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/[ci<C>/]access``. The daemon hands both
-nodes to the holder (owner = holder, mode 0400) and takes them back (root, 0400) at the end. The
-driver must not reset modes behind us: that needs ``DeviceFileModify: 0``
+``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/[ci<C>/]access``. The nodes stay root's
+(``root:root 0400``); the holder reads them through a per-session POSIX ACL entry
+(``user:<holder>:r--``), which only the owner (root) can change: the holder cannot chmod the node
+wider. At the end the ACL goes and the node is root's alone again. An MPS slot's pipe directory is
+closed the same way: ``root 0700`` plus one ACL entry per uid holding a slot on that MPS daemon.
+The driver must not reset modes behind us: that needs ``DeviceFileModify: 0``
 (``options nvidia NVreg_ModifyDeviceFiles=0``); when it reads 1 the daemon says so and re-asserts
-the modes on every timer tick.
+the nodes on every re-check; ``watch.py`` closes a node the moment it appears or changes.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
+import struct
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from calque.models.session import Slice
 
-HOLDER_MODE = 0o400
 FREE_MODE = 0o400
+PIPE_MODE = 0o700
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_NO_ID = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -77,35 +84,91 @@ def _read_nodes(host_root: Path, sl: Slice) -> list[CapNode]:
     return out
 
 
-def _set(node: CapNode, uid: int, gid: int, mode: int) -> bool:
-    """chown/chmod when they differ; True when something changed."""
-    st = node.device.stat()
+def acl_bytes(owner_perm: int, users: dict[int, int]) -> bytes:
+    """A POSIX access ACL as the kernel stores it: owner, one entry per uid, no group or other access."""
+    entries = [(_USER_OBJ, owner_perm, _NO_ID)]
+    entries += [(_USER, perm, uid) for uid, perm in sorted(users.items())]
+    entries += [(_GROUP_OBJ, 0, _NO_ID), (_MASK, max(users.values(), default=0), _NO_ID), (_OTHER, 0, _NO_ID)]
+    return struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+def acl_users(path: Path) -> dict[int, int]:
+    """uid -> permission bits of the named-user entries of ``path``'s ACL (empty without one)."""
+    try:
+        raw = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except OSError:
+        return {}
+    out = {}
+    for off in range(4, len(raw) - 7, 8):
+        tag, perm, uid = struct.unpack_from("<HHI", raw, off)
+        if tag == _USER:
+            out[uid] = perm
+    return out
+
+
+def _restrict(path: Path, owner_perm: int, users: dict[int, int]) -> bool:
+    """Make ``path`` root's with exactly ``users`` in its ACL; True when something changed."""
+    st = os.lstat(path)
     changed = False
-    if (st.st_uid, st.st_gid) != (uid, gid):
-        os.chown(node.device, uid, gid)
+    if (st.st_uid, st.st_gid) != (0, 0):
+        os.chown(path, 0, 0, follow_symlinks=False)
         changed = True
-    if st.st_mode & 0o7777 != mode:
-        os.chmod(node.device, mode)
+    want_mode = (owner_perm << 6) | (max(users.values(), default=0) << 3)
+    if users:
+        want = acl_bytes(owner_perm, users)
+        try:
+            have = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+        except OSError:
+            have = b""
+        if have != want or st.st_mode & 0o7777 != want_mode:
+            os.setxattr(path, _ACL_XATTR, want, follow_symlinks=False)  # sets the mode bits too
+            changed = True
+        return changed
+    try:
+        os.removexattr(path, _ACL_XATTR, follow_symlinks=False)
+        changed = True
+    except OSError:
+        pass  # there was none (ENODATA) or the filesystem has no ACLs: the mode says it all
+    if st.st_mode & 0o7777 != want_mode or changed:
+        os.chmod(path, want_mode)
         changed = True
     return changed
 
 
 def grant(host_root: Path, sl: Slice, uid: int) -> list[str]:
-    """Give the slice's nodes to ``uid`` alone; returns warnings for the holder."""
+    """Give the slice's nodes to ``uid`` alone (an ACL entry; the node stays root's); returns warnings."""
     warnings = []
     for node in cap_nodes(host_root, sl):
-        _set(node, uid, 0, HOLDER_MODE)
+        _restrict(node.device, FREE_MODE >> 6, {uid: 4})
         if node.modify:
             warnings.append(
                 f"{node.access_file} says DeviceFileModify: 1, so the driver may reset {node.device}; "
                 "set 'options nvidia NVreg_ModifyDeviceFiles=0'"
             )
+    if sl.kind == "mps" and sl.pipe_directory:
+        pipe = Path(sl.pipe_directory)
+        if pipe.is_dir():
+            users = acl_users(pipe)
+            users[uid] = 7
+            _restrict(pipe, 7, users)
     return warnings
+
+
+def close_node(path: Path, holder: int | None) -> bool:
+    """One node: root's, readable by ``holder`` alone (or by nobody but root); True when changed."""
+    return _restrict(path, FREE_MODE >> 6, {holder: 4} if holder is not None else {})
 
 
 def revoke(host_root: Path, sl: Slice) -> None:
     for node in cap_nodes(host_root, sl):
-        _set(node, 0, 0, FREE_MODE)
+        _restrict(node.device, FREE_MODE >> 6, {})
+
+
+def set_pipe_holders(pipe_directory: str, uids: set[int]) -> None:
+    """An MPS daemon's pipe directory: root's, reachable by exactly ``uids`` (the slots' holders)."""
+    pipe = Path(pipe_directory)
+    if pipe.is_dir():
+        _restrict(pipe, 7, dict.fromkeys(uids, 7))
 
 
 def environment(sl: Slice, session_id: str, expires: datetime) -> dict[str, str]:
@@ -124,7 +187,3 @@ def environment(sl: Slice, session_id: str, expires: datetime) -> dict[str, str]
         # Device ordinal 0 is the one GPU CUDA_VISIBLE_DEVICES leaves visible.
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={sl.pinned_mem_limit_mib}M"
     return env
-
-
-def shell_exports(env: dict[str, str]) -> str:
-    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))

@@ -69,6 +69,7 @@ class ReportArgs(RequestArgs):
 REQUESTS: dict[str, type[RequestArgs]] = {
     "checkout": CheckoutArgs,
     "checkin": SessionRefArgs,
+    "adopt": SessionRefArgs,
     "extend": ExtendArgs,
     "status": RequestArgs,
     "list": RequestArgs,

@@ -45,8 +45,6 @@ log = logging.getLogger("calque.session")
 
 # Only for backends without a layout stamp (NVML); the simulator's layout is checked on every request.
 INVENTORY_MAX_AGE_S = 2.0
-
-
 IDENTITY_CACHE_S = 5.0
 
 
@@ -161,6 +159,11 @@ class Service:
 
     def op_whoami(self, c: Caller, args: RequestArgs) -> Any:
         return {"uid": c.uid, "gid": c.gid, "user": c.user, "admin": c.admin, "pid": c.pid}
+
+    def op_adopt(self, c: Caller, args: SessionRefArgs) -> Any:
+        from calque.session.adopt import adopt  # the caller's process into the session's cgroup
+
+        return adopt(self, c, self._own(c, args, "run in"))
 
     def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
         mps, profile, gpu, raw_ttl = args.mps, args.profile, args.gpu, args.ttl
@@ -407,9 +410,6 @@ class Service:
         return usage_report(self.registry, since, until, None if c.admin else c.uid).model_dump(mode="json")
 
     def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
-        return self.metrics_text()
-
-    def metrics_text(self) -> str:
         from calque.session.metrics import registry_of, render  # prometheus_client only where metrics are read
 
         return render(registry_of(self))

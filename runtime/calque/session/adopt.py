@@ -1,0 +1,31 @@
+"""``adopt``: the daemon moves the caller into its session's cgroup (as pam_slurm_adopt does).
+
+The pid comes from SO_PEERCRED, never from the request; it is adopted only while it still belongs
+to the uid the kernel reported for the connection (a pid that exited and was reused by another user
+is refused), and only into a session that uid holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from calque.session.cgroup import CgroupError, SessionCgroups
+from calque.session.inventory import owner_of
+from calque.session.protocol import RequestError
+from calque.session.registry import Held
+
+if TYPE_CHECKING:
+    from calque.session.service import Caller, Service
+
+
+def adopt(svc: Service, c: Caller, held: Held) -> Any:
+    if owner_of(c.pid) != c.uid:
+        raise RequestError(
+            "forbidden", f"pid {c.pid} is not a process of uid {c.uid} (any more); run from your own shell"
+        )
+    try:
+        where = SessionCgroups.from_config(svc.config).adopt(held.session.id, c.pid)
+    except CgroupError as exc:
+        raise RequestError("refused", f"cannot start work inside session {held.session.id}: {exc}") from exc
+    view = held.session.model_dump(mode="json")
+    return {"session": view, "env": held.session.env, "cgroup": str(where)}

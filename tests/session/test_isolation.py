@@ -1,0 +1,246 @@
+"""A session's access ends with it: its cgroup, every descriptor on its nodes, its ACLs, its pipe directory.
+
+Attacks from issue 12, as created Unix users against a real daemon: a retained node descriptor, a
+holder widening her node's mode, a process left running after check-in, a stray opener of a free
+slice's node, an MPS pipe directory open to everyone, notices to a terminal the holder does not own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from calque.session.cgroup import cgroup2_mount
+from calque.session.isolation import acl_users
+
+from .conftest import CLI, Host, User, as_user, wait_for
+
+pytestmark = pytest.mark.slow
+
+HOLD = "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); print('holding', flush=True); time.sleep(120)"
+
+
+def _nodes(host: Host, uuid: str) -> list[Path]:
+    mig = next(m for m in host.migs if m.uuid == uuid)
+    return [Path(p) for p in host.sim.capability_devices(mig)]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def _hold(user: User, node: Path) -> subprocess.Popen[str]:
+    """``user``'s process holding ``node`` open (opened while ``user`` may), outside any session cgroup."""
+    p = subprocess.Popen(as_user(user, ["/usr/bin/python3", "-c", HOLD, str(node)]), stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    return p
+
+
+@pytest.fixture
+def cgroup_parent() -> Iterator[Path]:
+    """A cgroup v2 directory of this test's own (skips where cgroup v2 is absent or read-only)."""
+    mount = cgroup2_mount()
+    if mount is None:
+        pytest.skip("no cgroup v2 hierarchy on this machine")
+    parent = mount / f"calque-test-{secrets.token_hex(4)}"
+    try:
+        parent.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cgroup v2 at {mount} is not writable here: {exc}")
+    yield parent
+    for child in [p for p in parent.iterdir() if p.is_dir()]:
+        (child / "cgroup.kill").write_text("1")
+        wait_for(lambda c=child: not (c / "cgroup.procs").read_text().split(), 5)  # type: ignore[misc]
+        child.rmdir()
+    parent.rmdir()
+
+
+def test_retained_node_descriptor_dies_with_the_session(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start()
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    node = _nodes(host, s["slice_id"])[0]
+    keeper = _hold(alice, node)  # eval-mode work: not in the session's cgroup
+    try:
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        checked_in = time.monotonic()
+        assert wait_for(lambda: _gone(keeper.pid), 5)
+        assert time.monotonic() - checked_in <= 1.0, "the descriptor outlived the session by more than 1 s"
+        assert keeper.wait(5) == -signal.SIGKILL
+        assert host.run_as(alice, ["/usr/bin/test", "-r", str(node)]).returncode != 0
+        assert host.run_as(bob, ["/usr/bin/test", "-r", str(node)]).returncode != 0
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+            keeper.wait()
+
+
+def test_holder_cannot_widen_access_to_her_nodes(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start()
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    for node in _nodes(host, s["slice_id"]):
+        assert node.stat().st_uid == 0 and acl_users(node) == {alice.uid: 4}
+        # Only the owner may chmod or change the ACL, and the owner is root.
+        assert host.run_as(alice, ["/bin/chmod", "0444", str(node)]).returncode != 0
+        assert host.run_as(alice, ["/usr/bin/setfacl", "-m", f"u:{bob.uid}:r", str(node)]).returncode != 0
+        assert host.run_as(bob, ["/usr/bin/test", "-r", str(node)]).returncode != 0
+        assert host.run_as(alice, ["/usr/bin/test", "-r", str(node)]).returncode == 0
+
+
+def test_a_node_descriptor_handed_to_another_user_is_ended(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(reassert_every=0.5)
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    held = _nodes(host, s["slice_id"])[0]
+    free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))[0]
+    mine = _hold(alice, held)  # Alice's own use of her slice: left alone
+    # Descriptors Bob never could have opened, handed to his process (as SCM_RIGHTS or inheritance
+    # would): one of Alice's live slice, one of a free slice.
+    fds = [os.open(held, os.O_RDONLY), os.open(free, os.O_RDONLY)]
+    idle = "import time; print('holding', flush=True); time.sleep(120)"
+    bobs = subprocess.Popen(
+        as_user(bob, ["/usr/bin/python3", "-c", idle]), pass_fds=fds, stdout=subprocess.PIPE, text=True
+    )
+    for fd in fds:
+        os.close(fd)
+    try:
+        assert bobs.wait(5) == -signal.SIGKILL  # may be before it even printed "holding"
+        time.sleep(1.0)  # two more re-checks
+        assert mine.poll() is None, "the holder's own process on her own node was ended"
+    finally:
+        for p in (mine, bobs):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(reassert_every=60)  # the timer's re-check is far off: only the watcher can act in time
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    caps = host.dir / "root/dev/nvidia-caps"
+    new = caps / "nvidia-cap999"
+    os.close(os.open(new, os.O_CREAT | os.O_WRONLY, 0o444))  # as the driver makes a new MIG device's node
+    free = _nodes(host, next(m.uuid for m in host.migs if m.uuid != s["slice_id"]))[0]
+    held = _nodes(host, s["slice_id"])[0]
+    for n in (free, held):  # as the driver resets modes (DeviceFileModify: 1) when a device is opened
+        os.chmod(n, 0o444)
+        os.close(os.open(n, os.O_RDONLY))
+    assert wait_for(lambda: all(n.stat().st_mode & 0o777 == 0o400 for n in (new, free)), 1.0, every=0.01)
+    assert wait_for(lambda: acl_users(held) == {alice.uid: 4} and held.stat().st_mode & 0o007 == 0, 1.0, every=0.01)
+
+
+def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct")
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    out = host.dir / "run.out"
+    out.touch()
+    out.chmod(0o666)
+    script = f'echo "$CALQUE_SESSION_ID $CUDA_VISIBLE_DEVICES" > {out}; sleep 300 & exec sleep 301'
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sh", "-c", script]
+    work = subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir)
+    cg = cgroup_parent / s["id"]
+    try:
+        assert wait_for(lambda: cg.is_dir() and len((cg / "cgroup.procs").read_text().split()) == 2, 20)
+        assert out.read_text().split() == [s["id"], s["slice_id"]]
+        pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
+        assert work.pid in pids  # the CLI process itself was adopted, then exec'd the command
+        # Bob cannot run in Alice's session.
+        res = host.cli(bob, "session", "run", "--session", s["id"], "--", "/bin/true")
+        assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        checked_in = time.monotonic()
+        assert wait_for(lambda: all(_gone(p) for p in pids), 5)
+        assert time.monotonic() - checked_in <= 1.0
+        assert work.wait(5) == -signal.SIGKILL
+        assert wait_for(lambda: not cg.exists(), 5)
+    finally:
+        if work.poll() is None:
+            work.kill()
+            work.wait()
+
+
+def test_expiry_ends_the_session_cgroup_after_sigterm(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    alice = make_user()
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct", kill_grace=0.3)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "2s", "--json", check=True).stdout)
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    # A shell that ignores SIGTERM: the grace passes, then the cgroup is killed.
+    cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sh", "-c", "trap '' TERM; sleep 300; sleep 1"]
+    work = subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir)
+    try:
+        assert work.wait(15) == -signal.SIGKILL
+        assert wait_for(lambda: not (cgroup_parent / s["id"]).exists(), 5)
+        assert [e["event"] for e in host.audit_events() if e["session"] == s["id"]][-1] == "expiry"
+    finally:
+        if work.poll() is None:
+            work.kill()
+            work.wait()
+
+
+def test_mps_pipe_directory_opens_to_the_slot_holder_alone(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    pipe = host.dir / "mps/gpu1"
+    pipe.mkdir(parents=True, mode=0o755)
+    (pipe / "control").touch()
+    host.start(reassert_every=0.3)
+    assert wait_for(lambda: pipe.stat().st_mode & 0o777 == 0o700, 5)  # no slot held: root's alone
+    s = json.loads(
+        host.cli(
+            alice, "session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", "--json", check=True
+        ).stdout
+    )
+    assert s["env"]["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
+    assert acl_users(pipe) == {alice.uid: 7}
+    assert host.run_as(alice, ["/usr/bin/test", "-e", str(pipe / "control")]).returncode == 0
+    assert host.run_as(bob, ["/usr/bin/test", "-e", str(pipe / "control")]).returncode != 0
+    host.cli(alice, "session", "checkin", s["id"], check=True)
+    assert wait_for(lambda: acl_users(pipe) == {}, 5)
+    assert host.run_as(alice, ["/usr/bin/test", "-e", str(pipe / "control")]).returncode != 0
+
+
+def test_notices_reach_only_terminals_the_holder_owns(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(notice_before=2.0)
+    mine_m, mine_s = os.openpty()
+    os.chown(os.ttyname(mine_s), alice.uid, -1)
+    theirs_m, theirs_s = os.openpty()
+    os.chown(os.ttyname(theirs_s), bob.uid, -1)  # Bob's terminal, which Alice's process has open
+    procs = [
+        subprocess.Popen(as_user(alice, ["/bin/sleep", "60"]), stdin=tty, stdout=tty, stderr=tty)
+        for tty in (mine_s, theirs_s)
+    ]
+    try:
+        s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "3s", "--json", check=True).stdout)
+        assert wait_for(lambda: any(e["event"] == "notice" for e in host.audit_events()), 10)
+        for m in (mine_m, theirs_m):
+            os.set_blocking(m, False)
+        assert f"session {s['id']}" in os.read(mine_m, 65536).decode(errors="replace")
+        with pytest.raises(BlockingIOError):
+            os.read(theirs_m, 65536)
+        notice = next(e for e in host.audit_events() if e["event"] == "notice")
+        assert notice["terminals"] == 1
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for fd in (mine_m, mine_s, theirs_m, theirs_s):
+            os.close(fd)
