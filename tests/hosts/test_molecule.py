@@ -11,15 +11,12 @@ minutes each, for no check the e2e does not make.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-from .paths import HOSTS_DIR
-from .scenarios import COLLECTION, MOLECULE_DIR, roles, run_molecule, scenarios
+from .scenarios import COLLECTION, MOLECULE_DIR, MoleculeRuns, roles, scenarios
 
-SCENARIO_TIMEOUT = 900  # seconds; a hung scenario is killed (its process group) and torn down
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -46,12 +43,10 @@ def test_every_role_is_tested_on_booted_hosts_by_a_scenario_or_the_e2e() -> None
 @pytest.mark.hosts
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", scenarios())
-def test_molecule_scenario_converges_idempotently_and_verifies(
-    scenario: str, wheelhouse: Path, host_image: Path
-) -> None:
-    log = HOSTS_DIR / "logs" / f"molecule-{scenario}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    rc = run_molecule(scenario, ["test"], log=log, timeout=SCENARIO_TIMEOUT)
+def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, molecule_runs: MoleculeRuns) -> None:
+    # Run in the background beside the e2e (conftest.py's molecule_runs), one scenario at a time.
+    rc = molecule_runs.wait(scenario)
+    log = molecule_runs.log(scenario)
     text = ANSI.sub("", log.read_text(errors="replace"))
     assert rc == 0, f"molecule test -s {scenario} exited {rc} (log: {log}):\n" + "\n".join(text.splitlines()[-80:])
     for step in ("converge", "idempotence", "verify"):

@@ -26,6 +26,7 @@ import pytest
 from .fleet import Fleet, HostSpec
 from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami
 from .paths import HOSTS_DIR
+from .scenarios import SCENARIO_TEST
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -74,7 +75,10 @@ class Estate:
 
 
 @pytest.fixture(scope="module")
-def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
+def estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureRequest) -> Iterator[Estate]:
+    # The session's molecule scenarios (if any are selected) start now and run beside this module.
+    if any(item.name.startswith(SCENARIO_TEST) for item in request.session.items):
+        request.getfixturevalue("molecule_runs")
     fleet = Fleet("e2e")
     specs = [
         HostSpec(MIG, "rtx-pro-6000", ("teaching",)),
