@@ -111,7 +111,7 @@ def list_runs() -> None:
     "molecule",
     context_settings={"ignore_unknown_options": True},
     help="Run molecule for one of calque.gpu's scenarios from the collection's root, with this checkout's "
-    "own working directory (e.g. `molecule runtime test`, `molecule runtime converge`).",
+    "own working directory (e.g. `molecule pool_worker test`, `molecule pool_worker converge`).",
 )
 @click.argument("scenario")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

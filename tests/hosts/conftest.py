@@ -14,8 +14,12 @@ import pytest
 
 from .fleet import Fleet, HostSpec
 from .image import ensure_image
+from .paths import HOSTS_DIR
 from .preflight import unavailable_reason
+from .scenarios import SCENARIO_TEST, MoleculeRuns
 from .wheelhouse import ensure_wheelhouse
+
+SCENARIO_TIMEOUT = 900  # seconds; a hung scenario is killed (its process group) and torn down
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,6 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The scenarios' tests last: their scenarios run in the background from the first test that asks
+    # for molecule_runs (the e2e's hosts fixture), and these only collect the results.
+    items.sort(key=lambda item: item.name.startswith(SCENARIO_TEST))  # stable: the rest keep their order
     reason = unavailable_reason()
     if reason is None:
         return
@@ -61,3 +68,17 @@ def boot_hosts(host_image: Path) -> Iterator[BootHosts]:
     yield boot
     for f in fleets:
         f.down()
+
+
+@pytest.fixture(scope="session")
+def molecule_runs(request: pytest.FixtureRequest, wheelhouse: Path, host_image: Path) -> Iterator[MoleculeRuns]:
+    """``molecule test`` of every scenario this session selected, started in the background the first
+    time a test asks (the e2e does, so the two overlap); each scenario's test waits for its own."""
+    names = [
+        item.callspec.params["scenario"]
+        for item in request.session.items
+        if item.name.startswith(SCENARIO_TEST) and hasattr(item, "callspec") and not item.get_closest_marker("skip")
+    ]
+    runs = MoleculeRuns(names, HOSTS_DIR / "logs", SCENARIO_TIMEOUT).start()
+    yield runs
+    runs.close()

@@ -26,6 +26,7 @@ import pytest
 from .fleet import Fleet, HostSpec
 from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami
 from .paths import HOSTS_DIR
+from .scenarios import SCENARIO_TEST
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -74,7 +75,10 @@ class Estate:
 
 
 @pytest.fixture(scope="module")
-def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
+def estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureRequest) -> Iterator[Estate]:
+    # The session's molecule scenarios (if any are selected) start now and run beside this module.
+    if any(item.name.startswith(SCENARIO_TEST) for item in request.session.items):
+        request.getfixturevalue("molecule_runs")
     fleet = Fleet("e2e")
     specs = [
         HostSpec(MIG, "rtx-pro-6000", ("teaching",)),
@@ -114,6 +118,54 @@ def test_site_converges_three_hosts_and_a_second_run_changes_nothing(estate: Est
         estate.fleet.ssh(MPS, "systemctl is-active calque-mps.target calque-session.service").stdout.split()
         == ["active"] * 2
     )
+
+
+def unit(fleet: Fleet, host: str, name: str, *props: str) -> dict[str, str]:
+    out = fleet.ssh(host, f"systemctl show {name} " + " ".join(f"-p {p}" for p in props)).stdout
+    return {k: v for k, _, v in (line.partition("=") for line in out.splitlines())}
+
+
+# The runtime, gpu_layout and session_service roles have no molecule scenario of their own: site.yml
+# here converges all three on three hosts and a second run changes nothing (the test above); this test
+# checks what each one leaves on a host, the checks their scenarios made (tests/hosts/README.md).
+def test_each_role_left_what_its_readme_promises(estate: Estate, wheelhouse: Path) -> None:
+    f = estate.fleet
+    sums = [line.split() for line in (wheelhouse / "SHA256SUMS").read_text().splitlines()]
+    wheel_sha = next(sha for sha, name in sums if name.lstrip("*").startswith("calque-"))
+    imports = "import boto3, pydantic, yaml, pynvml, calque; print(calque.__version__)"
+    for host in (MIG, H100, MPS):
+        # runtime: calque on PATH for any user, from the staged wheel (sha256 recorded), with its
+        # pinned dependencies importable (the hosts reach no index), and /etc/calque/host.yaml.
+        version = f.ssh(host, "runuser -u nobody -- calque --version").stdout.split()[-1]
+        assert f.ssh(host, "readlink /usr/local/bin/calque").stdout.strip() == "/opt/calque/venv/bin/calque"
+        assert f.ssh(host, "cat /opt/calque/venv/calque-wheel.sha256").stdout.strip() == wheel_sha
+        assert f.ssh(host, f"/opt/calque/venv/bin/python -c '{imports}'").stdout.strip() == version
+        assert f.ssh(host, "stat -c '%U %a' /etc/calque/host.yaml").stdout.strip() == "root 644"
+        # session_service: the packaged hardened unit, enabled and running the venv's calque, and the
+        # configuration calque loads from this host's group_vars.
+        s = unit(f, host, "calque-session.service", "ActiveState", "UnitFileState", "ExecStart", "ProtectSystem")
+        assert (s["ActiveState"], s["UnitFileState"], s["ProtectSystem"]) == ("active", "enabled", "strict")
+        assert "/opt/calque/venv/bin/calque session serve" in s["ExecStart"]
+        check = f.ssh(host, "calque config check session /etc/calque/session.yaml --json").stdout
+        summary = json.loads(check)["summary"]
+        expected = (7200, ["teaching-staff"]) if host != MPS else (28800, ["nlp-group"])
+        assert (summary["default_ttl_s"], summary["group_limits"]) == expected
+    # gpu_layout, MIG: the teaching-small config on each card, and the boot unit before sessions and MPS.
+    rtx = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)["gpus"]
+    h100 = json.loads(f.ssh(H100, "calque gpu mig show --json").stdout)["gpus"]
+    assert [i.split("@")[0] for i in rtx[0]["layout"]["instances"]] == ["1g.24gb"] * 4
+    assert len(h100) == 8 and all([i.split("@")[0] for i in g["layout"]["instances"]] == ["1g.10gb"] * 7 for g in h100)
+    for host in (MIG, H100):
+        g = unit(f, host, "calque-gpu.service", "UnitFileState", "ActiveState", "ExecStart", "Before")
+        assert (g["UnitFileState"], g["ActiveState"]) == ("enabled", "active")
+        assert "/opt/calque/venv/bin/calque gpu mig apply --config /etc/calque/mig-layout.yaml" in g["ExecStart"]
+        assert {"calque-session.service", "calque-mps.target"} <= set(g["Before"].split())
+    # gpu_layout, MPS: one daemon on the L40S under calque-mps.target, run by the venv's calque.
+    m = unit(f, MPS, "calque-mps@0.service", "ActiveState", "ExecStart", "PartOf")
+    assert m["ActiveState"] == "active" and m["PartOf"] == "calque-mps.target"
+    assert "path=/opt/calque/venv/bin/calque" in m["ExecStart"]
+    daemons = json.loads(f.ssh(MPS, "calque gpu mps status --json").stdout)["daemons"]
+    assert [(d["running"], d["compute_mode"]) for d in daemons] == [(True, "EXCLUSIVE_PROCESS")]
 
 
 def test_users_open_only_their_own_slices_one_checks_in_the_other_expires_on_time(estate: Estate) -> None:
