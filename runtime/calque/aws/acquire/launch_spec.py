@@ -103,11 +103,11 @@ def cohort_tags(spec: CohortSpec, expires: datetime) -> dict[str, str]:
     return tags
 
 
-def resolve_image(ec2: Any, ssm: Any, spec: CohortSpec) -> tuple[str, str]:
+def resolve_ami(ec2: Any, ssm: Any, ami: str | None, parameter: str | None) -> tuple[str, str]:
     """The AMI id (given, or read from the SSM parameter) and its root device name."""
-    image_id = spec.ami
+    image_id = ami
     if not image_id:
-        name = spec.ami_ssm_parameter or DEFAULT_AMI_SSM_PARAMETER
+        name = parameter or DEFAULT_AMI_SSM_PARAMETER
         missing = f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
         with aws_errors(f"read SSM parameter {name!r}", missing=missing):
             image_id = str(ssm.get_parameter(Name=name)["Parameter"]["Value"])
@@ -116,6 +116,11 @@ def resolve_image(ec2: Any, ssm: Any, spec: CohortSpec) -> tuple[str, str]:
     if not images:
         raise UsageError(f"AMI {image_id!r} was not found in this region; give an AMI id that exists here")
     return image_id, str(images[0].get("RootDeviceName") or "/dev/xvda")
+
+
+def resolve_image(ec2: Any, ssm: Any, spec: CohortSpec) -> tuple[str, str]:
+    """A cohort's AMI id and root device name (see :func:`resolve_ami`)."""
+    return resolve_ami(ec2, ssm, spec.ami, spec.ami_ssm_parameter)
 
 
 def run_instances_params(

@@ -11,24 +11,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from calque.aws.acquire.launch_spec import DEFAULT_AMI_SSM_PARAMETER
-from calque.aws.errors import aws_errors, describe, error_code, is_not_found
+from calque.aws.acquire.launch_spec import resolve_ami
+from calque.aws.errors import describe, error_code, is_not_found
 from calque.errors import UsageError
-
-
-def resolve_ami(ec2: Any, ssm: Any, ami: str | None, parameter: str | None) -> tuple[str, str]:
-    """The AMI id (given, or read from the SSM parameter) and its root device name."""
-    image_id = ami
-    if not image_id:
-        name = parameter or DEFAULT_AMI_SSM_PARAMETER
-        missing = f"SSM parameter {name!r} does not exist in this region; give ami or another ami_ssm_parameter"
-        with aws_errors(f"read SSM parameter {name!r}", missing=missing):
-            image_id = str(ssm.get_parameter(Name=name)["Parameter"]["Value"])
-    with aws_errors(f"describe AMI {image_id!r}", missing=f"AMI {image_id!r} cannot be used in this region"):
-        images = ec2.describe_images(ImageIds=[image_id])["Images"]
-    if not images:
-        raise UsageError(f"AMI {image_id!r} was not found in this region; give an AMI id that exists here")
-    return image_id, str(images[0].get("RootDeviceName") or "/dev/xvda")
 
 
 def check_instance_profile(iam: Any, profile: str) -> None:
