@@ -63,7 +63,7 @@ def _render_status(s: PoolStatus) -> str:
 
 
 @click.command()
-@click.option("--model", default=None, help="The pool's model: the queue of a pool named by its model alone.")
+@click.option("--model", default=None, help="The pool's model (without --pool: the queue of a pool named by its model).")
 @click.option("--pool", "pool_name", default=None, help="The pool's name (lab-a/embedder): queue, group and scaling.")
 @click.option(
     "--run", "run_id", default=None, help="Show this run instead: items ok and failed, failed claims' reasons."
@@ -97,8 +97,8 @@ def status(
     from calque.pool.loads import LoadRecords, health, load_error
     from calque.pool.submit import PoolTarget
 
-    if (model is None) == (pool_name is None):
-        raise UsageError("give one of --pool (a named pool, e.g. lab-a/embedder) or --model (a model-named pool)")
+    if model is None and pool_name is None:
+        raise UsageError("give --pool (a named pool, e.g. lab-a/embedder) or --model (a pool named by its model)")
     names = None
     if pool_name is not None:
         from calque.aws.pool_names import pool_names
@@ -107,7 +107,7 @@ def status(
             names = pool_names(pool_name)
         except ValueError as exc:
             raise UsageError(f"--pool: {exc}") from None
-    label = model or pool_name or ""
+    label = model or pool_name or ""  # --pool names the queue; --model, when given too, labels it
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
     queue = PoolQueue(sqs, label, names.queue if names else None, cloudwatch=cloudwatch)
