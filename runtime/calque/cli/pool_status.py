@@ -63,7 +63,7 @@ def _render_status(s: PoolStatus) -> str:
 
 
 @click.command()
-@click.option("--model", default=None, help="The pool's model (without --pool: the queue of a pool named by its model).")
+@click.option("--model", default=None, help="The pool's model (alone: the queue of a pool named by its model).")
 @click.option("--pool", "pool_name", default=None, help="The pool's name (lab-a/embedder): queue, group and scaling.")
 @click.option(
     "--run", "run_id", default=None, help="Show this run instead: items ok and failed, failed claims' reasons."
