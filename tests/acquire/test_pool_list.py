@@ -38,7 +38,7 @@ def test_status_with_pool_reads_the_named_pools_queue_not_the_models(moto: str) 
     PoolQueueOp(AwsSession()).run(PoolQueueRequest(model="BAAI/bge", pool="lab-a/embedder"))
     named = CliRunner().invoke(cli, ["pool", "status", "--model", "BAAI/bge", "--pool", "lab-a/embedder", "--json"])
     assert named.exit_code == 0, named.output
-    assert json.loads(named.output)["queue_name"].startswith("calque-lab-a-embedder-")
+    assert json.loads(named.output)["queue"]["queue_name"].startswith("calque-lab-a-embedder-")  # beside its group
     by_model = CliRunner().invoke(cli, ["pool", "status", "--model", "BAAI/bge"])
     assert by_model.exit_code != 0 and "no pool queue" in str(by_model.exception)
     bad = CliRunner().invoke(cli, ["pool", "status", "--model", "m", "--pool", "Lab A"])

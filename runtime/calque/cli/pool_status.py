@@ -106,7 +106,7 @@ def status(
         try:
             names = pool_names(pool_name)
         except ValueError as exc:
-            raise UsageError(f"--pool: {exc}") from None
+            raise click.BadParameter(str(exc), param_hint="--pool") from None
     label = model or pool_name or ""  # --pool names the queue; --model, when given too, labels it
     sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
     cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
