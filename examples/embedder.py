@@ -35,5 +35,8 @@ class Embedder:
 
 
 @app.local_entrypoint()
-def main():
-    print(Embedder().embed.remote(["hello"]))
+def main(count: int = 6):
+    # As on Modal: a batched method takes one input per call; .map streams results back in input order.
+    texts = [f"sentence {i}" for i in range(count)]
+    for text, row in zip(texts, Embedder().embed.map(texts)):
+        print(f"{text!r} -> {row['vector'][:4]} ({row['model']})")
