@@ -50,7 +50,8 @@ def test_sandbox_runs_the_pool_flow_end_to_end_and_cleans_up() -> None:
     # calque run: the script's own local entrypoint, its .map streamed back in input order, warm
     lines = re.findall(r"^'sentence (\d+)' -> \[[^]]+\] \(demo-embedder-8d\)$", out, re.M)
     assert lines == [str(i) for i in range(12)], out
-    assert re.search(r"calque run: 12 of 12 items done \(0 failed\) on pool sandbox/embedder; .*enter paid 0\.00s", out)
+    tally = r"calque run: 12 of 12 items done \(0 failed\) on pool sandbox/embedder; .*enter paid 0\.00s"
+    assert re.search(tally, proc.stderr), proc.stderr  # the tally goes to stderr, beside the progress
     assert re.search(rf"{QUEUE}\s+0\s+0\s+0\s+0", out)  # calque pool status: nothing left queued
 
     # teardown: workers stopped by SIGTERM, the group drained (its instances terminated), queue removed, moto stopped
