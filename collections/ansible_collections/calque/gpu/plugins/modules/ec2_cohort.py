@@ -76,48 +76,6 @@ options:
     description:
       - Highest spot price in USD per hour. Unset caps spot at the on-demand price.
     type: float
-  ami:
-    description:
-      - AMI id. Mutually exclusive with O(ami_ssm_parameter).
-    type: str
-  ami_ssm_parameter:
-    description:
-      - SSM parameter whose value is the AMI id, for example the AWS Deep Learning Base AMI's
-        C(/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id),
-        which is used when neither this nor O(ami) is given.
-    type: str
-  root_volume:
-    description:
-      - The root EBS volume. It is always encrypted and deleted with the instance.
-    type: dict
-    default: {}
-    suboptions:
-      size_gib:
-        description: Size in GiB, C(8..16384).
-        type: int
-        default: 100
-      type:
-        description: EBS volume type.
-        type: str
-        choices: [gp3, gp2, io1, io2]
-        default: gp3
-      kms_key_id:
-        description: KMS key for the encryption. Unset uses the account's default EBS key.
-        type: str
-  instance_profile:
-    description:
-      - IAM instance profile, by name or ARN.
-    type: str
-  security_groups:
-    description:
-      - Security group ids.
-    type: list
-    elements: str
-    default: []
-  key_name:
-    description:
-      - EC2 key pair name.
-    type: str
   user_data:
     description:
       - Extra user-data, a shell script or a C(#cloud-config) document. It runs after calque's TTL boot
@@ -179,6 +137,7 @@ notes:
   - The vCPU quota is read from Service Quotas where the credentials allow; otherwise the module warns
     and lets EC2 enforce it.
 extends_documentation_fragment:
+  - calque.gpu.launch
   - calque.gpu.runtime
   - calque.gpu.offline
   - calque.gpu.attributes

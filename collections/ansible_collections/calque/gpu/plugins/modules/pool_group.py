@@ -73,41 +73,6 @@ options:
     description: Instances that are always on-demand, before spot.
     type: int
     default: 0
-  ami:
-    description: AMI id; or use O(ami_ssm_parameter).
-    type: str
-  ami_ssm_parameter:
-    description: SSM parameter naming the AMI id (default the AWS Deep Learning Base AMI's).
-    type: str
-  root_volume:
-    description:
-      - The root EBS volume. It is always encrypted and deleted with the instance.
-    type: dict
-    default: {}
-    suboptions:
-      size_gib:
-        description: Size in GiB, C(8..16384).
-        type: int
-        default: 100
-      type:
-        description: EBS volume type.
-        type: str
-        choices: [gp3, gp2, io1, io2]
-        default: gp3
-      kms_key_id:
-        description: KMS key for the encryption. Unset uses the account's default EBS key.
-        type: str
-  instance_profile:
-    description: IAM instance profile of the workers, by name or ARN.
-    type: str
-  security_groups:
-    description: Security group ids.
-    type: list
-    elements: str
-    default: []
-  key_name:
-    description: EC2 key pair name.
-    type: str
   user_data:
     description: The workers' bootstrap (calque.gpu.pool_spec's RV(calque.gpu.pool_spec#module:user_data)).
     type: str
@@ -149,6 +114,7 @@ options:
     type: int
     default: 600
 extends_documentation_fragment:
+  - calque.gpu.launch
   - calque.gpu.runtime
   - calque.gpu.offline
   - calque.gpu.attributes
