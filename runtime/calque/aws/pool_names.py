@@ -58,7 +58,6 @@ class PoolNames:
     role: str  # the workers' IAM role
     instance_profile: str
     policy: str  # the role's inline policy
-    prefix: str  # S3 key prefix inside the bucket (``pools/<base>``), without a trailing slash
 
     @property
     def tags(self) -> dict[str, str]:
@@ -83,9 +82,6 @@ def pool_names(pool: str) -> PoolNames:
         role=f"{base}-worker",
         instance_profile=f"{base}-worker",
         policy=f"{base}-worker",
-        # The hashed base, never the pool name itself: ``pools/lab-a/*`` would also cover the keys of
-        # ``lab-a/embedder``, so an IAM grant on one pool's prefix would reach another's.
-        prefix=f"pools/{base}",
     )
 
 
