@@ -300,7 +300,10 @@ class Fleet:
     ) -> subprocess.CompletedProcess[str]:
         """Run a shell ``command`` on ``host`` over real ssh from the controller namespace."""
         cmd = [str(self.bin / "ssh"), *(options or []), "-l", user, host, command]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input, check=False)
+        # Never the session's own stdin: ssh sets O_NONBLOCK on the file it inherits, and every
+        # ansible-core that shares that file then refuses to start ("requires blocking IO").
+        stdin = {} if input is not None else {"stdin": subprocess.DEVNULL}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=input, check=False, **stdin)
         if check and r.returncode != 0:
             raise HostError(
                 f"ssh {user}@{host} {command!r} exited {r.returncode}: {r.stderr.strip() or r.stdout.strip()}"
@@ -312,6 +315,8 @@ class Fleet:
         if "stdout" not in kw:
             kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
+        if "input" not in kw:
+            kw.setdefault("stdin", subprocess.DEVNULL)  # see run(): ssh beneath must not share ours
         return subprocess.run(["ip", "netns", "exec", self.controller_ns, *argv], check=False, **kw)
 
     def ansible_env(self) -> dict[str, str]:
@@ -333,6 +338,7 @@ class Fleet:
         """Copy a file or directory tree to ``host`` (scp -r, as root)."""
         r = subprocess.run(
             [str(self.bin / "scp"), "-q", "-r", str(source), f"root@{host}:{dest}"],
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=300,

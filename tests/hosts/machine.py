@@ -133,7 +133,9 @@ class Host:
     def exec(self, argv: list[str], timeout: float = 60.0, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside the host (all its namespaces) as root, without ssh."""
         cmd = ["nsenter", "-t", str(self.leader()), "-a", *argv]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=check)
+        return subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=check
+        )
 
     def wait_booted(self, deadline: float) -> str:
         """Wait until systemd says running or degraded; returns that state."""

@@ -67,6 +67,9 @@ def run_molecule(
             cmd,
             cwd=COLLECTION,
             env=molecule_env(scenario),
+            # Its own stdin: an ssh elsewhere in the session may have made the session's non-blocking,
+            # and molecule's first step (ansible-playbook --version) then exits 1.
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
             start_new_session=True,

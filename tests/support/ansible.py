@@ -73,7 +73,7 @@ def run_playbook(
         cmd.append("--check")
     if diff:
         cmd.append("--diff")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=300)
     results: list[dict[str, Any]] = []
     try:
         doc = json.loads(proc.stdout)

@@ -91,7 +91,11 @@ class SessionClient:
         if op == "checkout" and not args.get("request_id"):
             args["request_id"] = uuid.uuid4().hex
         line = SessionRequest(op=op, args=args).model_dump_json().encode() + b"\n"
-        deadline = time.monotonic() + self.retry_for
+        start = time.monotonic()
+        deadline = start + self.retry_for
+        # A full listen backlog (EAGAIN) means the daemon is up but busy: worth waiting for as long
+        # as an answer would be, not only as long as for a daemon that is still starting.
+        busy_deadline = start + max(self.retry_for, self.timeout)
         delay = 0.05
         while True:
             sent = False
@@ -108,7 +112,10 @@ class SessionClient:
                 retryable = (not sent and exc.errno in _CONNECT_ERRNOS) or (
                     sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
                 )
-                if not retryable or time.monotonic() + delay > deadline:
+                busy = not sent and exc.errno == errno.EAGAIN
+                if busy:
+                    delay = min(delay, 0.01)  # the backlog drains in milliseconds
+                if not retryable or time.monotonic() + delay > (busy_deadline if busy else deadline):
                     # never connected: exit 6 (unreachable); a broken exchange after sending stays exit 3
                     error = UnreachableError if not sent else InfrastructureError
                     raise error(
