@@ -11,6 +11,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,28 @@ def moto(moto_endpoint: str) -> Iterator[str]:
     fake_instance_refresh.reset()
     os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
     yield moto_endpoint
+
+
+# --- Side by side (scripts/test runs pytest -n N) --------------------------------------------------
+# The booted-host tier runs as one unit on one worker, in its own order (the e2e starts the molecule
+# scenarios beside it), and first: it is the longest chain, and it spends its time waiting on ssh and
+# systemd while the other workers take every other test one at a time, wherever a worker is free.
+HOSTS_TIER = "tests/hosts/"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(HOSTS_TIER))  # stable: each tier keeps its order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """A unit of work is the whole host tier, or else a single test (a module-scoped fixture is
+        then set up once per worker that runs one of its tests: only tests/unit/test_packaging.py has one)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return HOSTS_TIER if nodeid.startswith(HOSTS_TIER) else nodeid
+
+    return TierScheduling(config, log)

@@ -172,7 +172,15 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
     items.write_text('{"args": [1], "kwargs": {"delay": 0.5}}\n')
     args = [*base_args(network, SLOW, "1,60"), "--items", str(items), "--i-understand-this-spends-money"]
     calque = Path(sys.executable).parent / "calque"
-    proc = subprocess.Popen([str(calque), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # ctrl-c's default action, even where this session inherited SIGINT ignored (a job started with &
+    # from a script), which the ramp would rightly keep ignoring.
+    proc = subprocess.Popen(
+        [str(calque), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         assert proc.stderr is not None

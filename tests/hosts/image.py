@@ -24,12 +24,14 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # must be here: systemd as PID 1 (systemd, systemd-sysv, dbus), sshd for ansible, python3 and venv for
 # the calque virtualenv, python3-apt/python3-debian for ansible's apt and deb822_repository modules
 # (the nvidia_driver role's local repository), sudo and acl for become_user to unprivileged users
-# (ansible sets ACLs on its temporary files), iproute2 and procps for checks, kmod for the driver role.
+# (ansible sets ACLs on its temporary files), iproute2 and procps for checks, kmod for the driver role,
+# logrotate (on every standard Debian install) for the session service's rotation of its audit trail.
 PACKAGES: tuple[str, ...] = (
     "acl",
     "dbus",
     "iproute2",
     "kmod",
+    "logrotate",
     "openssh-server",
     "procps",
     "python3",
@@ -41,7 +43,8 @@ PACKAGES: tuple[str, ...] = (
     "systemd-sysv",
 )
 # Timers that would run apt (and take dpkg's lock) in the middle of a test, masked in the image.
-MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer")
+# logrotate.timer too: the e2e rotates by hand, when it wants to.
+MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer", "logrotate.timer")
 # Bumped whenever _customise changes, so the key changes with it.
 IMAGE_REVISION = 1
 

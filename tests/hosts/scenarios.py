@@ -2,11 +2,14 @@
 
 molecule keys its working ("ephemeral") directory by the collection folder's name alone, so two
 checkouts running the same scenario would share it (and each other's inventories). Every run here
-gets its own under this checkout's build/hosts/molecule/<scenario>.
+gets its own, build/hosts/molecule/<scenario>/state: one level down, because molecule removes the
+ephemeral directory's *parent* when a scenario ends, which must not be shared by scenarios that run
+at the same time.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -33,12 +36,16 @@ def roles() -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
 
 
+def ephemeral_dir(scenario: str) -> Path:
+    return HOSTS_DIR / "molecule" / scenario / "state"
+
+
 def molecule_env(scenario: str) -> dict[str, str]:
     venv_bin = REPO / ".venv" / "bin"
     return {
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(HOSTS_DIR / "molecule" / scenario),
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(ephemeral_dir(scenario)),
         "NO_COLOR": "1",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
@@ -92,18 +99,23 @@ def run_molecule(
 
 
 class MoleculeRuns:
-    """``molecule test`` of some scenarios, one after another in a thread, while the test session
-    does something else meanwhile (pytest runs the e2e then): both spend much of their time waiting
-    on ssh round trips and systemd, and one alone keeps about one of this machine's two cores busy.
-    At most one scenario runs at a time, so at most two runs of hosts are up at once."""
+    """``molecule test`` of some scenarios in background threads, at most ``parallel`` at a time, while
+    the test session does something else meanwhile (pytest runs the e2e then): all of them spend
+    most of their time waiting on ssh round trips and systemd. Each scenario boots its own run of
+    hosts (``mol-<scenario>``), so runs never share a host."""
 
-    def __init__(self, names: list[str], log_dir: Path, timeout: float) -> None:
+    def __init__(self, names: list[str], log_dir: Path, timeout: float, parallel: int = 2) -> None:
         self.names, self.log_dir, self.timeout = names, log_dir, timeout
         self._rc: dict[str, int] = {}
         self._done = {n: threading.Event() for n in names}
         self._stop = threading.Event()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, name="molecule-runs", daemon=True)
+        self._queue = list(names)
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._threads = [
+            threading.Thread(target=self._run, name=f"molecule-runs-{i}", daemon=True)
+            for i in range(max(1, min(parallel, len(names))))
+        ]
 
     def log(self, name: str) -> Path:
         return self.log_dir / f"molecule-{name}.log"
@@ -111,24 +123,34 @@ class MoleculeRuns:
     def start(self) -> MoleculeRuns:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.names:
-            self._thread.start()
+            for t in self._threads:
+                t.start()
         return self
 
+    def _next(self) -> str | None:
+        with self._lock:
+            return None if self._stop.is_set() or not self._queue else self._queue.pop(0)
+
     def _run(self) -> None:
-        for name in self.names:
+        while (name := self._next()) is not None:
             try:
-                if not self._stop.is_set():
-                    self._rc[name] = run_molecule(
-                        name, ["test"], log=self.log(name), timeout=self.timeout, started=self._started
-                    )
+                self._rc[name] = run_molecule(
+                    name,
+                    ["test"],
+                    log=self.log(name),
+                    timeout=self.timeout,
+                    started=functools.partial(self._started, name),
+                )
             except Exception as e:  # reported by the scenario's test, never lost in the thread
                 self.log(name).write_text(f"molecule test -s {name} could not run: {e!r}\n")
                 self._rc[name] = -1
             finally:
                 self._done[name].set()
+        for name in self._queue:  # stopped: the ones never started are done, with no result
+            self._done[name].set()
 
-    def _started(self, proc: subprocess.Popen[bytes]) -> None:
-        self._proc = proc
+    def _started(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        self._procs[name] = proc
 
     def wait(self, name: str) -> int:
         """The scenario's exit status, once it has run (-1: it could not run; see its log)."""
@@ -139,9 +161,11 @@ class MoleculeRuns:
         return self._rc.get(name, -1)
 
     def close(self) -> None:
-        """Start no further scenario; end the one running (its hosts are torn down as it ends)."""
+        """Start no further scenario; end the ones running (their hosts are torn down as they end)."""
         self._stop.set()
-        if self._thread.is_alive() and self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGTERM)
-        if self._thread.is_alive():
-            self._thread.join(120)
+        for proc in list(self._procs.values()):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for t in self._threads:
+            if t.is_alive():
+                t.join(120)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from calque.session import devices
 from calque.session.cgroup import CgroupError, SessionCgroups
 from calque.session.inventory import owner_of
 from calque.session.protocol import RequestError
@@ -24,7 +25,13 @@ def adopt(svc: Service, c: Caller, held: Held) -> Any:
             "forbidden", f"pid {c.pid} is not a process of uid {c.uid} (any more); run from your own shell"
         )
     try:
-        where = SessionCgroups.from_config(svc.config).adopt(held.session.id, c.pid)
+        props = devices.scope_properties(svc.host_root, held.slice)
+    except (OSError, ValueError) as exc:  # the slice's capability nodes are gone (a layout change under it)
+        raise RequestError(
+            "refused", f"cannot list the devices of {held.slice.id}: {exc}; an admin must check the MIG setup"
+        ) from exc
+    try:
+        where = SessionCgroups.from_config(svc.config).adopt(held.session.id, c.pid, props)
     except CgroupError as exc:
         raise RequestError("refused", f"cannot start work inside session {held.session.id}: {exc}") from exc
     view = held.session.model_dump(mode="json")

@@ -15,9 +15,12 @@ Two placements:
 * ``direct``: a cgroup v2 directory ``<cgroup_parent>/<session>``, made at the first adoption (until
   then the session has no process to hold).
 
-Device allow-lists: cgroup v2 device control is an eBPF program attached to the cgroup; calque does
-not load one. Access to a slice's nodes rests on the per-session ACL (``isolation.py``) and on
-ending every process that still holds a node open when the session ends (``holders.py``).
+Device allow-lists: in systemd mode the scope carries ``DevicePolicy=closed`` and a ``DeviceAllow=``
+list (``devices.py``) from which systemd attaches cgroup v2's eBPF device program: inside the
+session, no NVIDIA node but the slice's own opens. Direct mode loads no program (calque does not
+carry an eBPF loader); there, as everywhere, access also rests on the per-session ACL
+(``isolation.py``) and on ending every process that still holds a node open when the session ends
+(``holders.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +44,7 @@ log = logging.getLogger("calque.session")
 Mode = Literal["systemd", "direct", "off"]
 _SID = re.compile(r"^s-[0-9a-f]{1,64}$")
 SLICE = "calque.slice"
+ADOPT_WAIT_S = 15.0
 
 
 class CgroupError(Exception):
@@ -119,13 +124,14 @@ class SessionCgroups:
         except OSError as exc:
             raise CgroupError(f"cannot make the session's cgroup {d}: {exc.strerror or exc}") from exc
 
-    def adopt(self, sid: str, pid: int) -> Path:
-        """Move ``pid`` into the session's cgroup; returns the cgroup directory."""
+    def adopt(self, sid: str, pid: int, scope_properties: Sequence[tuple[str, ...]] = ()) -> Path:
+        """Move ``pid`` into the session's cgroup; returns the cgroup directory. ``scope_properties``
+        (each a property in busctl's ``a(sv)`` argument form) go on a systemd scope made now."""
         d = self.dir(sid)
         if d is None:
             raise CgroupError("sessions are not cgroups on this host (cgroups: off, or no cgroup v2)")
         if self.mode == "systemd":
-            self._adopt_systemd(sid, d, pid)
+            self._adopt_systemd(sid, d, pid, list(scope_properties))
             return d
         self.create(sid)
         try:
@@ -134,7 +140,7 @@ class SessionCgroups:
             raise CgroupError(f"cannot move pid {pid} into {d}: {exc.strerror or exc}") from exc
         return d
 
-    def _adopt_systemd(self, sid: str, d: Path, pid: int) -> None:
+    def _adopt_systemd(self, sid: str, d: Path, pid: int, extra: list[tuple[str, ...]]) -> None:
         unit = f"calque-{sid}.scope"
         base = [
             "busctl",
@@ -147,18 +153,25 @@ class SessionCgroups:
             cmd = [*base, "AttachProcessesToUnit", "ssau", unit, "", "1", str(pid)]
         else:
             # Delegate: AttachProcessesToUnit (later adoptions) is refused on non-delegated units.
-            props = ["4", "PIDs", "au", "1", str(pid), "Slice", "s", SLICE, "Delegate", "b", "true"]
-            props += ["Description", "s", f"calque session {sid}"]
-            cmd = [*base, "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", *props, "0"]
+            props: list[tuple[str, ...]] = [
+                ("PIDs", "au", "1", str(pid)),
+                ("Slice", "s", SLICE),
+                ("Delegate", "b", "true"),
+                ("Description", "s", f"calque session {sid}"),
+            ]
+            props += extra
+            flat = [x for prop in props for x in prop]
+            cmd = [*base, "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", str(len(props)), *flat, "0"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
         if res.returncode != 0:
             raise CgroupError(f"systemd refused {unit} for pid {pid}: {res.stderr.strip()}")
         # systemd answers when the job is queued; reply only once the pid is in the scope, so that
         # nothing the command forks after exec starts outside it.
-        deadline = time.monotonic() + 2.0
+        # Usually milliseconds; a loaded host's systemd can take seconds to run the job.
+        deadline = time.monotonic() + ADOPT_WAIT_S
         while f"/{SLICE}/{unit}" not in _cgroup_of(pid):
             if time.monotonic() >= deadline:
-                raise CgroupError(f"pid {pid} did not reach {unit} within 2 s")
+                raise CgroupError(f"pid {pid} did not reach {unit} within {ADOPT_WAIT_S:.0f} s")
             time.sleep(0.005)
 
     def sessions(self) -> list[str]:
