@@ -3,6 +3,7 @@
 One moto server process on 127.0.0.1; figures side by side with their ratio. Nothing is asserted.
 
     .venv/bin/python bench/stage_throughput.py [--items 50000] [--batch-size 10] [--baseline-items 2000]
+                                                [--moto linear|stock]
 
 (a) calque: ``calque.pool.submit.submit`` (manifests PUT on a bounded thread pool, ClaimRefs sent ten
     to a SendMessageBatch as their manifests land), --items items at --batch-size.
@@ -11,8 +12,10 @@ One moto server process on 127.0.0.1; figures side by side with their ratio. Not
 Target: 50,000 items at the default batch size of 10 staged in under 60 s.
 
 moto's SendMessage recomputes the queue's attributes, walking every message in the queue, on each
-send (moto/sqs/models.py ``Queue.attributes``), so against moto staging N claims costs O(N^2)
-whatever the client does; compare the two paths on equal item counts (equal queue depths).
+send (moto/sqs/models.py ``Queue.attributes``), so against stock moto staging N claims costs O(N^2)
+whatever the client does. By default the server is ``bench/moto_linear.py``: moto with that one
+defect taken out (a send no longer counts the queue), so the figure is the client's; ``--moto stock``
+runs plain ``moto_server`` (then compare the two paths on equal item counts, equal queue depths).
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
+def _start_moto(kind: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
-    exe = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+    if kind == "stock":
+        cmd = [str(Path(sys.executable).with_name("moto_server"))]
+    else:
+        cmd = [sys.executable, str(Path(__file__).with_name("moto_linear.py"))]
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -87,11 +93,12 @@ def main() -> None:
     p.add_argument("--items", type=int, default=50_000)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--baseline-items", type=int, default=None)
+    p.add_argument("--moto", choices=("linear", "stock"), default="linear", help="the server (see above)")
     args = p.parse_args()
     os.environ.update(ENV)
     for k in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         os.environ.pop(k, None)
-    moto, url = _start_moto()
+    moto, url = _start_moto(args.moto)
     os.environ["AWS_ENDPOINT_URL"] = url
     try:
         from calque.aws.clients import client
@@ -114,7 +121,8 @@ def main() -> None:
         moto.wait()
     ours_rate = args.items / ours
     base_rate = len(base_items) / base
-    print(f"staging, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, moto_server {url}, {os.cpu_count()} CPUs")
+    server = "bench/moto_linear.py (moto, a send not counting the queue)" if args.moto == "linear" else "moto_server"
+    print(f"staging, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {server} at {url}, {os.cpu_count()} CPUs")
     print(f"{'figure':44} {'calque':>14} {'baseline':>14} {'ratio':>8}")
     print("-" * 84)
     print(f"{'items/s staged (batch size ' + str(args.batch_size) + ')':44} {ours_rate:14.0f} {base_rate:14.0f} "

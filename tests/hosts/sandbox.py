@@ -3,9 +3,10 @@ booted session host of RTX PRO 6000 shape, ``playbooks/site.yml`` with the insti
 group_vars, a created user checks a slice out over ssh, ``calque session list``, teardown.
 
 Where this machine cannot boot hosts (not root; systemd-nspawn, debootstrap, ip or ssh missing; the
-Debian image cannot be built, e.g. no network to the mirror; a host does not boot) it says that this
-step was skipped, what it would have shown and why, and exits 0: the pool part before it did run. A
-failure after the host booted (site.yml, the checkout) is a failure (exit 3).
+Debian image cannot be built, e.g. no network to the mirror; a host does not boot) it says so and why,
+and shows a local simulated host instead (``local_host.py``: the same layout and session settings,
+the daemon as the sandbox's user, a slice checked out and in). A failure after the host booted
+(site.yml, the checkout), or of the local host, is a failure (exit 3).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
+from . import local_host
 from .fleet import Fleet, HostSpec
 from .image import ImageError, ensure_image
 from .institution import SITE, institution_inventory, prepare_dlami
@@ -35,18 +37,19 @@ def indent(text: str) -> None:
         print(f"  {line}", flush=True)
 
 
-def skipped(why: str) -> None:
-    say(f"institution: SKIPPED, nothing of it ran ({WHAT}).")
+def instead(why: str) -> int:
+    """No booted host here: say what did not run and why, then show the local simulated host."""
+    say(f"institution: no booted host ({WHAT} did not run)")
     indent(f"Why: {why}")
-    indent("It needs root, systemd-nspawn (systemd-container), debootstrap with network to a Debian mirror")
-    indent("the first time, iproute2 and openssh-client. tests/hosts/test_site_e2e.py covers the same flow.")
+    indent("A booted host needs root, systemd-nspawn (systemd-container), debootstrap with network to a")
+    indent("Debian mirror the first time, iproute2 and openssh-client.")
+    return local_host.run(why, local_host.state_dir())
 
 
 def main() -> int:
     reason = unavailable_reason()
     if reason:
-        skipped(f"this machine cannot boot test hosts: {reason}")
-        return 0
+        return instead(f"this machine cannot boot test hosts: {reason}")
     t0 = time.monotonic()
     fleet = Fleet("sandbox")
     try:
@@ -58,8 +61,8 @@ def main() -> int:
             ensure_image()
             fleet.up([HostSpec(HOST, "rtx-pro-6000", ("teaching",))])
         except (ImageError, HostError, NetworkError) as e:
-            skipped(f"no host could be booted here: {e}")
-            return 0
+            fleet.down()
+            return instead(f"no host could be booted here: {e}")
         indent(f"{HOST} at {fleet.host(HOST).address}, reached by ssh from namespace {fleet.controller_ns}")
         prepare_dlami(fleet)
         inventory, extra = institution_inventory(fleet, wheelhouse)

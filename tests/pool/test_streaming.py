@@ -11,9 +11,10 @@ from calque.models import Item
 from calque.warm import WarmSupervisor, WorkloadError
 
 SCRIPT = """
-import asyncio, threading, modal
+import asyncio, threading, time, modal
 app = modal.App("gens")
 GO = threading.Event()
+ENDED = threading.Event()
 
 @app.cls()
 class Gens:
@@ -34,6 +35,17 @@ class Gens:
         for i in range(n):
             await asyncio.sleep(0)
             yield i * 10
+
+    @modal.method()
+    def forever(self):
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+                time.sleep(0.02)
+        finally:
+            ENDED.set()
 
     @modal.method()
     def plain(self, x):
@@ -98,3 +110,22 @@ def test_a_batched_generator_is_refused_at_load(tmp_path: Path) -> None:
     )
     with pytest.raises(WorkloadError, match="both batched and a generator"):
         WarmSupervisor.load(f"{script}::B")
+
+
+def test_a_timed_out_sync_generator_writes_nothing_more_and_is_closed(tmp_path: Path) -> None:
+    script = tmp_path / "gens.py"
+    script.write_text(SCRIPT)
+    with WarmSupervisor.load(f"{script}::Gens", item_timeout_s=0.5) as s:
+        ended = s.workload.methods["forever"].fn.__func__.__globals__["ENDED"]
+        got, sink = _sink()
+        (r,) = s.drain("forever", [Item(index=0)], on_chunk=sink).results
+        assert not r.ok and r.error is not None and r.error.type == "TimeoutError"
+        kept = len(got)
+        values = [v for _, _, vs in got for v in vs]
+        assert values and values == list(range(len(values)))  # the values before the timeout, in order
+        assert [n for _, n, _ in got] == list(range(1, kept + 1))
+        # Its thread cannot be interrupted, but its next value ends it: the generator's finally ran,
+        # and nothing reached the sink after the item's result.
+        assert ended.wait(5), "the timed-out generator kept running"
+        threading.Event().wait(0.3)
+        assert len(got) == kept

@@ -233,7 +233,10 @@ class FrontDoor:
         self._drop(c)
 
     def _unwatch(self, c: Conn) -> None:
-        self._waiting.pop(c.sock.fileno(), None)
+        # Registered with the selector exactly while waiting; most requests are read at accept and
+        # never were (unregistering those would cost a KeyError each).
+        if self._waiting.pop(c.sock.fileno(), None) is None:
+            return
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(c.sock)
 

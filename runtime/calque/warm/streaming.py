@@ -5,6 +5,12 @@
 without waiting for the next one) or when it holds ``max_values``; ``close`` flushes the rest and
 waits for every chunk to be handed over, so whatever follows (the item's result, the Summary) comes
 after the stream's last chunk. Chunks are numbered from 1, in order, handed over one at a time.
+
+A sync generator cannot be interrupted from outside: when its item times out (or its claim's deadline
+passes) the supervisor ``cut``s its chunker. From then on nothing more reaches the sink (a chunk being
+handed over is waited for, so the item's result comes after every chunk of the stream), and at the
+generator's next value the runner stops and closes it (``GeneratorExit`` inside it: its ``finally``
+runs), so its thread ends instead of computing for nobody.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from pydantic_core import to_jsonable_python
 from calque.models import Item
 
 Sink = Callable[[int, int, list[Any]], None]  # (item index, chunk number, values)
+CUT_WAIT_S = 10.0  # how long a cut waits for a chunk already being handed over
+
+
+class StreamCut(BaseException):  # like GeneratorExit: not an Exception a method catches by accident
+    """Raised at a cut generator's next value: its item timed out, nothing it yields is kept any more."""
 
 
 class Chunker:
@@ -31,8 +42,22 @@ class Chunker:
         self._timer: threading.Timer | None = None
         self._last = 0.0
         self._error: BaseException | None = None
+        self._cut = False
+
+    def cut(self) -> None:
+        """Keep nothing more: drop what is buffered, wait (bounded) for a chunk being handed over."""
+        with self._lock:
+            self._cut = True
+            self._buf = []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        if self._put.acquire(timeout=CUT_WAIT_S):
+            self._put.release()
 
     def add(self, value: Any) -> None:
+        if self._cut:
+            raise StreamCut("the item timed out: this stream is closed")
         if self._error is not None:
             raise self._error
         jsonable = to_jsonable_python(value)
@@ -60,7 +85,7 @@ class Chunker:
                     self._timer.cancel()
                     self._timer = None
                 values, self._buf = self._buf, []
-                if not values:
+                if not values or self._cut:
                     return
                 self.chunks += 1
                 number = self.chunks
@@ -75,8 +100,11 @@ class Chunker:
         return {"chunks": self.chunks, "values": self.values}
 
 
-def generator_runner(fn: Any, item: Item, sink: Sink | None, *, is_async: bool) -> Callable[[], Any]:
-    """A callable that runs generator ``fn`` for ``item``: its values to ``sink`` in chunks, then their count.
+def generator_runner(
+    fn: Any, item: Item, sink: Sink | None, *, is_async: bool
+) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """``(run, cut)``: ``run`` runs generator ``fn`` for ``item``, its values to ``sink`` in chunks, and
+    returns their count; ``cut`` ends the stream from outside (the item timed out).
 
     Values yielded before an exception still reach the sink (the reader yields them, then raises).
     With no sink (``run`` in-process), the item's value is the list of the values.
@@ -92,26 +120,36 @@ def generator_runner(fn: Any, item: Item, sink: Sink | None, *, is_async: bool) 
         if chunker is not None:
             chunker.flush()
 
+    def cut() -> None:
+        if chunker is not None:
+            chunker.cut()
+
     if is_async:
 
         async def run_async() -> Any:
+            agen = fn(*item.args, **item.kwargs)
             try:
-                async for value in fn(*item.args, **item.kwargs):
+                async for value in agen:
                     add(value)
             except BaseException:
                 end_early()
                 raise
+            finally:
+                await agen.aclose()
             return finish()
 
-        return run_async
+        return run_async, cut
 
     def run() -> Any:
+        gen = fn(*item.args, **item.kwargs)
         try:
-            for value in fn(*item.args, **item.kwargs):
+            for value in gen:
                 add(value)
         except BaseException:
             end_early()
             raise
+        finally:
+            gen.close()
         return finish()
 
-    return run
+    return run, cut

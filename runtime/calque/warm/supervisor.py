@@ -105,6 +105,7 @@ class _Unit:
     future: cf.Future[Any] | None = None
     started: float = 0.0
     batched: bool = False
+    cut: Callable[[], None] | None = None  # a generator's: ends its stream when it is abandoned
 
 
 @dataclass
@@ -285,7 +286,8 @@ class WarmSupervisor:
 
     def _submit(self, info: MethodInfo, u: _Unit, on_chunk: Sink | None = None) -> cf.Future[Any]:
         if info.is_generator:
-            return self._call(generator_runner(info.fn, u.items[0], on_chunk, is_async=info.is_async))
+            run, u.cut = generator_runner(info.fn, u.items[0], on_chunk, is_async=info.is_async)
+            return self._call(run)
         if not u.batched:
             it = u.items[0]
             return self._call(info.fn, *it.args, **it.kwargs)
@@ -330,6 +332,8 @@ class WarmSupervisor:
 
     def _abandon(self, u: _Unit, info: MethodInfo) -> None:
         assert u.future is not None
+        if u.cut is not None:  # nothing it yields from now on is kept; its next value ends it
+            u.cut()
         if u.future.cancel() or info.is_async:
             return
         # A sync call cannot be interrupted: leave its thread behind and serve on a fresh pool so
