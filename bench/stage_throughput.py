@@ -48,7 +48,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_moto(kind: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_moto(kind: str = "stock") -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     if kind == "stock":
         cmd = [str(Path(sys.executable).with_name("moto_server"))]
