@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import netns, procs
+from . import cgroups, netns, procs
 from .machine import mounts_under
 from .paths import NETNS_PREFIX, RUNS_DIR
 
@@ -52,6 +52,9 @@ def down_all() -> list[str]:
         for d in RUNS_DIR.iterdir():
             shutil.rmtree(control_dir_of(d.name), ignore_errors=True)
             shutil.rmtree(d, ignore_errors=True)
+    for machine in cgroups.leftovers(NETNS_PREFIX):  # this checkout's hosts' cgroups (machine names share the prefix)
+        cgroups.remove(machine)
+        done.append(f"cgroup {machine}")
     return done
 
 

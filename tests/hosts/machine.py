@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import procs
+from . import cgroups, procs
 
 BOOT_TIMEOUT = 90.0  # systemd reaching running/degraded on a loaded 2-core machine
 STOP_GRACE = 20.0  # a clean poweroff of the container before SIGKILL
@@ -114,6 +114,8 @@ class Host:
             "--timezone=off",
             "--link-journal=no",
         ]
+        # In a cgroup of its own: hosts started from one process must not share nspawn's cgroups.
+        cmd = cgroups.wrap(cgroups.prepare(self.machine), cmd)
         with self.console_log.open("ab") as log:
             proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -167,6 +169,7 @@ class Host:
             procs.reap(self.pid)
         self.pid = None
         self.started = None
+        cgroups.remove(self.machine)
 
     def remove(self) -> None:
         """Unmount and delete the host's files (the image is untouched)."""

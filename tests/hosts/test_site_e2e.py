@@ -3,7 +3,8 @@ teaching MIG host of RTX PRO 6000 shape, a teaching 8x H100 MIG host, a research
 then what users and IT would see: a second run changes nothing; two created users check slices out
 over ssh and each can open only their own capability nodes; one checks in, the other's session
 expires on time; a restarted host re-applies its MIG layout at boot (``calque-gpu.service``) and its
-session service comes back with its sessions; an MPS group without the consent is refused before
+session service comes back with its sessions; a session is a systemd scope that ends with everything
+started in it; an MPS group without the consent is refused before
 any change; Debian's logrotate rotates the session audit trail and the daemon follows.
 
 The hosts stand for hosts with a working driver (an AWS Deep Learning AMI): the stand-in
@@ -208,6 +209,56 @@ def test_restarted_host_reapplies_its_layout_and_keeps_its_sessions(estate: Esta
     nodes = estate.nodes(s["slice_id"])
     assert all(estate.can_read("alice", n) and not estate.can_read("bob", n) for n in nodes)
     estate.as_user("alice", "calque session checkin")
+
+
+def test_a_session_is_a_systemd_scope_and_everything_started_in_it_ends_with_it(estate: Estate) -> None:
+    f = estate.fleet
+    s = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    scope = f"calque-{s['id']}.scope"
+    # A job started in the session, with a child that tries to leave it (a new session, detached),
+    # then alice logs out: the job lives on, in the session's scope.
+    estate.as_user(
+        "alice",
+        "nohup calque session run -- bash -c 'setsid sleep 901 & exec sleep 900' >/tmp/job.out 2>&1 </dev/null &",
+    )
+    sleeping = "pgrep -u alice -x sleep || true"
+    deadline = time.monotonic() + 60
+    while len(pids := f.ssh(MIG, sleeping).stdout.split()) < 2:
+        if time.monotonic() > deadline:
+            said = f.ssh(
+                MIG, f"cat /tmp/job.out; systemctl status --no-pager {scope}; journalctl --no-pager -n 30", check=False
+            ).stdout
+            raise AssertionError(f"the job started with calque session run never ran:\n{said}")
+        time.sleep(0.2)
+    show = f.ssh(MIG, f"systemctl show -p ActiveState -p Slice -p ControlGroup -p DevicePolicy {scope}").stdout
+    props = dict(line.split("=", 1) for line in show.split())
+    assert props["ActiveState"] == "active" and props["Slice"] == "calque.slice"
+    # The device allow-list (devices.py): NVIDIA's groups closed; the simulator's nodes are plain
+    # files, so here no node is let back in by path, and every other driver's group stays open.
+    assert props["DevicePolicy"] == "closed"
+    allow = f.ssh(MIG, f"systemctl show -p DeviceAllow --value {scope}").stdout
+    assert "char-nvidia-uvm rwm" in allow and "char-[!n]* rwm" in allow and "/dev/" not in allow
+    # cgroup v2 is at /sys/fs/cgroup, or at /sys/fs/cgroup/unified on a hybrid host (as these are here).
+    v2 = f.ssh(
+        MIG, "test -d /sys/fs/cgroup/unified && echo /sys/fs/cgroup/unified || echo /sys/fs/cgroup"
+    ).stdout.strip()
+    procs_file = f"{v2}{props['ControlGroup']}/cgroup.procs"
+    in_scope = f.ssh(MIG, f"cat {procs_file}").stdout.split()
+    assert set(pids) <= set(in_scope), f"{pids} not all in {scope}: {in_scope}"
+    # The holder cannot move her own job out of the session's cgroup into her login's (only root writes there).
+    mine = f.ssh(MIG, "sed -n 's/^0:://p' /proc/self/cgroup", user="alice").stdout.strip()
+    f.ssh(MIG, f"test -e {v2}{mine}/cgroup.procs")  # it exists: a refusal below is about permission
+    moved = estate.as_user("alice", f"echo {pids[0]} > {v2}{mine}/cgroup.procs", check=False)
+    assert moved.returncode != 0 and "Permission denied" in moved.stderr, moved.stderr
+    assert pids[0] in f.ssh(MIG, f"cat {procs_file}").stdout.split()
+
+    estate.as_user("alice", "calque session checkin")
+    deadline = time.monotonic() + 10
+    while f.ssh(MIG, sleeping).stdout.split():
+        assert time.monotonic() < deadline, "processes of a checked-in session outlived it by 10 s"
+        time.sleep(0.2)
+    state = f.ssh(MIG, f"systemctl show -p ActiveState --value {scope}").stdout.strip()
+    assert state == "inactive", f"{scope} is {state} after check-in"
 
 
 def test_logrotate_rotates_the_audit_trail_and_the_daemon_follows(estate: Estate) -> None:
