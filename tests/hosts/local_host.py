@@ -37,10 +37,14 @@ def indent(text: str) -> None:
         print(f"  {line}", flush=True)
 
 
+def calque_exe() -> str:
+    """The calque on PATH (the sandbox puts .venv/bin first), else the checkout's own."""
+    return shutil.which("calque") or str(REPO / ".venv/bin/calque")
+
+
 def calque(*args: str, env: dict[str, str], cwd: Path) -> str:
     """``calque ARGS`` as the sandbox's user; a failure ends the step with calque's own message."""
-    exe = shutil.which("calque") or str(REPO / ".venv/bin/calque")
-    r = subprocess.run([exe, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([calque_exe(), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise LocalHostError(f"calque {' '.join(args)} exited {r.returncode}: {(r.stderr or r.stdout).strip()}")
     return r.stdout
@@ -136,10 +140,9 @@ def run(why: str, state: Path) -> int:
         config.chmod(0o600)
         say("institution (local): calque session serve --config .sandbox/local-host/session.yaml (the daemon, as you)")
         log = state / "daemon.log"
-        exe = shutil.which("calque") or str(REPO / ".venv/bin/calque")
         with log.open("ab") as out:
             daemon = subprocess.Popen(
-                [exe, "session", "serve", "--config", str(config)],
+                [calque_exe(), "session", "serve", "--config", str(config)],
                 env=env,
                 cwd=state,
                 stdin=subprocess.DEVNULL,

@@ -29,7 +29,8 @@ CUT_WAIT_S = 10.0  # how long a cut waits for a chunk already being handed over
 
 
 class StreamCut(BaseException):  # like GeneratorExit: not an Exception a method catches by accident
-    """Raised at a cut generator's next value: its item timed out, nothing it yields is kept any more."""
+    """Raised at a cut generator's next value: its item was abandoned (item timeout, claim deadline or
+    the worker stopping), so nothing it yields is kept any more."""
 
 
 class Chunker:
@@ -57,7 +58,7 @@ class Chunker:
 
     def add(self, value: Any) -> None:
         if self._cut:
-            raise StreamCut("the item timed out: this stream is closed")
+            raise StreamCut("the item was abandoned (timeout, deadline or stop): this stream is closed")
         if self._error is not None:
             raise self._error
         jsonable = to_jsonable_python(value)
