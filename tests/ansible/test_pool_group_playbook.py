@@ -120,6 +120,8 @@ def test_two_labs_pools_of_one_model_coexist_and_tearing_one_down_leaves_the_oth
     assert [x["Name"] for x in client("s3").list_buckets()["Buckets"]] == ["lab-b-calque-runs"]
     ec2 = client("ec2")
     assert [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]] == [b.template]
+    roles = sorted(r["RoleName"] for r in client("iam").list_roles()["Roles"] if r["RoleName"].startswith("calque-"))
+    assert roles == [b.role]
 
 
 @pytest.mark.slow

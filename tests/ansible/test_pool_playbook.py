@@ -93,6 +93,18 @@ def test_from_nothing_pool_yml_makes_template_group_queue_and_bucket_and_a_secon
     assert asg and {t["Key"]: t["Value"] for t in asg[0]["Tags"]}["calque:pool"] == "sandbox/embedder"
     queue_url = client("sqs").get_queue_url(QueueName=names.queue)["QueueUrl"]
     assert client("sqs").list_queue_tags(QueueUrl=queue_url)["Tags"]["calque:pool"] == "sandbox/embedder"
+    # the workers' own role, its one inline policy and its instance profile, on the group's template
+    iam = client("iam")
+    assert iam.list_role_policies(RoleName=names.role)["PolicyNames"] == [names.policy]
+    profile = iam.get_instance_profile(InstanceProfileName=names.instance_profile)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [names.role]
+    # scaling on the queue: target tracking on backlog per instance, the wake and idle steps, the drain hook
+    autoscaling = client("autoscaling")
+    policies = autoscaling.describe_policies(AutoScalingGroupName=names.group)["ScalingPolicies"]
+    kinds = sorted((p["PolicyName"].rsplit("-", 1)[-1], p["PolicyType"]) for p in policies)
+    assert kinds == [("backlog", "TargetTrackingScaling"), ("idle", "StepScaling"), ("wake", "StepScaling")]
+    hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=names.group)["LifecycleHooks"]
+    assert [h["LifecycleTransition"] for h in hooks] == ["autoscaling:EC2_INSTANCE_TERMINATING"]
     # the spec the workers read names the pool, its queue and the staged script
     spec = (tmp_path / "spec" / "pool.yml").read_text()
     assert "pool: sandbox/embedder" in spec and f"queue_name: {names.queue}" in spec
