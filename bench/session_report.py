@@ -102,9 +102,13 @@ def main() -> None:
         print(f"report over 7 of 90 days; {a.sessions} sessions ({2 * a.sessions} audit lines); median of {a.repeat}")
         print(f"{'who':8} {'calque ms':>10} {'baseline ms':>12} {'ratio':>7}")
         for who, uid in (("admin", None), ("one user", 1007)):
+            got = {(r.user, r.profile): r.gpu_hours for r in usage_report(reg, since, until, uid).rows}
+            want = _from_log(log, since, until, uid)
+            if got.keys() != want.keys() or any(abs(got[k] - want[k]) > 0.01 for k in want):
+                raise SystemExit(f"{who}: the registry's report differs from the audit log's")
             ours = _median_ms(lambda uid=uid: usage_report(reg, since, until, uid), a.repeat)
             theirs = _median_ms(lambda uid=uid: _from_log(log, since, until, uid), a.repeat)
-            print(f"{who:8} {ours:10.1f} {theirs:12.1f} {ours / theirs:6.3f}x")
+            print(f"{who:8} {ours:10.2f} {theirs:12.1f} {ours / theirs:8.5f}x  ({len(got)} rows, same as the log's)")
         reg.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -12,23 +14,93 @@ from calque.models import GpuProcess
 from calque.session.cgroup import SessionCgroups
 from calque.session.config import SessionConfig
 from calque.session.daemon import Daemon
-from calque.session.frontdoor import FairQueue
+from calque.session.frontdoor import DOOR, Conn, FairQueue
 from calque.session.isolation import acl_bytes, acl_users
+from calque.session.protocol import quick_request
 from calque.session.service import Caller
 
 
 def test_fair_queue_serves_uids_round_robin() -> None:
     q = FairQueue()
+    assert q.next() is DOOR  # held from here on: the rest are requests
     for i in range(5):
-        q.put(1000, (None, f"mallory-{i}".encode()))  # type: ignore[arg-type]
-    q.put(1001, (None, b"alice"))  # type: ignore[arg-type]
-    q.put(1002, (None, b"carol"))  # type: ignore[arg-type]
+        q.stash(1000, (_conn(1000, True), f"mallory-{i}".encode()))
+    q.stash(1001, (_conn(1001, True), b"alice"))
+    q.stash(1002, (_conn(1002, True), b"carol"))
     order = []
     for _ in range(7):
-        item = q.get()
-        assert item is not None
+        item = q.next()
+        assert isinstance(item, tuple)
         order.append(item[1].decode())
     assert order == ["mallory-0", "alice", "carol", "mallory-1", "mallory-2", "mallory-3", "mallory-4"]
+
+
+def _conn(uid: int, quick: bool) -> Conn:
+    return Conn(sock=None, pid=1, uid=uid, gid=uid, deadline=0.0, quick=quick)  # type: ignore[arg-type]
+
+
+def _wait_idle(q: FairQueue, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while q._idle != n:
+        assert time.monotonic() < deadline, f"{n} thread(s) never waited"
+        time.sleep(0.001)
+
+
+def test_the_door_holder_serves_a_quick_request_itself_and_passes_the_door_with_a_slow_one() -> None:
+    q = FairQueue()
+    assert q.next() is DOOR  # the first thread to ask holds the door
+    assert q.after_batch() == (None, True)  # nothing read: keep the door
+    quick = (_conn(1000, True), b"checkout")
+    q.stash(1000, quick)
+    assert q.after_batch() == (quick, True)  # served by the holder, which keeps the door
+    slow = (_conn(1000, False), b"adopt")
+    q.stash(1000, slow)
+    assert q.after_batch() == (None, True)  # nobody idle to take the door: the request waits
+    got: list[object] = []
+
+    def take_two() -> None:
+        for _ in range(2):
+            got.append(q.next())
+
+    other = threading.Thread(target=take_two)
+    other.start()
+    deadline = time.monotonic() + 5
+    while not got:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert got == [slow]  # a thread done serving takes the waiting request
+    _wait_idle(q, 1)
+    slow2 = (_conn(1001, False), b"adopt")
+    q.stash(1001, slow2)
+    assert q.after_batch() == (slow2, False)  # the holder serves it, the idle thread takes the door
+    other.join(5)
+    assert got == [slow, DOOR]
+    assert q.after_batch() == (None, True)
+
+
+def test_a_closed_queue_releases_every_waiting_thread() -> None:
+    q = FairQueue()
+    assert q.next() is DOOR
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(q.next())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    _wait_idle(q, 3)
+    q.close()
+    for t in threads:
+        t.join(5)
+    assert got == [None, None, None]
+
+
+def test_only_requests_that_may_wait_on_more_than_the_registry_are_slow() -> None:
+    for op in ("adopt", "report", "metrics"):
+        assert not quick_request(json.dumps({"v": 1, "op": op, "args": {}}).encode())
+    assert not quick_request(b'{"v": 1, "op": "\\u0061dopt", "args": {}}')  # an escape spelling "adopt"
+    for op in ("checkout", "checkin", "extend", "status", "list", "release", "ping", "whoami", "nonsense"):
+        assert quick_request(json.dumps({"v": 1, "op": op, "args": {}}).encode())
+    # garbage is answered with an error at once: quick, and never an exception at the door
+    for line in (b"", b"\xff\xfe", b"[" * 100_000, b'"adopt"', b'{"op": ["adopt"]}'):
+        assert quick_request(line)
 
 
 def test_acl_round_trips_through_the_kernel(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 from calque.cli.main import cli, run
-from calque.errors import UsageError
+from calque.errors import InfrastructureError, UsageError
 from calque.models.session import Slice
 from calque.session.assets import example_config, systemd_unit
 from calque.session.config import SessionConfig
@@ -109,6 +109,62 @@ def test_usage_report_sums_hours_per_user_and_profile_from_the_registry(tmp_path
     mine = usage_report(reg, since, until, 1001)
     assert [(r.user, r.gpu_hours) for r in mine.rows] == [("u1001", 0.5)]
     reg.close()
+
+
+# The registry as calque wrote it before usage rows were clustered (schema 2) and before the usage
+# table existed (schema 1: ended sessions only in the sessions table).
+_SCHEMA_1 = """
+CREATE TABLE sessions(id TEXT PRIMARY KEY, slice_id TEXT NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+  user TEXT NOT NULL, request_id TEXT, created_at REAL NOT NULL, expires_at REAL NOT NULL,
+  notice_sent INTEGER NOT NULL DEFAULT 0, ended_at REAL, end_reason TEXT, last_active REAL NOT NULL,
+  slice_json TEXT NOT NULL, env_json TEXT NOT NULL, daemon TEXT);
+"""
+_SCHEMA_2_USAGE = """
+CREATE TABLE usage(session_id TEXT PRIMARY KEY, uid INTEGER NOT NULL, user TEXT NOT NULL, kind TEXT NOT NULL,
+  profile TEXT NOT NULL, gpu INTEGER NOT NULL, slice_id TEXT NOT NULL, started_at REAL NOT NULL,
+  ended_at REAL NOT NULL, end_reason TEXT NOT NULL);
+CREATE INDEX usage_by_uid ON usage(uid, ended_at);
+CREATE INDEX usage_by_end ON usage(ended_at);
+"""
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refused(
+    tmp_path: Path, version: int
+) -> None:
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
+    sl = _slices(1)[0]
+    db = sqlite3.connect(tmp_path / "s.db")
+    db.executescript(_SCHEMA_1 + (_SCHEMA_2_USAGE if version == 2 else ""))
+    db.execute(
+        "INSERT INTO sessions VALUES ('old', ?, 1000, 1000, 'u1000', NULL, ?, ?, 0, ?, 'checkin', ?, ?, '{}', NULL)",
+        (sl.id, t0, t0 + 7200, t0 + 3600, t0, sl.model_dump_json()),
+    )
+    if version == 2:
+        db.execute(
+            "INSERT INTO usage VALUES ('old', 1000, 'u1000', 'mig', '1g.5gb', 0, ?, ?, ?, 'checkin')",
+            (sl.id, t0, t0 + 3600),
+        )
+    db.execute(f"PRAGMA user_version={version}")
+    db.commit()
+    db.close()
+    reg = Registry(tmp_path / "s.db")
+    since, until = datetime.fromtimestamp(t0, timezone.utc), datetime.fromtimestamp(t0 + 4 * 3600, timezone.utc)
+    assert [(r.user, r.sessions, r.gpu_hours) for r in usage_report(reg, since, until, 1000).rows] == [
+        ("u1000", 1, 1.0)
+    ]
+    reg.end("new", "checkin", t0)  # not live: nothing written, nothing fails
+    reg.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    ddl = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
+    assert "WITHOUT ROWID" in ddl and "PRIMARY KEY(uid, ended_at, session_id)" in ddl
+    assert db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'usage_by%'").fetchall() == []
+    db.execute("PRAGMA user_version=4")
+    db.commit()
+    db.close()
+    with pytest.raises(InfrastructureError, match="schema 4 registry, newer than this calque's 3"):
+        Registry(tmp_path / "s.db")
 
 
 def test_example_config_is_valid_and_unknown_keys_are_rejected() -> None:

@@ -6,6 +6,7 @@ registry's usage table (``usage.py``), so nothing written to or planted in a log
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -35,6 +36,7 @@ class AuditLog:
         self.path = path
         self._lock = threading.Lock()
         self._fd = self._open()
+        self._id = self._file_id(self._fd)
         self._dirty = threading.Event()
         self._closed = False
         self._flusher = threading.Thread(target=self._flush_loop, name="audit-fsync", daemon=True)
@@ -47,7 +49,11 @@ class AuditLog:
                 return
             self._dirty.clear()
             with self._lock:
-                os.fsync(self._fd)
+                fd = self._fd
+            # Outside the lock: a request writing its line never waits for the disk. A rotation in
+            # between fsyncs the old file itself before closing it, so EBADF here loses nothing.
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
             time.sleep(FLUSH_EVERY_S)
 
     def close(self) -> None:
@@ -68,14 +74,18 @@ class AuditLog:
             now = os.stat(self.path, follow_symlinks=False)
         except FileNotFoundError:
             now = None
-        mine = os.fstat(self._fd)
-        if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
+        if now is not None and (now.st_ino, now.st_dev) == self._id:
             return
         check_directory(self.path.parent, "audit log directory")
         fd = self._open()
         os.fsync(self._fd)
         os.close(self._fd)
-        self._fd = fd
+        self._fd, self._id = fd, self._file_id(fd)
+
+    @staticmethod
+    def _file_id(fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_ino, st.st_dev
 
     def record(self, event: str, held: Held, *, by_uid: int | None = None, reason: str = "", **extra: Any) -> None:
         s = held.session

@@ -30,7 +30,7 @@ from calque.session.enforcer import Enforcer
 from calque.session.files import PRIVATE_UMASK, lock_path, prepare_socket
 from calque.session.frontdoor import Conn, FrontDoor
 from calque.session.inventory import host_root, load_reader
-from calque.session.protocol import RequestError, error, ok, parse_request
+from calque.session.protocol import RequestError, error, ok, parse_request, quick_request
 from calque.session.registry import HostLock, Registry
 from calque.session.service import Service
 
@@ -65,6 +65,7 @@ class _Listener:
             per_uid=cfg.max_connections_per_uid,
             max_bytes=cfg.max_request_bytes,
             timeout=cfg.request_timeout,
+            quick=quick_request,
         )
 
     def start(self) -> None:

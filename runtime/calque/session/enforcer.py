@@ -209,8 +209,11 @@ class Enforcer:
     def finish(self, *ended: Held) -> None:
         """After the end: the sessions' cgroups and MPS pipe directories (whoever else holds their nodes
         open is ended by the guard's next tick in the main process)."""
+        # Most sessions never started work in a cgroup: one listing instead of a look per session.
+        present = set(self.cgroups.sessions()) if len(ended) > 1 else None
         for h in ended:
-            self.cgroups.kill(h.session.id)
+            if present is None or h.session.id in present:
+                self.cgroups.kill(h.session.id)
         pipes = {h.slice.pipe_directory for h in ended if h.slice.kind == "mps" and h.slice.pipe_directory}
         if pipes:
             live = self.svc.registry.live()

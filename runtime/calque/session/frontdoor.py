@@ -1,12 +1,19 @@
 """The session socket's front door: no user's connections can starve another user's request.
 
-One thread per process accepts every connection at once, learns its uid (SO_PEERCRED) and reads
-requests without blocking; an idle connection costs a descriptor, never a worker. A uid may hold
-``per_uid`` connections at a time in a process: beyond that a new one is answered ``refused`` and
-closed at once. Complete requests wait in one queue per uid, and the worker threads take them round
-robin across uids, so a user with a thousand requests queued delays another user's by at most one
-request per worker. A request that is not complete within ``timeout`` (or too large, or cut off)
-gets its error back from this thread, as before.
+One thread at a time in each process holds the door: it accepts every connection at once, learns its
+uid (SO_PEERCRED) and reads requests without blocking; an idle connection costs a descriptor, never a
+thread. A uid may hold ``per_uid`` connections at a time in a process: beyond that a new one is
+answered ``refused`` and closed at once. Complete requests wait in one queue per uid and are taken
+round robin across uids, so a user with a thousand requests queued delays another user's by at most
+one request per thread.
+
+A quick request (one that waits on nothing but the registry: check-out, check-in, status ...) is
+served by the door holder itself, which keeps the door: no hand-off between threads on its way, and
+idle threads are woken for the other requests read with it. A slow one (``adopt`` waits for systemd,
+``report`` and ``metrics`` read a lot) goes with the door: an idle thread takes the door over and the
+holder serves it (leader/follower), so accepting never waits on a slow request. A request that is not
+complete within ``timeout`` (or too large, or cut off) gets its error back from the door. The
+listening socket is watched with ``EPOLLEXCLUSIVE``: a connection wakes one process's door, not all.
 """
 
 from __future__ import annotations
@@ -15,12 +22,13 @@ import collections
 import contextlib
 import errno
 import logging
-import selectors
+import select
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from calque.session.protocol import error, peer_credentials
 
@@ -41,40 +49,97 @@ class Conn:
     gid: int
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
+    quick: bool = False  # its request never waits on more than the registry: the door may serve it
 
 
 Handler = Callable[[Conn, bytes], bytes]
 
 
+DOOR = object()  # what FairQueue.next gives the thread that is to hold the door next
+
+Item = tuple[Conn, bytes]
+
+
 class FairQueue:
-    """Complete requests, taken round robin across uids (one per uid per turn)."""
+    """Complete requests, taken round robin across uids (one per uid per turn), and the door: the
+    one thread at a time that accepts and reads."""
 
     def __init__(self) -> None:
-        self._per: dict[int, collections.deque[tuple[Conn, bytes] | None]] = {}
+        self._per: dict[int, collections.deque[Item]] = {}
         self._turns: collections.deque[int] = collections.deque()
         self._cond = threading.Condition()
+        self._size = 0
+        self._idle = 0  # threads waiting in next()
+        self._door_free = True
+        self._closed = False
 
-    def put(self, uid: int, item: tuple[Conn, bytes] | None) -> None:
+    def stash(self, uid: int, item: Item) -> None:
+        """Queue ``item`` without waking anyone: the door holder hands over once its batch is read."""
         with self._cond:
-            q = self._per.get(uid)
-            if q is None:
-                q = self._per[uid] = collections.deque()
-                self._turns.append(uid)
-            q.append(item)
-            self._cond.notify()
+            self._add(uid, item)
 
-    def get(self) -> tuple[Conn, bytes] | None:
+    def _add(self, uid: int, item: Item) -> None:
+        q = self._per.get(uid)
+        if q is None:
+            q = self._per[uid] = collections.deque()
+            self._turns.append(uid)
+        q.append(item)
+        self._size += 1
+
+    def _pop(self) -> Item:
+        uid = self._turns.popleft()
+        q = self._per[uid]
+        item = q.popleft()
+        self._size -= 1
+        if q:
+            self._turns.append(uid)  # this uid's next request waits for every other uid's turn
+        else:
+            del self._per[uid]
+        return item
+
+    def close(self) -> None:
+        """Stop: every thread waiting in next(), and every later call, gets None."""
         with self._cond:
-            while not self._turns:
-                self._cond.wait()
-            uid = self._turns.popleft()
-            q = self._per[uid]
-            item = q.popleft()
-            if q:
-                self._turns.append(uid)  # this uid's next request waits for every other uid's turn
-            else:
-                del self._per[uid]
-            return item
+            self._closed = True
+            self._cond.notify_all()
+
+    def next(self) -> Item | object | None:
+        """For a thread with nothing to do: DOOR when the door is free (it comes first: somebody must
+        accept), else the next request, None once closed; waits for one of them."""
+        with self._cond:
+            self._idle += 1
+            try:
+                while not self._closed and not self._door_free and not self._turns:
+                    self._cond.wait()
+            finally:
+                self._idle -= 1
+            if self._closed:
+                return None
+            if self._door_free:
+                self._door_free = False
+                return DOOR
+            return self._pop()
+
+    def after_batch(self) -> tuple[Item | None, bool]:
+        """For the door holder after a batch: (request to serve, whether it keeps the door).
+
+        The next request (round robin) when it is quick: the holder serves it and keeps the door, and
+        idle threads are woken for the rest. When it is not, and another thread is idle, the door goes
+        to that thread and the holder serves the request. (None, True): nothing to do, or a slow
+        request and every other thread busy (a thread done serving takes it)."""
+        with self._cond:
+            if self._closed or not self._turns:
+                return None, True
+            quick = self._per[self._turns[0]][0][0].quick
+            if not quick and not self._idle:
+                return None, True
+            item = self._pop()
+            if not quick:
+                self._door_free = True
+            wanted = self._size + (0 if quick else 1)  # one per request left, and one for the door
+            if wanted and self._idle:
+                self._cond.notify(min(self._idle, wanted))
+            return item, quick
 
 
 class FrontDoor:
@@ -87,9 +152,11 @@ class FrontDoor:
         per_uid: int,
         max_bytes: int,
         timeout: float,
+        quick: Callable[[bytes], bool] = lambda line: False,
     ) -> None:
         self.listener = listener
         self.handle = handle
+        self.quick = quick
         self.per_uid = per_uid
         self.max_bytes = max_bytes
         self.timeout = timeout
@@ -100,47 +167,63 @@ class FrontDoor:
         self._queue = FairQueue()
         self._waiting: collections.OrderedDict[int, Conn] = collections.OrderedDict()  # by deadline (fd order)
         self._refused: collections.OrderedDict[int, tuple[socket.socket, float]] = collections.OrderedDict()
-        self._sel = selectors.DefaultSelector()
-        self._loop = threading.Thread(target=self._run, name="session-frontdoor", daemon=True)
+        self._epoll = select.epoll()
+        # ``threads`` serve at once, and one more holds the door: the holder serves a slow request only
+        # when it can pass the door on, so with every other thread busy a new connection is still accepted.
         self.workers = [
-            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True) for i in range(threads)
+            threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True) for i in range(threads + 1)
         ]
 
     def start(self) -> None:
         self.listener.setblocking(False)
-        self._sel.register(self.listener, selectors.EVENT_READ, None)
-        self._loop.start()
+        exclusive = getattr(select, "EPOLLEXCLUSIVE", 0)  # Linux 4.5: wake one waiting process, not all
+        try:
+            self._epoll.register(self.listener.fileno(), select.EPOLLIN | exclusive)
+        except OSError:
+            self._epoll.register(self.listener.fileno(), select.EPOLLIN)
         for t in self.workers:
             t.start()
 
     def stop(self) -> None:
         self.stopping = True
-        for _ in self.workers:
-            self._queue.put(-1, None)
-        self._loop.join(timeout=2)
+        self._queue.close()
+        deadline = time.monotonic() + 2.0
+        for t in self.workers:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    # -- the accepting and reading thread ---------------------------------------------------------
+    # -- the door: accepting and reading ----------------------------------------------------------
 
-    def _run(self) -> None:
+    def _hold_door(self) -> Item | None:
+        """Accept and read, serving quick requests here, until a slow request is this thread's to
+        serve (another thread took the door); None when stopping."""
+        listener = self.listener.fileno()
         while not self.stopping:
             try:
-                events = self._sel.select(0.1)
+                events = self._epoll.poll(0.1)
             except OSError:
                 continue
-            for key, _ in events:
-                if key.data is None:
+            for fd, _ in events:
+                if fd == listener:
                     self._accept()
-                elif isinstance(key.data, Conn):
-                    self._read(key.data)
-                else:
-                    self._forget(key.data)
+                elif (c := self._waiting.get(fd)) is not None:
+                    self._read(c)
+                elif (refused := self._refused.get(fd)) is not None:
+                    self._forget(refused[0])
             self._expire(time.monotonic())
+            item, kept = self._queue.after_batch()
+            if item is not None:
+                if not kept:
+                    return item  # another thread holds the door now
+                self._serve(item)
         for c in list(self._waiting.values()):
             self._drop(c)
         for sock, _ in list(self._refused.values()):
             self._forget(sock)
+        return None
 
     def _accept(self) -> None:
+        # Every connection waiting (up to ACCEPT_BATCH): their requests are all read before this
+        # thread serves one, so the others go to idle threads at once.
         for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self.listener.accept()
@@ -163,18 +246,17 @@ class FrontDoor:
             if crowded:
                 self._refuse(sock, uid)
                 continue
-            sock.setblocking(False)
+            # The socket stays blocking: every read and write here passes MSG_DONTWAIT instead (no fcntl).
             c = Conn(sock, pid, uid, gid, time.monotonic() + self.timeout)
             if self._read(c):  # a client sends at once: the request is often here already
                 continue
             self._waiting[sock.fileno()] = c
-            self._sel.register(sock, selectors.EVENT_READ, c)
+            self._epoll.register(sock.fileno(), select.EPOLLIN)
 
     def _refuse(self, sock: socket.socket, uid: int) -> None:
         msg = f"uid {uid} already has {self.per_uid} connections open to the session daemon; close some and retry"
         try:
-            sock.setblocking(False)
-            sock.send(error("refused", msg))
+            sock.send(error("refused", msg), socket.MSG_DONTWAIT)
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             sock.close()
@@ -183,19 +265,19 @@ class FrontDoor:
             sock.close()
             return
         self._refused[sock.fileno()] = (sock, time.monotonic() + REFUSED_LINGER_S)
-        self._sel.register(sock, selectors.EVENT_READ, sock)
+        self._epoll.register(sock.fileno(), select.EPOLLIN)
 
     def _forget(self, sock: socket.socket) -> None:
         """A refused connection whose client has sent (or gone): close it."""
-        self._refused.pop(sock.fileno(), None)
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(sock)
+        if self._refused.pop(sock.fileno(), None) is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(sock.fileno())
         sock.close()
 
     def _read(self, c: Conn) -> bool:
         """Read what is there; True when the connection is done with here (queued, failed or gone)."""
         try:
-            chunk = c.sock.recv(min(65536, self.max_bytes + 1 - len(c.buf)))
+            chunk = c.sock.recv(min(65536, self.max_bytes + 1 - len(c.buf)), socket.MSG_DONTWAIT)
         except BlockingIOError:
             return False
         except OSError:
@@ -212,7 +294,9 @@ class FrontDoor:
         if nl < 0:
             return False
         self._unwatch(c)
-        self._queue.put(c.uid, (c, bytes(c.buf[:nl])))
+        line = bytes(c.buf[:nl])
+        c.quick = self.quick(line)
+        self._queue.stash(c.uid, (c, line))
         return True
 
     def _expire(self, now: float) -> None:
@@ -229,16 +313,15 @@ class FrontDoor:
 
     def _fail(self, c: Conn, message: str) -> None:
         with contextlib.suppress(OSError):
-            c.sock.send(error("protocol", message))
+            c.sock.send(error("protocol", message), socket.MSG_DONTWAIT)
         self._drop(c)
 
     def _unwatch(self, c: Conn) -> None:
-        # Registered with the selector exactly while waiting; most requests are read at accept and
-        # never were (unregistering those would cost a KeyError each).
+        # Registered with epoll exactly while waiting; most requests are read at accept and never were.
         if self._waiting.pop(c.sock.fileno(), None) is None:
             return
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(c.sock)
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(c.sock.fileno())
 
     def _drop(self, c: Conn) -> None:
         self._unwatch(c)
@@ -251,25 +334,33 @@ class FrontDoor:
             if self._open[c.uid] <= 0:
                 del self._open[c.uid]
 
-    # -- the worker threads -----------------------------------------------------------------------
+    # -- the threads: each serves, and holds the door in its turn -----------------------------------
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
+            item = self._queue.next()
+            if item is DOOR:
+                item = self._hold_door()
             if item is None:
                 return
-            c, line = item
+            self._serve(cast(Item, item))
+
+    def _serve(self, item: Item) -> None:
+        c, line = item
+        with self._lock:
+            self.in_flight += 1
+        try:
+            reply = self.handle(c, line)
+            with contextlib.suppress(OSError):
+                sent = 0
+                with contextlib.suppress(BlockingIOError):
+                    sent = c.sock.send(reply, socket.MSG_DONTWAIT)  # a reply fits the socket's buffer
+                if sent < len(reply):
+                    c.sock.settimeout(5)  # a client slow to read gets 5 s for the rest
+                    c.sock.sendall(reply[sent:])
+        except Exception:
+            log.exception("unexpected error serving a connection")
+        finally:
+            self._close(c)
             with self._lock:
-                self.in_flight += 1
-            try:
-                reply = self.handle(c, line)
-                c.sock.setblocking(True)
-                c.sock.settimeout(5)
-                with contextlib.suppress(OSError):
-                    c.sock.sendall(reply)
-            except Exception:
-                log.exception("unexpected error serving a connection")
-            finally:
-                self._close(c)
-                with self._lock:
-                    self.in_flight -= 1
+                self.in_flight -= 1

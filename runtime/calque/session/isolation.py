@@ -14,6 +14,7 @@ the nodes on every re-check; ``watch.py`` closes a node the moment it appears or
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from dataclasses import dataclass
@@ -86,9 +87,21 @@ def _read_nodes(host_root: Path, sl: Slice) -> list[CapNode]:
 
 def acl_bytes(owner_perm: int, users: dict[int, int]) -> bytes:
     """A POSIX access ACL as the kernel stores it: owner, one entry per uid, no group or other access."""
+    return _acl_bytes(owner_perm, tuple(sorted(users.items())))
+
+
+@functools.lru_cache(maxsize=1024)  # one per holder and permission: built once, set at every checkout
+def _acl_bytes(owner_perm: int, users: tuple[tuple[int, int], ...]) -> bytes:
     entries = [(_USER_OBJ, owner_perm, _NO_ID)]
-    entries += [(_USER, perm, uid) for uid, perm in sorted(users.items())]
-    entries += [(_GROUP_OBJ, 0, _NO_ID), (_MASK, max(users.values(), default=0), _NO_ID), (_OTHER, 0, _NO_ID)]
+    entries += [(_USER, perm, uid) for uid, perm in users]
+    mask = max((perm for _, perm in users), default=0)
+    entries += [(_GROUP_OBJ, 0, _NO_ID), (_MASK, mask, _NO_ID), (_OTHER, 0, _NO_ID)]
+    return struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+@functools.lru_cache(maxsize=8)
+def _mode_only_acl(owner_perm: int) -> bytes:
+    entries = [(_USER_OBJ, owner_perm, _NO_ID), (_GROUP_OBJ, 0, _NO_ID), (_OTHER, 0, _NO_ID)]
     return struct.pack("<I", _ACL_VERSION) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
 
 
@@ -114,25 +127,32 @@ def _restrict(path: Path, owner_perm: int, users: dict[int, int]) -> bool:
         os.chown(path, 0, 0, follow_symlinks=False)
         changed = True
     want_mode = (owner_perm << 6) | (max(users.values(), default=0) << 3)
+    same_mode = st.st_mode & 0o7777 == want_mode
     if users:
         want = acl_bytes(owner_perm, users)
+        if same_mode:  # only then can the ACL already be right (at a checkout the mode differs)
+            try:
+                if os.getxattr(path, _ACL_XATTR, follow_symlinks=False) == want:
+                    return changed
+            except OSError:
+                pass
+        os.setxattr(path, _ACL_XATTR, want, follow_symlinks=False)  # sets the mode bits too
+        return True
+    if not same_mode:
+        # One call: an ACL of owner, group and other alone is the mode itself, so the kernel drops
+        # the stored ACL and sets the mode (a filesystem without ACLs gets a chmod).
         try:
-            have = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+            os.setxattr(path, _ACL_XATTR, _mode_only_acl(owner_perm), follow_symlinks=False)
         except OSError:
-            have = b""
-        if have != want or st.st_mode & 0o7777 != want_mode:
-            os.setxattr(path, _ACL_XATTR, want, follow_symlinks=False)  # sets the mode bits too
-            changed = True
-        return changed
+            os.chmod(path, want_mode)
+        return True
     try:
-        os.removexattr(path, _ACL_XATTR, follow_symlinks=False)
-        changed = True
+        os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
     except OSError:
-        pass  # there was none (ENODATA) or the filesystem has no ACLs: the mode says it all
-    if st.st_mode & 0o7777 != want_mode or changed:
-        os.chmod(path, want_mode)
-        changed = True
-    return changed
+        return changed  # none (ENODATA), or a filesystem without ACLs: the mode says it all
+    os.removexattr(path, _ACL_XATTR, follow_symlinks=False)  # an ACL the mode does not show (mask 0)
+    os.chmod(path, want_mode)
+    return True
 
 
 def grant(host_root: Path, sl: Slice, uid: int) -> list[str]:

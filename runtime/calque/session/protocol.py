@@ -6,6 +6,7 @@ still there) and the connection is closed. Nothing a client sends can stop the d
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
@@ -61,6 +62,26 @@ def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes:
             return bytes(buf[:nl])
         if len(buf) > max_bytes:
             raise RequestError("protocol", f"request larger than {max_bytes} bytes")
+
+
+# Operations that may wait on more than the registry: systemd (adopt), a long read (report, metrics).
+SLOW_OPS = frozenset({"adopt", "report", "metrics"})
+
+
+_SLOW_NAMES = tuple(op.encode() for op in sorted(SLOW_OPS))
+
+
+def quick_request(line: bytes) -> bool:
+    """Whether serving ``line`` waits on nothing but the registry, so the front door may serve it
+    itself; anything unparsable is quick too (its answer is an error)."""
+    if b"\\" not in line and not any(name in line for name in _SLOW_NAMES):
+        return True  # no slow op's name anywhere, nor an escape that could spell one: no need to parse
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return True
+    op = doc.get("op") if isinstance(doc, dict) else None
+    return not (isinstance(op, str) and op in SLOW_OPS)
 
 
 def parse_request(line: bytes) -> SessionRequest:

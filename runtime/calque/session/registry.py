@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
 from calque.session.hostlock import HostLock as HostLock  # where daemon.py imports it from
-from calque.session.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION
+from calque.session.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION, USAGE_V2_TO_V3
 
 T = TypeVar("T")
 MAX_BATCH = 256
@@ -98,17 +99,43 @@ class Registry:
         os.close(open_private(path, os.O_RDWR, "session registry"))
         self.path = path
         self._db = self._connect(path)
-        self._db.executescript(SCHEMA)
-        if self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute(BACKFILL_USAGE)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
+        try:
+            self._migrate()
+        except BaseException:
+            self._db.close()
+            raise
         self._rdb = self._connect(path)
         self._rlock = threading.Lock()
         # Serialises writers of every daemon process (no SQLite busy back-off sleeps between them).
         self._commit_lock = HostLock(lock_path(path, "write"))
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = queue.SimpleQueue()
+
+    def _migrate(self) -> None:
+        """Bring an older registry to SCHEMA_VERSION in one transaction (rows kept); refuse a newer one."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise InfrastructureError(
+                    f"{self.path} is a schema {version} registry, newer than this calque's {SCHEMA_VERSION}; "
+                    "upgrade calque on this host"
+                )
+            if version == 2:
+                for statement in USAGE_V2_TO_V3.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if version < 2:
+                db.execute(BACKFILL_USAGE)
+            if version < SCHEMA_VERSION:
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:

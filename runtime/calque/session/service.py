@@ -100,6 +100,7 @@ class Service:
     _warned: set[str] = field(default_factory=set)
     nodes_lock: AbstractContextManager[Any] = field(default_factory=threading.Lock)
     _identities: dict[tuple[int, int], tuple[float, str, frozenset[str]]] = field(default_factory=dict)
+    _limits: dict[tuple[str, frozenset[str]], Limits] = field(default_factory=dict)
     metrics_registry: Any = None  # prometheus_client's CollectorRegistry, made on first use (metrics.py)
 
     # -- who is calling ---------------------------------------------------------------------------
@@ -118,7 +119,14 @@ class Service:
         return Caller(pid=pid, uid=uid, gid=gid, user=name, admin=admin, groups=groups)
 
     def limits(self, c: Caller) -> Limits:
-        return self.config.policy.limits_for(c.user, c.groups, self.config.max_total_ttl)
+        # The policy is fixed for the daemon's life: one computation per (user, groups).
+        key = (c.user, c.groups)
+        hit = self._limits.get(key)
+        if hit is None:
+            if len(self._limits) >= 4096:
+                self._limits.clear()
+            hit = self._limits[key] = self.config.policy.limits_for(c.user, c.groups, self.config.max_total_ttl)
+        return hit
 
     # -- inventory --------------------------------------------------------------------------------
 
