@@ -3,7 +3,24 @@ usage table and per-group live counts)."""
 
 from __future__ import annotations
 
-SCHEMA = """
+USAGE_COLUMNS = "session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason"
+# One b-tree, written at every session's end: a user's report is a range of it (uid, then end time),
+# an admin's a scan. Schema 2 kept a rowid table with three indexes, four pages written per end.
+USAGE_TABLE = """{name}(
+  session_id TEXT NOT NULL,
+  uid INTEGER NOT NULL,
+  user TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  profile TEXT NOT NULL,
+  gpu INTEGER NOT NULL,
+  slice_id TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  ended_at REAL NOT NULL,
+  end_reason TEXT NOT NULL,
+  PRIMARY KEY(uid, ended_at, session_id)
+) WITHOUT ROWID"""
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS sessions(
   id TEXT PRIMARY KEY,
   slice_id TEXT NOT NULL,
@@ -24,19 +41,7 @@ CREATE TABLE IF NOT EXISTS sessions(
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_id) WHERE ended_at IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS live_by_uid ON sessions(uid) WHERE ended_at IS NULL;
-CREATE TABLE IF NOT EXISTS usage(
-  session_id TEXT NOT NULL,
-  uid INTEGER NOT NULL,
-  user TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  profile TEXT NOT NULL,
-  gpu INTEGER NOT NULL,
-  slice_id TEXT NOT NULL,
-  started_at REAL NOT NULL,
-  ended_at REAL NOT NULL,
-  end_reason TEXT NOT NULL,
-  PRIMARY KEY(uid, ended_at, session_id)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS {USAGE_TABLE.format(name="usage")};
 CREATE TABLE IF NOT EXISTS live_group_sessions(
   grp TEXT NOT NULL,
   session_id TEXT NOT NULL,
@@ -44,29 +49,19 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
 """
-# One b-tree, written at every session's end: a user's report is a range of it (uid, then end time),
-# an admin's a scan. Schema 2 kept a rowid table with three indexes, four pages written per end.
 SCHEMA_VERSION = 3
-USAGE_COLUMNS = "session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason"
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).
 USAGE_V2_TO_V3 = f"""
-CREATE TABLE usage_v3(
-  session_id TEXT NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL, kind TEXT NOT NULL, profile TEXT NOT NULL,
-  gpu INTEGER NOT NULL, slice_id TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL NOT NULL,
-  end_reason TEXT NOT NULL, PRIMARY KEY(uid, ended_at, session_id)
-) WITHOUT ROWID;
+CREATE TABLE {USAGE_TABLE.format(name="usage_v3")};
 INSERT OR IGNORE INTO usage_v3({USAGE_COLUMNS}) SELECT {USAGE_COLUMNS} FROM usage;
 DROP TABLE usage;
 ALTER TABLE usage_v3 RENAME TO usage;
 """
 # Sessions that ended before the usage table existed (schema 1) are copied into it once.
-BACKFILL_USAGE = """
-INSERT OR IGNORE INTO usage(session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason)
+BACKFILL_USAGE = f"""
+INSERT OR IGNORE INTO usage({USAGE_COLUMNS})
 SELECT id, uid, user, json_extract(slice_json, '$.kind'), json_extract(slice_json, '$.profile'),
        json_extract(slice_json, '$.gpu_index'), slice_id, created_at, ended_at, COALESCE(end_reason, 'vanished')
 FROM sessions WHERE ended_at IS NOT NULL
 """
-INSERT_USAGE = (
-    "INSERT OR IGNORE INTO usage(session_id, uid, user, kind, profile, gpu, slice_id, started_at, ended_at, end_reason)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?)"
-)
+INSERT_USAGE = f"INSERT OR IGNORE INTO usage({USAGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
