@@ -5,6 +5,10 @@ Runs, in one go and on this machine:
 * calque: a real ``calque session serve`` process (SQLite WAL, synchronous=FULL) on a unix socket,
   on a simulated host with 8 A100-40GB cards cut into 56 x 1g.5gb MIG slices; each client is a
   separate process doing checkout + checkin round trips through ``SessionClient``.
+* the clients run as an ordinary user (``--client-user``, default ``nobody``, when the bench runs as
+  root), as on a real host: for a root client the daemon's handing of the slice's nodes to their
+  holder is a different amount of work (before calque's session hardening it was none at all: root
+  already owned the nodes), so root clients measure a case nobody uses.
 * baseline: the Go original's registry shape, a JSON file read-modified-written under ``flock``
   (fsync'd, so every write is as durable as ours), by the same number of client processes, with no
   daemon round trip.
@@ -23,6 +27,7 @@ import fcntl
 import json
 import multiprocessing as mp
 import os
+import pwd
 import shutil
 import signal
 import statistics
@@ -46,8 +51,20 @@ def _pct(xs: list[float], q: float) -> float:
 # -- calque: real daemon -------------------------------------------------------------------------
 
 
+CLIENT_IDS: tuple[int, int] | None = None  # (uid, gid) the client processes switch to, set by main()
+
+
+def _become_client() -> None:
+    if CLIENT_IDS is not None:
+        os.setgroups([])
+        os.setgid(CLIENT_IDS[1])
+        os.setuid(CLIENT_IDS[0])
+
+
 def _calque_worker(sock: str, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     from calque.session.client import NoFreeSliceError, SessionClient
+
+    _become_client()
 
     client = SessionClient(Path(sock))
     lat: list[float] = []
@@ -122,6 +139,7 @@ def _locked_update(path: Path, fn: object) -> object:
 
 
 def _baseline_worker(path: str, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    _become_client()
     p = Path(path)
     me = os.getpid()
     lat: list[float] = []
@@ -199,16 +217,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per side, interleaved; medians are quoted")
     ap.add_argument("--clients", default="1,32")
     ap.add_argument("--processes", type=int, default=2, help="daemon worker processes (config `processes`)")
+    ap.add_argument(
+        "--client-user",
+        default="nobody",
+        help="user the clients run as when the bench runs as root ('root': stay root)",
+    )
     args = ap.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
+    global CLIENT_IDS
+    if os.getuid() == 0 and args.client_user != "root":
+        pw = pwd.getpwnam(args.client_user)
+        CLIENT_IDS = (pw.pw_uid, pw.pw_gid)
+    clients_as = pwd.getpwuid(CLIENT_IDS[0] if CLIENT_IDS else os.getuid()).pw_name
     d = Path(tempfile.mkdtemp(prefix="calque-bench-"))
+    d.chmod(0o755)  # the clients' user reaches the socket (the daemon's files in it are 0600)
     daemon = start_daemon(d, args.processes)
     baseline = d / "registry.json"
     baseline.write_text(json.dumps({f"slice-{i}": None for i in range(56)}))
+    if CLIENT_IDS is not None:
+        os.chown(baseline, *CLIENT_IDS)
     try:
         print(
             f"checkout+checkin round trip; {args.repeat} interleaved runs of {args.seconds:g} s per side; "
-            f"56 slices; daemon processes: {args.processes}; every write fsync'd on both sides; "
+            f"56 slices; daemon processes: {args.processes}; clients run as {clients_as}; "
+            "every write fsync'd on both sides; "
             "figures are medians over the runs"
         )
         head = f"{'clients':>7}  {'calque p50':>10} {'p99':>7} {'trips/s':>8}  | "

@@ -55,7 +55,11 @@ def test_registry_refuses_a_second_live_session_on_a_slice_even_in_raw_sql(tmp_p
         )
     db.rollback()
     db.close()
-    reg.end("s-1", "checkin", 1.0)
+    assert reg.end("s-1", "checkin", 1.0, owner=1001) is None  # not the holder's: nothing ends
+    assert reg.get("s-1").session.ended_at is None  # type: ignore[union-attr]
+    ended = reg.end("s-1", "checkin", 1.0, owner=1000)
+    assert ended is not None and ended.session.end_reason == "checkin" and ended.slice.id == "MIG-0"
+    assert reg.end("s-1", "checkin", 2.0) is None  # ended once
     held2, _ = reg.checkout(_slices(1), session_id="s-3", uid=1001, **kw)  # type: ignore[arg-type]
     assert held2.session.uid == 1001
 

@@ -40,6 +40,8 @@ def test_other_user_cannot_touch_a_session_and_admin_can_release(host: Host, mak
     for args in (["checkin", s["id"]], ["extend", s["id"], "--by", "10m"], ["release", s["id"], "--force"]):
         res = host.cli(bob, "session", *args)
         assert res.returncode == 4, (args, res.stdout, res.stderr)
+    assert "not yours" in host.cli(bob, "session", "checkin", s["id"]).stderr
+    assert [a["id"] for a in json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)] == [s["id"]]
     bob_status = json.loads(host.cli(bob, "session", "status", "--json", check=True).stdout)
     assert bob_status == []
     bob_list = json.loads(host.cli(bob, "session", "list", "--json", check=True).stdout)
@@ -89,6 +91,9 @@ def test_checkin_returns_nodes_to_root_and_slice_to_pool(host: Host, make_user: 
         assert n.stat().st_uid == 0 and not _can_read(host, alice, n)
     listing = json.loads(host.cli(alice, "session", "list", "--json", check=True).stdout)
     assert not any(r["busy"] for r in listing)
+    again = host.cli(alice, "session", "checkin", s["id"])  # ended already: said so, nothing else ends
+    assert again.returncode == 2 and f"no live session {s['id']}" in again.stderr, again.stderr
+    assert [e["event"] for e in host.audit_events()].count("checkin") == 1
 
 
 def test_eval_shell_sets_environment_in_real_bash(host: Host, make_user: Callable[..., User]) -> None:

@@ -46,6 +46,20 @@ def _slice(text: str) -> Slice:
     return sl
 
 
+_slice_json_cache: dict[int, tuple[Slice, str]] = {}
+
+
+def _slice_json(sl: Slice) -> str:
+    """``sl`` as the JSON a row keeps, serialised once per Slice object (the inventory hands out the
+    same objects until the layout changes); the object is kept with its text so its id is not reused."""
+    hit = _slice_json_cache.get(id(sl))
+    if hit is None or hit[0] is not sl:
+        if len(_slice_json_cache) >= SLICE_CACHE:
+            _slice_json_cache.clear()
+        hit = _slice_json_cache[id(sl)] = (sl, sl.model_dump_json())
+    return hit[1]
+
+
 def ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
@@ -274,11 +288,13 @@ class Registry:
         group's members (Slurm's GrpTRES), in the same transaction as the caller's own count."""
         groups = dict(group_limits or {})
 
-        def op(db: sqlite3.Connection) -> tuple[Held, bool]:
+        # Under the commit lock (every writer on the host waits on it) only SQL runs: the answer is
+        # built from what the transaction saw once it has committed.
+        def op(db: sqlite3.Connection) -> tuple[str, Any]:
             if request_id:
                 row = db.execute("SELECT * FROM sessions WHERE uid=? AND request_id=?", (uid, request_id)).fetchone()
                 if row is not None:
-                    return self._held(row), False
+                    return "retried", row
             live = db.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL AND uid=?", (uid,)).fetchone()[0]
             if max_sessions is not None and live >= max_sessions:
                 raise TooManySessions(live, max_sessions)
@@ -290,7 +306,7 @@ class Registry:
             # MPS serialises clients of different Unix users on one control daemon: a daemon another
             # user holds a slot of is not offered (docs/gpu-mps.md), unless the host runs multi-user MPS.
             foreign = set()
-            if mps_one_user_per_daemon:
+            if mps_one_user_per_daemon and any(sl.kind == "mps" for sl in candidates):
                 foreign = {
                     r[0]
                     for r in db.execute(
@@ -320,7 +336,7 @@ class Registry:
                         now,
                         now + ttl,
                         now,
-                        sl.model_dump_json(),
+                        _slice_json(sl),
                         json.dumps(env),
                         sl.pipe_directory if sl.kind == "mps" else None,
                     ),
@@ -330,61 +346,82 @@ class Registry:
                         "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)",
                         [(g, session_id) for g in groups],
                     )
-                # Built from what was just inserted, not read back: the same values, one query and parse fewer.
-                s = Session(
-                    id=session_id,
-                    slice_id=sl.id,
-                    kind=sl.kind,
-                    profile=sl.profile,
-                    gpu_index=sl.gpu_index,
-                    uid=uid,
-                    gid=gid,
-                    user=user,
-                    created_at=ts(now),
-                    expires_at=ts(now + ttl),
-                    env=env,
-                )
-                return Held(session=s, slice=sl, last_active=now), True
-            cand = {c.id for c in candidates}
+                return "created", (sl, env)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            held = list(map(self._held, rows))
-            daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if skipped else set()
-            raise NoFreeSlice(
-                [h for h in held if h.session.slice_id in cand],
-                [
-                    h
-                    for h in held
-                    if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid
-                ],
-            )
+            return "busy", (rows, skipped)
 
-        return self._write(op)
+        outcome, found = self._write(op)
+        if outcome == "retried":
+            return self._held(found), False
+        if outcome == "created":
+            sl, env = found
+            # Built from what was just inserted, not read back: the same values, one query and parse fewer.
+            s = Session(
+                id=session_id,
+                slice_id=sl.id,
+                kind=sl.kind,
+                profile=sl.profile,
+                gpu_index=sl.gpu_index,
+                uid=uid,
+                gid=gid,
+                user=user,
+                created_at=ts(now),
+                expires_at=ts(now + ttl),
+                env=env,
+            )
+            return Held(session=s, slice=sl, last_active=now), True
+        rows, skipped = found
+        cand = {c.id for c in candidates}
+        held = list(map(self._held, rows))
+        daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if skipped else set()
+        raise NoFreeSlice(
+            [h for h in held if h.session.slice_id in cand],
+            [h for h in held if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid],
+        )
 
     def _update(self, session_id: str, sql: str, params: tuple[Any, ...]) -> Held | None:
-        def op(db: sqlite3.Connection) -> Held | None:
+        def op(db: sqlite3.Connection) -> sqlite3.Row | None:
             if db.execute(sql, params).rowcount != 1:
                 return None
-            return self._held(db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
+            row: sqlite3.Row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            return row
 
-        return self._write(op)
+        row = self._write(op)
+        return self._held(row) if row is not None else None
 
-    def end(self, session_id: str, reason: EndReason, now: float) -> Held | None:
-        """End a live session and write its usage row, in one transaction; None when it was not live."""
+    def end(self, session_id: str, reason: EndReason, now: float, *, owner: int | None = None) -> Held | None:
+        """End a live session (only if ``owner``'s, when given) and write its usage row, in one
+        transaction; None when there was no such live session."""
 
-        def op(db: sqlite3.Connection) -> Held | None:
+        def op(db: sqlite3.Connection) -> sqlite3.Row | None:
             sql = "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL"
-            if db.execute(sql, (now, reason, session_id)).rowcount != 1:
+            params: tuple[Any, ...] = (now, reason, session_id)
+            if owner is not None:
+                sql, params = sql + " AND uid=?", (*params, owner)
+            if db.execute(sql, params).rowcount != 1:
                 return None
-            held = self._held(db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone())
-            s = held.session
+            row: sqlite3.Row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            sl = _slice(row["slice_json"])
             db.execute(
                 INSERT_USAGE,
-                (s.id, s.uid, s.user, s.kind, s.profile, s.gpu_index, s.slice_id, held.created, now, reason),
+                (
+                    session_id,
+                    row["uid"],
+                    row["user"],
+                    sl.kind,
+                    sl.profile,
+                    sl.gpu_index,
+                    row["slice_id"],
+                    row["created_at"],
+                    now,
+                    reason,
+                ),
             )
             db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
-            return held
+            return row
 
-        return self._write(op)
+        row = self._write(op)
+        return self._held(row) if row is not None else None
 
     def usage(self, since: float, until: float, uid: int | None) -> list[sqlite3.Row]:
         """Sessions and seconds per (uid, user, profile, kind) overlapping [since, until]: ended ones

@@ -327,8 +327,12 @@ class Service:
             raise RequestError("forbidden", f"session {sid} is not yours; you can only {verb} your own sessions")
         return held
 
-    def end(self, held: Held, reason: str, event: str, by_uid: int, note: str | None = None) -> Held | None:
-        ended = self.registry.end(held.session.id, reason, time.time())  # type: ignore[arg-type]
+    def end(
+        self, held: Held | str, reason: str, event: str, by_uid: int, note: str | None = None, owner: int | None = None
+    ) -> Held | None:
+        """End a session (a Held, or a session id with ``owner`` checked in the same transaction)."""
+        sid = held if isinstance(held, str) else held.session.id
+        ended = self.registry.end(sid, reason, time.time(), owner=owner)  # type: ignore[arg-type]
         if ended is None:
             return None
         try:
@@ -340,10 +344,13 @@ class Service:
         return ended
 
     def op_checkin(self, c: Caller, args: SessionRefArgs) -> Any:
-        held = self._own(c, args, "check in")
-        ended = self.end(held, "checkin", "checkin", c.uid)
+        # A named session is ended only if it is the caller's, checked in the transaction that ends it
+        # (no read before it); when that ends nothing, _own says why.
+        sid = args.id if args.id is not None else self._own(c, args, "check in").session.id
+        ended = self.end(sid, "checkin", "checkin", c.uid, owner=c.uid)
         if ended is None:
-            raise RequestError("not_found", f"session {held.session.id} already ended")
+            self._own(c, args, "check in")
+            raise RequestError("not_found", f"session {sid} already ended")
         self.reclaim(ended)
         return ended.session.model_dump(mode="json")
 
