@@ -81,6 +81,22 @@ class Held:
         return self.session.created_at.timestamp()
 
 
+@dataclass(frozen=True)
+class _Created:
+    """What a checkout's transaction inserted."""
+
+    slice: Slice
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Busy:
+    """A checkout that found no free candidate: the live sessions it saw."""
+
+    rows: list[sqlite3.Row]
+    skipped_mps: bool  # a free MPS slot was passed over: another user holds its daemon
+
+
 class NoFreeSlice(Exception):
     def __init__(self, busy: list[Held], other_users: list[Held] | None = None) -> None:
         super().__init__("no free slice")
@@ -290,11 +306,13 @@ class Registry:
 
         # Under the commit lock (every writer on the host waits on it) only SQL runs: the answer is
         # built from what the transaction saw once it has committed.
-        def op(db: sqlite3.Connection) -> tuple[str, Any]:
+        def op(db: sqlite3.Connection) -> sqlite3.Row | _Created | _Busy:
             if request_id:
-                row = db.execute("SELECT * FROM sessions WHERE uid=? AND request_id=?", (uid, request_id)).fetchone()
+                row: sqlite3.Row | None = db.execute(
+                    "SELECT * FROM sessions WHERE uid=? AND request_id=?", (uid, request_id)
+                ).fetchone()
                 if row is not None:
-                    return "retried", row
+                    return row  # a retried request: its session as it is now
             live = db.execute("SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL AND uid=?", (uid,)).fetchone()[0]
             if max_sessions is not None and live >= max_sessions:
                 raise TooManySessions(live, max_sessions)
@@ -346,15 +364,15 @@ class Registry:
                         "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)",
                         [(g, session_id) for g in groups],
                     )
-                return "created", (sl, env)
+                return _Created(sl, env)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            return "busy", (rows, skipped)
+            return _Busy(rows, skipped)
 
-        outcome, found = self._write(op)
-        if outcome == "retried":
+        found = self._write(op)
+        if isinstance(found, sqlite3.Row):
             return self._held(found), False
-        if outcome == "created":
-            sl, env = found
+        if isinstance(found, _Created):
+            sl, env = found.slice, found.env
             # Built from what was just inserted, not read back: the same values, one query and parse fewer.
             s = Session(
                 id=session_id,
@@ -370,10 +388,9 @@ class Registry:
                 env=env,
             )
             return Held(session=s, slice=sl, last_active=now), True
-        rows, skipped = found
         cand = {c.id for c in candidates}
-        held = list(map(self._held, rows))
-        daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if skipped else set()
+        held = list(map(self._held, found.rows))
+        daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if found.skipped_mps else set()
         raise NoFreeSlice(
             [h for h in held if h.session.slice_id in cand],
             [h for h in held if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid],
