@@ -193,7 +193,7 @@ class Enforcer:
         try:
             self.cgroups.signal(sid, signal.SIGTERM)
             self.terminate(h)
-            ended = self.svc.end(h, reason, event, 0)
+            ended = self.svc.end(h.session.id, reason, event, 0)
             self.finish(ended or h)
         except Exception:
             failed = True

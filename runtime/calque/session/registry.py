@@ -60,6 +60,13 @@ def _slice_json(sl: Slice) -> str:
     return hit[1]
 
 
+def _run_script(db: sqlite3.Connection, script: str) -> None:
+    """Each statement of ``script`` inside the caller's transaction (``executescript`` would commit it)."""
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 def ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
 
@@ -152,12 +159,8 @@ class Registry:
                     "upgrade calque on this host"
                 )
             if version == 2:
-                for statement in USAGE_V2_TO_V3.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
+                _run_script(db, USAGE_V2_TO_V3)
+            _run_script(db, SCHEMA)
             if version < 2:
                 db.execute(BACKFILL_USAGE)
             if version < SCHEMA_VERSION:
@@ -396,11 +399,22 @@ class Registry:
             [h for h in held if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid],
         )
 
-    def _update(self, session_id: str, sql: str, params: tuple[Any, ...]) -> Held | None:
+    def _update(
+        self,
+        session_id: str,
+        sql: str,
+        params: tuple[Any, ...],
+        then: Callable[[sqlite3.Connection, sqlite3.Row], None] | None = None,
+    ) -> Held | None:
+        """Run ``sql`` on one session row; when it changed the row, ``then`` runs in the same
+        transaction with the row as it now is. None when nothing changed."""
+
         def op(db: sqlite3.Connection) -> sqlite3.Row | None:
             if db.execute(sql, params).rowcount != 1:
                 return None
             row: sqlite3.Row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if then is not None:
+                then(db, row)
             return row
 
         row = self._write(op)
@@ -409,36 +423,18 @@ class Registry:
     def end(self, session_id: str, reason: EndReason, now: float, *, owner: int | None = None) -> Held | None:
         """End a live session (only if ``owner``'s, when given) and write its usage row, in one
         transaction; None when there was no such live session."""
+        sql = "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL"
+        params: tuple[Any, ...] = (now, reason, session_id)
+        if owner is not None:
+            sql, params = sql + " AND uid=?", (*params, owner)
 
-        def op(db: sqlite3.Connection) -> sqlite3.Row | None:
-            sql = "UPDATE sessions SET ended_at=?, end_reason=? WHERE id=? AND ended_at IS NULL"
-            params: tuple[Any, ...] = (now, reason, session_id)
-            if owner is not None:
-                sql, params = sql + " AND uid=?", (*params, owner)
-            if db.execute(sql, params).rowcount != 1:
-                return None
-            row: sqlite3.Row = db.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+        def record_usage(db: sqlite3.Connection, row: sqlite3.Row) -> None:
             sl = _slice(row["slice_json"])
-            db.execute(
-                INSERT_USAGE,
-                (
-                    session_id,
-                    row["uid"],
-                    row["user"],
-                    sl.kind,
-                    sl.profile,
-                    sl.gpu_index,
-                    row["slice_id"],
-                    row["created_at"],
-                    now,
-                    reason,
-                ),
-            )
+            usage = (row["uid"], row["user"], sl.kind, sl.profile, sl.gpu_index, row["slice_id"], row["created_at"])
+            db.execute(INSERT_USAGE, (session_id, *usage, now, reason))
             db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
-            return row
 
-        row = self._write(op)
-        return self._held(row) if row is not None else None
+        return self._update(session_id, sql, params, then=record_usage)
 
     def usage(self, since: float, until: float, uid: int | None) -> list[sqlite3.Row]:
         """Sessions and seconds per (uid, user, profile, kind) overlapping [since, until]: ended ones

@@ -328,10 +328,9 @@ class Service:
         return held
 
     def end(
-        self, held: Held | str, reason: str, event: str, by_uid: int, note: str | None = None, owner: int | None = None
+        self, sid: str, reason: str, event: str, by_uid: int, note: str | None = None, owner: int | None = None
     ) -> Held | None:
-        """End a session (a Held, or a session id with ``owner`` checked in the same transaction)."""
-        sid = held if isinstance(held, str) else held.session.id
+        """End a live session (only if ``owner``'s, when given, checked in the same transaction)."""
         ended = self.registry.end(sid, reason, time.time(), owner=owner)  # type: ignore[arg-type]
         if ended is None:
             return None
@@ -409,7 +408,7 @@ class Service:
         if held is None or held.session.ended_at is not None:
             raise RequestError("not_found", f"no live session {sid}")
         why = "released" + (f": {args.reason}" if args.reason else "")
-        ended = self.end(held, "released", "release", c.uid, note=why)
+        ended = self.end(sid, "released", "release", c.uid, note=why)
         if ended is None:
             raise RequestError("not_found", f"session {sid} already ended")
         self.reclaim(ended)
@@ -437,7 +436,7 @@ class Service:
         for h in live:
             if h.session.slice_id not in slices:
                 log.warning("slice %s of session %s is gone from the GPU; ending it", h.session.slice_id, h.session.id)
-                self.end(h, "vanished", "vanished", 0)
+                self.end(h.session.id, "vanished", "vanished", 0)
                 continue
             held_ids.add(h.session.slice_id)
             try:
