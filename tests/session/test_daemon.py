@@ -211,6 +211,39 @@ def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) ->
     assert wait_for(lambda: _ping(host))
 
 
+def test_events_count_from_the_daemons_start_also_in_a_restarted_metrics_process(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    import os
+    import signal
+    import socket as so
+    from pathlib import Path
+
+    with so.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    alice = make_user()
+    host.start(metrics_port=port)
+    assert host.proc is not None
+    host.cli(alice, "session", "checkout", check=True)
+
+    def metrics_processes() -> list[int]:
+        return [p for p in _workers(host.proc.pid) if b"metrics_main" in Path(f"/proc/{p}/cmdline").read_bytes()]  # type: ignore[union-attr]
+
+    def checkouts_counted() -> float | None:
+        try:
+            return _scrape(port).get(("calque_session_events_total", (("event", "checkout"),)))
+        except OSError:
+            return None
+
+    assert wait_for(lambda: len(metrics_processes()) == 1)
+    (first,) = metrics_processes()
+    os.kill(first, signal.SIGKILL)  # the main process starts another, after the checkout was written
+    assert wait_for(lambda: metrics_processes() not in ([], [first]), 15)
+    assert wait_for(lambda: checkouts_counted() is not None, 15)
+    assert checkouts_counted() == 1
+
+
 def test_spot_host_warns_at_checkout_and_metrics_textfile_is_written(host: Host) -> None:
     prom = host.dir / "calque_session.prom"
     host.start(spot=True, metrics_textfile=str(prom))

@@ -117,12 +117,18 @@ class EventTally:
     process that appends to it (metrics' ``calque_session_events_total``), and the trip time of every
     session that ended (checkout to its end event: ``calque_session_trip_seconds``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, start: int | None = None) -> None:
+        """Counts the lines after byte ``start`` (default: the file's end now). The daemon's worker and
+        metrics processes get the main process's start, so each counts from the daemon's start, not
+        from its own (a checkout served before the metrics process was up counts too)."""
         self.path = path
-        try:
-            self._offset = path.stat().st_size
-        except FileNotFoundError:
-            self._offset = 0
+        if start is None:
+            try:
+                start = path.stat().st_size
+            except FileNotFoundError:
+                start = 0
+        self.start = start
+        self._offset = start
         self._counts: dict[str, int] = {}
         self._trip_buckets = [0] * len(TRIP_BUCKETS_S)  # sessions that lasted at most each bound
         self._trip_count = 0

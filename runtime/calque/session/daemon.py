@@ -101,18 +101,19 @@ class _Listener:
 
 
 class Daemon:
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(self, config: SessionConfig, events_from: int | None = None) -> None:
         self.config = config
         self.registry = Registry(config.db)
         self.audit = AuditLog(config.audit_log)
         self.reader = load_reader(config)
+        self.events = EventTally(config.audit_log, events_from)
         self.service = Service(
             config=config,
             registry=self.registry,
             audit=self.audit,
             reader=self.reader,
             host_root=host_root(config, self.reader),
-            tally=EventTally(config.audit_log),
+            tally=self.events,
             nodes_lock=HostLock(lock_path(config.db, "nodes")),
         )
         self.enforcer = Enforcer(self.service)
@@ -158,6 +159,7 @@ class Daemon:
     def _spawn(self, entry: str, fd: int) -> subprocess.Popen[bytes]:
         """A child process: a worker serving requests on the inherited socket, or the metrics server."""
         env = {**os.environ, _ENV_CONFIG: self.config.model_dump_json(), _ENV_PARENT: str(os.getpid())}
+        env[_ENV_EVENTS_FROM] = str(self.events.start)  # events count from the daemon's start
         worker = entry == "worker_main"
         if worker:
             env[_ENV_FD] = str(fd)
@@ -189,15 +191,17 @@ def run_daemon(config: SessionConfig) -> None:
 _ENV_CONFIG = "CALQUE_SESSION_WORKER_CONFIG"
 _ENV_FD = "CALQUE_SESSION_WORKER_FD"
 _ENV_PARENT = "CALQUE_SESSION_WORKER_PARENT"
+_ENV_EVENTS_FROM = "CALQUE_SESSION_EVENTS_FROM"
 
 
-def _child_setup() -> tuple[SessionConfig, int]:
+def _child_setup() -> tuple[SessionConfig, int, int | None]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     os.umask(PRIVATE_UMASK)
     config = SessionConfig.model_validate_json(os.environ.pop(_ENV_CONFIG))
     # The pid we were started by, not getppid() now: the main process may already be gone.
     parent = int(os.environ.pop(_ENV_PARENT, str(os.getppid())))
-    return config, parent
+    events_from = os.environ.pop(_ENV_EVENTS_FROM, None)
+    return config, parent, int(events_from) if events_from is not None else None
 
 
 def _until_told_or_orphaned(stop: threading.Event, parent: int) -> None:
@@ -212,10 +216,10 @@ def _until_told_or_orphaned(stop: threading.Event, parent: int) -> None:
 def worker_main() -> None:
     """A worker process: serve requests on the parent's socket until told to stop or until the
     parent is gone (then finish what is in flight and exit)."""
-    config, parent = _child_setup()
+    config, parent, events_from = _child_setup()
     fd = int(os.environ.pop(_ENV_FD))
     raise_descriptor_limit()
-    d = Daemon(config)
+    d = Daemon(config, events_from)
     listener = _Listener(d, inherited_fd=fd)
     d.enforcer.start_cleanup()
     listener.start()
@@ -231,8 +235,8 @@ def metrics_main() -> None:
     from calque import exposition
     from calque.session.metrics import registry_of
 
-    config, parent = _child_setup()
-    d = Daemon(config)
+    config, parent, events_from = _child_setup()
+    d = Daemon(config, events_from)
     reg = registry_of(d.service)
     server = None
     if config.metrics_port is not None:
