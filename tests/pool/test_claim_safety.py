@@ -37,7 +37,7 @@ def test_crafted_ids_newer_versions_and_foreign_uris_are_poison_and_nothing_esca
     foreign = prefix.replace(f"/pools/{pool.queue.name}/", "/pools/someone-else/")
     stage("v2claim")
     send("v2claim", version=2, priority="high")  # a newer submitter's claim, with a field v1 lacks
-    stage("v2manifest", version=2)
+    stage("v2manifest", version=3)
     send("v2manifest")
     stage("stray")
     send("stray", manifest_uri=f"{other_run}manifests/c00000.json")
@@ -48,7 +48,7 @@ def test_crafted_ids_newer_versions_and_foreign_uris_are_poison_and_nothing_esca
     w = pool.start()
     want = {
         "v2claim": "ClaimRef version 2 is newer than this calque reads (version 1): upgrade calque on the pool",
-        "v2manifest": "Manifest version 2 is newer than this calque reads (version 1): upgrade calque on the pool's",
+        "v2manifest": "Manifest version 3 is newer than this calque reads (version 2): upgrade calque on the pool's",
         "stray": f"manifest {other_run}manifests/c00000.json lies outside this pool's prefix for run {good.run_id}",
         "dotted": "lies outside this pool's prefix",
     }

@@ -43,7 +43,7 @@ def test_a_newer_version_is_refused_naming_both_versions_and_what_to_upgrade(
     with pytest.raises(ValidationError) as err:
         model.model_validate_json(body)
     assert _message(err.value) == (
-        f"{model.__name__} version 7 is newer than this calque reads (version 1): "
+        f"{model.__name__} version 7 is newer than this calque reads (version {current_version(model)}): "
         "upgrade calque on the pool's workers (this one did not run the claim)"
     )
 

@@ -207,7 +207,7 @@ class RunStore:
 
     def put_manifest(self, results_prefix: str, manifest: Manifest) -> str:
         uri = self.manifest_uri(results_prefix, manifest.claim_id)
-        self._put_model(uri, manifest)
+        self.put(uri, manifest.to_json().encode())
         return uri
 
     def put_run(self, record: RunRecord) -> None:

@@ -95,12 +95,31 @@ class Manifest(VersionedModel):
     """One claim's batch of items, staged in S3 and pointed at by a ``ClaimRef``."""
 
     upgrade_hint: ClassVar[str] = "upgrade calque on the pool's workers (this one did not run the claim)"
-    version: int = SCHEMA_VERSION
+    # Version 2 added ``encoding``; a "json" manifest is still written as version 1 (``for_items``), so
+    # workers of any version run ``calque pool submit``'s runs; only typed ones need version 2.
+    version: int = 2
     run_id: SafeId
     claim_id: SafeId
     model: str = Field(min_length=1)
     method: str = Field(min_length=1)
     items: list[Item]
+    encoding: Literal["json", "typed"] = Field(
+        "json", description="json: values as written; typed: calque.models.values' encoding (calque run)"
+    )
+
+    @classmethod
+    def for_items(cls, *, encoding: str = "json", **fields: Any) -> Manifest:
+        return cls(version=1 if encoding == "json" else 2, encoding=encoding, **fields)
+
+    def to_json(self) -> str:
+        """A version-1 manifest without the field version 1 lacks; a typed one whole."""
+        return self.model_dump_json(exclude={"encoding"} if self.version == 1 else None)
+
+    @model_validator(mode="after")
+    def _typed_is_version_2(self) -> Manifest:
+        if self.encoding != "json" and self.version < 2:
+            raise ValueError("a typed manifest is version 2")
+        return self
 
     @field_validator("items")
     @classmethod

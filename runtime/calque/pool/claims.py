@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from calque.aws.store import ManifestProblem, RunStore, parse_s3_uri
 from calque.errors import CalqueError, format_validation_error
 from calque.models import ClaimRef, Manifest, PoolSpec
+from calque.pool.crashes import verdict
 from calque.pool.lease import Lease, Prepared, Role, State
 from calque.pool.submit import DEFAULT_METHOD
 from calque.warm import WarmSupervisor
@@ -80,6 +81,9 @@ class ClaimChecker:
                 f"manifest {ref.manifest_uri} is for run {manifest.run_id}/claim {manifest.claim_id}/model "
                 f"{manifest.model}, not the claim's {ref.run_id}/{ref.claim_id}/{ref.model}"
             )
+        ended = verdict(self.store, ref, lease.attempt)
+        if ended:
+            return _Poison(ended)
         method: str | None = manifest.method
         if method == DEFAULT_METHOD:
             method = spec.method or sup.default_method()

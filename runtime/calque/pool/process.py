@@ -133,6 +133,9 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     guard.serving(sup)  # the class's methods, for submitters to check calls against; refreshed while serving
     try:
         rep = worker.serve()
+    except BaseException as exc:
+        worker.last_words(f"the worker stopped with {type(exc).__name__}: {exc}")
+        raise
     finally:
         metrics.close()
         guard.stopped()

@@ -49,6 +49,7 @@ def stage_run(
     workload_digest: str | None = None,
     on_sent: Callable[[list[StagedClaim]], None] | None = None,
     threads: int = STAGE_THREADS,
+    encoding: str = "json",
 ) -> RunRecord:
     """Stage and send every claim of ``items`` (their ``index`` is their position); then write the RunRecord."""
     prefix = store.run_prefix(run_id)
@@ -100,7 +101,9 @@ def stage_run(
                 if not chunk:
                     break
                 claim_id = f"c{len(claims):05d}"
-                manifest = Manifest(run_id=run_id, claim_id=claim_id, model=model, method=method, items=chunk)
+                manifest = Manifest.for_items(
+                    run_id=run_id, claim_id=claim_id, model=model, method=method, items=chunk, encoding=encoding
+                )
                 ref = ClaimRef(
                     run_id=run_id,
                     claim_id=claim_id,

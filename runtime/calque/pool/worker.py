@@ -39,6 +39,7 @@ from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import PoolSpec
 from calque.pool.claims import ClaimChecker
+from calque.pool.crashes import CrashMarks
 from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
@@ -48,6 +49,7 @@ from calque.pool.stream import chunk_sink
 from calque.pool.summaries import SummaryMaker, now
 from calque.pool.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
+from calque.warm.supervisor import failed_drain
 
 __all__ = ["Lease", "Worker", "WorkerReport"]
 
@@ -106,6 +108,7 @@ class Worker:
         self.instance: InstanceGuard = instance or NoInstance()  # scale-in protection and the drain hook
         self._lifecycle: LifecycleWatcher | None = None
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
+        self.crashes = CrashMarks(store, self.worker_id)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait)
         self.writer = ClaimWriter(
             pool_queue,
@@ -164,6 +167,7 @@ class Worker:
         # re-sent, not made visible again: a graceful release must not count as a delivery attempt
         released, error = lease.release(lambda receipt: release_uncounted(self.queue, lease, receipt), by)
         if released:
+            self.crashes.cleared(lease)
             if error is None:
                 log.info("released message %s (re-sent for another worker)", lease.message_id)
             else:
@@ -244,7 +248,12 @@ class Worker:
                     if idle is not None and time.monotonic() - idle_since > idle:
                         self.request_stop("idle")
                     continue
-                self._handle(lease)
+                try:
+                    self._handle(lease)
+                except Exception as exc:  # a bug or a failing store must not end the worker: the claim fails
+                    log.exception("claim of message %s failed in the worker", lease.message_id)
+                    self.crashes.last_words(lease, f"{type(exc).__name__}: {exc}")
+                    self._drop(lease)  # not deleted: it comes back after the VT, and its mark counts
                 idle_since = time.monotonic()
         finally:
             errors = self._shutdown(hb_stop)
@@ -296,10 +305,17 @@ class Worker:
             return "shutdown" if self._stop.is_set() else None
 
         sink = chunk_sink(self.store, ref.results_prefix, ref.claim_id, max(lease.receive_count, 1))
-        drain = self.sup.drain(method, manifest.items, should_stop=should_stop, on_chunk=sink)
+        self.crashes.running(lease)
+        try:
+            drain = self.sup.drain(method, manifest.items, should_stop=should_stop, on_chunk=sink,
+                                   encoding=manifest.encoding)  # fmt: skip
+        except Exception as exc:  # nothing a claim does may stop the worker: the claim fails instead
+            log.exception("claim %s/%s failed in the worker", ref.run_id, ref.claim_id)
+            drain = failed_drain(manifest.items, f"the worker could not run this claim: {type(exc).__name__}: {exc}")
         if drain.stopped == "lost":
             log.warning("claim %s/%s lost mid-run: not summarising, not deleting", ref.run_id, ref.claim_id)
             self.metrics.inc("calque_pool_claims_total", outcome="lost")
+            self.crashes.cleared(lease)
             self._drop(lease)
             return
         if drain.stopped == "shutdown":
@@ -336,6 +352,13 @@ class Worker:
         else:  # lost after its last item: nothing to write
             self.metrics.inc("calque_pool_claims_total", outcome="lost")
             self._drop(lease)
+
+    def last_words(self, reason: str) -> None:
+        """Dying with an exception: mark every claim being run with why (``calque.pool.crashes``)."""
+        with self._held_lock:
+            working = [lease for lease in self._held if lease.state is State.WORKING]
+        for lease in working:
+            self.crashes.last_words(lease, reason)
 
     # -- stopping (the stopper) ---------------------------------------------------------------------
 

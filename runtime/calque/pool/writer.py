@@ -9,6 +9,7 @@ lost its lease can at worst leave an orphaned results object that no Summary nam
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue as queue_mod
 from collections.abc import Callable
@@ -65,15 +66,25 @@ class ClaimWriter:
             item = self.writes.get()
             if item is None:
                 return
-            if isinstance(item, Finished):
-                self.write(item)
-                after_write()
-            elif item.state is State.DUPLICATE:
-                log.info("claim of message %s already has a Summary: deleting without re-running", item.message_id)
-                self.delete(item)
-                self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
-            else:
-                self.write_poison(item)
+            try:
+                self._one(item, after_write)
+            except Exception:  # a writer thread never ends on one claim: it comes back after the VT
+                lease = item.lease if isinstance(item, Finished) else item
+                log.exception("writing the claim of message %s failed: it will be redelivered", lease.message_id)
+                with contextlib.suppress(RuntimeError):  # already final: nothing to hand back
+                    lease.advance_unless_taken(State.ABANDONED, Role.WRITER)
+                self._ended(lease)
+
+    def _one(self, item: Finished | Lease, after_write: Callable[[], None]) -> None:
+        if isinstance(item, Finished):
+            self.write(item)
+            after_write()
+        elif item.state is State.DUPLICATE:
+            log.info("claim of message %s already has a Summary: deleting without re-running", item.message_id)
+            self.delete(item)
+            self.metrics.inc("calque_pool_claims_total", outcome="duplicate")
+        else:
+            self.write_poison(item)
 
     def write(self, f: Finished) -> None:
         lease, s = f.lease, f.summary

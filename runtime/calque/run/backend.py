@@ -38,6 +38,9 @@ class Run(Protocol):
     def wait_some(self, timeout: float) -> list[ItemResult]:
         """Results that finished since the last call (any order), waiting up to ``timeout`` for one."""
 
+    def sent(self) -> None:
+        """Wait until every item is sent (``.spawn_map``); raises what sending raised."""
+
 
 class Backend(Protocol):
     def start(self, target: Target, items: Iterable[Item]) -> Run:
@@ -45,6 +48,9 @@ class Backend(Protocol):
 
     def stream(self, target: Target, item: Item) -> Iterator[Any]:
         """A generator method's values for one call, in order, as they are produced (its exception at the end)."""
+
+    def adopt(self, run_id: str) -> tuple[Run, Target]:
+        """A run started elsewhere (``FunctionCall.from_id``), followed from here; UsageError when unknown."""
 
     def local_callable(self, target: Target) -> Any:
         """The target as an in-process callable (an entered instance's bound method, or the function)."""

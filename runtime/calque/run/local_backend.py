@@ -16,12 +16,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from calque.errors import UsageError
 from calque.models import Item, ItemResult
+from calque.models.values import TYPED, decode
 from calque.run.backend import Target
 from calque.run.outcome import value_of
 from calque.run.progress import Tally
 from calque.warm import WarmSupervisor
 from calque.warm.loader import build_workload
+from calque.warm.streaming import Sink
 
 # Items per drain: the same granularity as a pool's default claim, so progress moves the same way.
 _CHUNK = 10
@@ -35,13 +38,14 @@ class LocalRun:
         self._ended = False
         self._error: BaseException | None = None
         self._sup, self._method, self._tally = sup, method, tally
-        threading.Thread(target=self._produce, args=(iter(items),), name="calque-run-local", daemon=True).start()
+        self._thread = threading.Thread(target=self._produce, args=(iter(items),), name="calque-run-local", daemon=True)
+        self._thread.start()
 
     def _produce(self, items: Any) -> None:
         try:
             while chunk := list(itertools.islice(items, _CHUNK)):
                 self._tally.submitted(len(chunk))
-                results = self._sup.drain(self._method, chunk).results
+                results = self._sup.drain(self._method, chunk, encoding=TYPED).results
                 failed = sum(1 for r in results if not r.ok)
                 self._tally.finished(len(results), failed)
                 for r in results:
@@ -54,6 +58,12 @@ class LocalRun:
     @property
     def finished(self) -> bool:
         return self._ended
+
+    def sent(self) -> None:
+        """In-process, an input is sent when it has run: wait for them all."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
     def wait_some(self, timeout: float) -> list[ItemResult]:
         out: list[ItemResult] = []
@@ -101,7 +111,8 @@ class LocalBackend:
 
         def produce() -> None:
             try:
-                (result,) = sup.drain(target.method, [item], on_chunk=lambda _i, _n, values: out.put(values)).results
+                sink: Sink = lambda _i, _n, values: out.put(values)  # noqa: E731
+                (result,) = sup.drain(target.method, [item], on_chunk=sink, encoding=TYPED).results
                 out.put(result)
             except BaseException as exc:
                 out.put(exc)
@@ -111,7 +122,7 @@ class LocalBackend:
         while True:
             got = out.get()
             if isinstance(got, list):
-                yield from got
+                yield from (decode(v, "a value the method yielded") for v in got)
                 continue
             if isinstance(got, BaseException):
                 raise got
@@ -119,6 +130,12 @@ class LocalBackend:
             if not got.ok:
                 value_of(got)  # raises the method's exception, after the values it yielded
             return
+
+    def adopt(self, run_id: str) -> tuple[LocalRun, Target]:
+        raise UsageError(
+            f"FunctionCall.from_id({run_id!r}): under --local a call lives only in the run that spawned it, "
+            "and this run spawned none of that id"
+        )
 
     def local_callable(self, target: Target) -> Any:
         return self._supervisor(target).workload.methods[target.method].fn

@@ -17,6 +17,8 @@ from typing import Any
 
 from calque.aws.store import CLAIM_FAILED
 from calque.models import ItemError, ItemResult
+from calque.models.values import decode
+from calque.warm.loader import SCRIPTS
 
 
 class RemoteError(Exception):
@@ -40,6 +42,12 @@ class RemoteTraceback(Exception):
 
 
 def _find_type(name: str) -> type[BaseException] | None:
+    script, sep, in_script = name.partition("::")
+    if sep:  # the script's own class, named relative to the script by the worker
+        found: Any = SCRIPTS.get(script)
+        for part in in_script.split("."):
+            found = getattr(found, part, None)
+        return found if isinstance(found, type) and issubclass(found, Exception) else None
     module_name, _, qual = name.rpartition(".")
     if not module_name:
         found = getattr(builtins, name, None)
@@ -79,7 +87,7 @@ def rebuild(error: ItemError) -> BaseException:
 def value_of(result: ItemResult, return_exceptions: bool = False) -> Any:
     """The result's value; its exception raised (or returned, with ``return_exceptions``)."""
     if result.ok:
-        return result.value
+        return decode(result.value, "a result")
     assert result.error is not None
     exc = rebuild(result.error)
     if return_exceptions:

@@ -21,7 +21,9 @@ from typing import Any
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
-from calque.models import Item, ItemResult, PoolSpec, Summary
+from calque.models import Item, ItemResult, PoolSpec, RunRecord, Summary
+from calque.models.ids import is_safe_id
+from calque.models.values import TYPED, decode
 from calque.pool.deadletter import settle_dead_letters
 from calque.pool.loads import CHECK_EVERY_S, LoadRecords, PoolHealth, check_loadable, check_method, health
 from calque.pool.stage import StagedClaim, stage_run
@@ -61,11 +63,11 @@ class _Pool:
 class PoolRun:
     """One call's run: staged in the background, collected claim by claim."""
 
-    def __init__(self, pool: _Pool, target: Target, items: Iterable[Item], tally: Tally, fetch: cf.Executor,
-                 timeout_s: float) -> None:  # fmt: skip
+    def __init__(self, pool: _Pool, target: Target, items: Iterable[Item] | None, tally: Tally, fetch: cf.Executor,
+                 timeout_s: float, record: RunRecord | None = None) -> None:  # fmt: skip
         self.pool, self.target, self.tally, self.fetch = pool, target, tally, fetch
         self.timeout_s = timeout_s
-        self.run_id = new_run_id()
+        self.run_id = record.run_id if record else new_run_id()
         self.prefix = pool.store.run_prefix(self.run_id)
         self._claims: dict[str, StagedClaim] = {}
         self._done: set[str] = set()
@@ -77,12 +79,29 @@ class PoolRun:
         self._last_progress = time.monotonic()
         self._last_error: InfrastructureError | None = None
         self._next_settle = time.monotonic() + SETTLE_EVERY_S
-        threading.Thread(target=self._stage, args=(items,), name="calque-run-stage", daemon=True).start()
+        self._thread: threading.Thread | None = None
+        if record is not None:  # a run staged by another process (FunctionCall.from_id): follow its claims
+            self._staged = True
+            per = -(-record.item_count // max(len(record.claims), 1))  # every claim but the last is full
+            for n, claim_id in enumerate(record.claims):
+                first = n * per
+                self._claims[claim_id] = StagedClaim(claim_id, first, max(0, min(per, record.item_count - first)))
+        elif items is not None:
+            self._thread = threading.Thread(target=self._stage, args=(items,), name="calque-run-stage", daemon=True)
+            self._thread.start()
+
+    def sent(self) -> None:
+        """Wait until every claim is staged and sent (``.spawn_map``); raise what staging raised."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._stage_error is not None:
+            raise self._stage_error
 
     def _stage(self, items: Iterable[Item]) -> None:
         try:
             stage_run(self.pool.queue, self.pool.store, items, run_id=self.run_id, model=self.pool.spec.model,
-                      method=self.target.method, batch_size=self.pool.spec.batch_size, on_sent=self._sent)  # fmt: skip
+                      method=self.target.method, batch_size=self.pool.spec.batch_size, on_sent=self._sent,
+                      encoding=TYPED)  # fmt: skip
         except BaseException as exc:
             self._stage_error = exc
         finally:
@@ -174,7 +193,9 @@ class PoolBackend:
         self._local = local  # for .local(): the same script in-process
 
     def _pool(self, target: Target) -> _Pool:
-        spec = self.pools.spec_for(target)
+        return self._open(self.pools.spec_for(target))
+
+    def _open(self, spec: PoolSpec) -> _Pool:
         with self._lock:
             pool = self._by_model.get(spec.model)
             if pool is None:
@@ -192,6 +213,22 @@ class PoolBackend:
         check_method(h, target.method, target.label, default=DEFAULT_METHOD)
         return PoolRun(pool, target, items, self.tally, self._fetch, self.timeout_s)
 
+    def adopt(self, run_id: str) -> tuple[PoolRun, Target]:
+        """The run ``run_id`` on any pool this script's calls may use (its RunRecord says which method)."""
+        if not is_safe_id(run_id):
+            raise UsageError(f"FunctionCall.from_id({run_id!r}): not a calque run id")
+        for spec in self.pools.known_specs():
+            pool = self._open(spec)
+            record = pool.store.get_run(run_id)
+            if record is not None:
+                target = Target(record.model, record.method, is_function=True)
+                run = PoolRun(pool, target, None, self.tally, self._fetch, self.timeout_s, record=record)
+                return run, target
+        raise UsageError(
+            f"FunctionCall.from_id({run_id!r}): no pool this script uses has a run of that id "
+            "(the call's object_id is the run id: calque pool results RUN --model M reads it too)"
+        )
+
     def stream(self, target: Target, item: Item) -> Iterator[Any]:
         """A generator method's values as its worker writes their chunks (a one-item run, claim of one)."""
         pool = self._pool(target)
@@ -201,7 +238,7 @@ class PoolBackend:
         run_id = new_run_id()
         self.tally.submitted(1)
         record = stage_run(pool.queue, pool.store, [item], run_id=run_id, model=pool.spec.model,
-                           method=target.method, batch_size=1)  # fmt: skip
+                           method=target.method, batch_size=1, encoding=TYPED)  # fmt: skip
         ended: list[ItemResult] = []
 
         def on_result(summary: Summary, result: ItemResult) -> None:
@@ -212,8 +249,9 @@ class PoolBackend:
             waiting = f"Run {run_id}'s claim stays queued; a worker that loads runs it."
             check_loadable(pool.health(), pool.spec.model, waiting=waiting)
 
-        yield from follow(pool.store, record.results_prefix, record.claims[0], index=item.index,
-                          timeout_s=self.timeout_s, on_result=on_result, check=check)  # fmt: skip
+        values = follow(pool.store, record.results_prefix, record.claims[0], index=item.index,
+                        timeout_s=self.timeout_s, on_result=on_result, check=check)  # fmt: skip
+        yield from (decode(v, "a value the method yielded") for v in values)
         if ended and not ended[0].ok:
             value_of(ended[0])  # raises the method's exception, after the values it yielded
 

@@ -14,16 +14,19 @@ goes to ``--pool``; with neither, the error says how to create a pool. Nothing i
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from calque.configfile import load_model
-from calque.errors import UsageError
+from calque.errors import CalqueError, UsageError
 from calque.models import CalqueModel, PoolSpec
 from calque.pool.spec import load_spec
 from calque.run.backend import Target
+from calque.warm import modal_shim
+from calque.warm.loader import coerce_parameter, parameter_set
 
 DEFAULT_POOLS_FILE = "calque-run.yml"
 
@@ -65,6 +68,17 @@ class PoolMap:
         _check_parameters(target, spec, spec_path)
         return spec
 
+    def known_specs(self) -> list[PoolSpec]:
+        """Every pool this script may call: the mapping's, then ``--pool``'s (a bad file is skipped)."""
+        paths = [*self.mapping.values(), *([Path(self.default_spec)] if self.default_spec else [])]
+        out: list[PoolSpec] = []
+        for p in dict.fromkeys(paths):
+            with contextlib.suppress(CalqueError):
+                if p not in self._specs:
+                    self._specs[p] = load_spec(p)
+                out.append(self._specs[p])
+        return out
+
     def _no_pool(self, target: Target) -> str:
         kind = "function" if target.is_function else "class"
         workload = f"{self.script}::{target.name}"
@@ -77,17 +91,37 @@ class PoolMap:
         )
 
 
-def _same(a: Any, b: Any) -> bool:
-    return bool(a == b or str(a) == str(b))
-
-
 def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
-    # A pool runs one parameter set (its spec's), as a Modal class's parameters pick its containers.
-    wrong = {k: v for k, v in target.parameters if k not in spec.parameters or not _same(spec.parameters[k], v)}
+    """A pool runs one parameter set (its spec's over the class's defaults), as a Modal class's
+    parameters pick its containers: a call whose full set differs in any field is refused."""
+    if target.is_function:
+        return
+    klass = next(
+        (a.registered_classes[target.name] for a in modal_shim._APPS if target.name in a.registered_classes), None
+    )
+    pset = parameter_set(klass) if klass is not None else None
+    defaults = pset.defaults if pset else {}
+    ours = dict(target.parameters)
+    theirs = {**defaults, **spec.parameters}
+    wrong: list[str] = []
+    for k in sorted(set(ours) | set(theirs)):
+        mine, pools = ours.get(k, _UNSET), theirs.get(k, _UNSET)
+        if pools is not _UNSET and pset is not None:
+            with contextlib.suppress(UsageError):
+                pools = coerce_parameter(pools, pset.annotations.get(k), target.name, k)
+        if mine != pools or type(mine) is not type(pools):
+            default = " (its default)" if k in defaults and mine == defaults[k] and k not in spec.parameters else ""
+            wrong.append(f"{k}: this call {_show(mine)}{default}, the pool {_show(pools)}")
     if wrong:
-        given = ", ".join(f"{k}={v!r}" for k, v in wrong.items())
         raise UsageError(
-            f"{target.name}({given}): the pool of {spec_path} runs {target.name} with parameters "
-            f"{spec.parameters or '{}'}; a pool serves one parameter set. Call {target.name}() with the pool's "
-            "values, or map this class to a pool whose spec sets these parameters"
+            f"{target.name}: the pool of {spec_path} runs {target.name} with other parameters: "
+            f"{'; '.join(wrong)}. A pool serves one parameter set: call {target.name}(...) with the pool's values, "
+            "or map this class to a pool whose spec sets these parameters. Nothing was sent"
         )
+
+
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "unset"})()
+
+
+def _show(v: Any) -> str:
+    return "unset" if v is _UNSET else repr(v)

@@ -4,40 +4,33 @@
 ``.remote(...)``, ``.map(*iterables, order_outputs=True, return_exceptions=False, kwargs={})``,
 ``.starmap(iterable, ...)``, ``.for_each(...)``, ``.spawn(...)`` (a ``FunctionCall`` whose
 ``.get(timeout=)`` waits), ``.local(...)`` (in-process), and ``.aio`` on each for async code.
-Arguments travel as JSON in both backends (so ``--local`` sees what a pool would see); a value JSON
-cannot carry (a NaN, an object) is refused at the call with a TypeError.
+Arguments travel in ``calque.models.values``' encoding in both backends (so ``--local`` sees what a
+pool would see); a value it cannot carry (an object, an array) is refused at the call with a TypeError.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-
 from calque.errors import InfrastructureError
 from calque.models import Item, ItemResult
+from calque.models.values import encode
 from calque.run.backend import Backend, Run, Target
 from calque.run.outcome import value_of
+from calque.warm.loader import parameter_set
 from calque.warm.modal_shim import marks_of
 
 _WAIT_S = 1.0
 
 
 def _item(target: Target, index: int, args: Iterable[Any], kwargs: dict[str, Any]) -> Item:
-    try:
-        payload = json.loads(json.dumps(to_jsonable_python([list(args), kwargs]), allow_nan=False))
-    except (ValueError, TypeError, PydanticSerializationError) as exc:
-        raise TypeError(
-            f"{target.label}: arguments travel to the pool as JSON, and these cannot ({exc}); "
-            "pass strings, numbers (finite), booleans, None, lists and dicts"
-        ) from None
-    return Item(index=index, args=payload[0], kwargs=payload[1])
+    where = f"an argument of {target.label}"
+    return Item(index=index, args=encode(list(args), where), kwargs={k: encode(v, where) for k, v in kwargs.items()})
 
 
 def iter_results(run: Run, order_outputs: bool, return_exceptions: bool) -> Iterator[Any]:
@@ -54,7 +47,7 @@ def iter_results(run: Run, order_outputs: bool, return_exceptions: bool) -> Iter
         while nxt in pending:
             yield value_of(pending.pop(nxt), return_exceptions)
             nxt += 1
-        if run.finished and not got:
+        if run.finished:  # its last results came with the news: no further wait
             break
     for i in sorted(pending):
         yield value_of(pending[i], return_exceptions)
@@ -100,13 +93,28 @@ class _Verb:
         return self._sync(*args, **kwargs)
 
 
+def _gather(*calls: FunctionCall) -> list[Any]:
+    """``modal.FunctionCall.gather(*calls)``: every call's value, in order; the first failure raises."""
+    return [c.get() for c in calls]
+
+
+async def _gather_aio(*calls: FunctionCall) -> list[Any]:
+    return list(await asyncio.gather(*(c.get.aio() for c in calls)))
+
+
 class FunctionCall:
-    """What ``.spawn(...)`` returns: ``.get(timeout=None)`` waits for the value (TimeoutError when it passes)."""
+    """What ``.spawn(...)`` returns: ``.get(timeout=None)`` waits for the value (TimeoutError when it passes).
+
+    ``object_id`` is the pool run's id; ``FunctionCall.from_id(object_id)`` (``modal.FunctionCall``) finds
+    the call again, in this process or, on a pool, from another one.
+    """
+
+    gather = _Verb(_gather, _gather_aio)
 
     def __init__(self, run: Run, target: Target) -> None:
         self._run, self._target = run, target
         self._result: ItemResult | None = None
-        self.object_id = getattr(run, "run_id", f"local-{id(run):x}")
+        self.object_id: str = getattr(run, "run_id", f"local-{id(run):x}")
         self.get = _Verb(self._get, self._get_aio)
 
     def _get(self, timeout: float | None = None) -> Any:
@@ -138,6 +146,7 @@ class FunctionProxy:
         self.starmap = _Verb(self._starmap, self._starmap_aio)
         self.for_each = _Verb(self._for_each, self._for_each_aio)
         self.spawn = _Verb(self._spawn, self._spawn_aio)
+        self.spawn_map = _Verb(self._spawn_map, self._spawn_map_aio)
         self.local = _Verb(self._local, self._local_aio)
         self.remote_gen = _Verb(self._remote_gen, self._remote_gen_aio)
         raw = getattr(fn, "__func__", fn)
@@ -181,7 +190,19 @@ class FunctionProxy:
         return _aiter_of(self._remote_gen(*args, **kwargs))
 
     def _spawn(self, *args: Any, **kwargs: Any) -> FunctionCall:
-        return FunctionCall(self._backend.start(self._target, [_item(self._target, 0, args, kwargs)]), self._target)
+        if self._is_generator:
+            raise TypeError(f"{self._target.label} is a generator method: call it with .remote_gen(...)")
+        run = self._backend.start(self._target, [_item(self._target, 0, args, kwargs)])
+        return self._dispatcher.remember(FunctionCall(run, self._target))
+
+    def _spawn_map(self, *iterables: Iterable[Any], kwargs: dict[str, Any] | None = None) -> None:
+        """Modal's ``.spawn_map``: returns once every input is sent (on a pool: staged; locally: run)."""
+        if self._is_generator:
+            raise TypeError(f"{self._target.label} is a generator method: it cannot be called with .spawn_map(...)")
+        self._backend.start(self._target, self._items(zip(*iterables, strict=False), kwargs or {})).sent()
+
+    async def _spawn_map_aio(self, *iterables: Iterable[Any], kwargs: dict[str, Any] | None = None) -> None:
+        await asyncio.to_thread(self._spawn_map, *iterables, kwargs=kwargs)
 
     async def _spawn_aio(self, *args: Any, **kwargs: Any) -> FunctionCall:
         return self._spawn(*args, **kwargs)
@@ -263,9 +284,20 @@ class ClsProxy:
         self.__doc__ = klass.__doc__
 
     def __call__(self, *args: Any, **parameters: Any) -> ObjProxy:
+        name = self.klass.__name__
         if args:
-            raise TypeError(f"{self.klass.__name__}(...) takes its modal.parameter() values by keyword")
-        return ObjProxy(self, tuple(sorted(parameters.items())))
+            raise TypeError(f"{name}(...) takes its modal.parameter() values by keyword")
+        pset = parameter_set(self.klass)
+        unknown = sorted(set(parameters) - set(pset.defaults) - set(pset.required))
+        if unknown and pset.declared:
+            raise TypeError(
+                f"{name}() got unknown parameter(s) {unknown} (it declares {sorted(pset.defaults) + pset.required})"
+            )
+        missing = [k for k in pset.required if k not in parameters]
+        if missing:
+            raise TypeError(f"{name}() needs parameter(s) {missing}: modal.parameter() without a default")
+        # the full set, defaults included: what a worker builds, and what a pool's set is compared with
+        return ObjProxy(self, tuple(sorted({**pset.defaults, **parameters}.items())))
 
     def with_options(self, **_: Any) -> ClsProxy:
         return self  # GPUs, memory and scaling are the pool's, not the caller's
@@ -283,6 +315,23 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self.backend: Backend | None = None
+        self._calls: dict[str, FunctionCall] = {}
+        self._calls_lock = threading.Lock()
+
+    def remember(self, call: FunctionCall) -> FunctionCall:
+        with self._calls_lock:
+            self._calls[call.object_id] = call
+        return call
+
+    def call_from_id(self, call_id: str) -> FunctionCall:
+        """``modal.FunctionCall.from_id``: a call spawned in this run, else a pool's run of that id."""
+        with self._calls_lock:
+            known = self._calls.get(call_id)
+        if known is not None:
+            return known
+        run, target = self.require_backend().adopt(call_id)
+        return self.remember(FunctionCall(run, target))
+
 
     def require_backend(self) -> Backend:
         if self.backend is None:

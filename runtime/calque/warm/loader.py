@@ -57,6 +57,12 @@ class Workload:
     max_inputs: int = 1
     digest: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    module_name: str = ""  # what the script was imported as (its exception classes' ``__module__``)
+
+
+# The scripts this process imported, by file name: where a caller looks up an exception class that a
+# worker named relative to its script (``script.py::QuotaExceeded``, ``calque.run.outcome``).
+SCRIPTS: dict[str, types.ModuleType] = {}
 
 
 def workload_digest(script: bytes, target: str, parameters: dict[str, Any]) -> str:
@@ -90,6 +96,7 @@ def _import_script(path: Path) -> types.ModuleType:
         raise WorkloadError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
+    SCRIPTS[path.name] = module
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
@@ -158,6 +165,53 @@ def _coerce(value: Any, annotation: Any, cls_name: str, pname: str) -> Any:
     except (TypeError, ValueError) as exc:
         raise WorkloadError(f"parameter {cls_name}.{pname}: {value!r} is not a valid {ann}") from exc
     return value
+
+
+@dataclass(frozen=True)
+class ParameterSet:
+    """A class's parameters as Modal reads them: ``modal.parameter()`` fields, or a pre-1.0 ``__init__``."""
+
+    defaults: dict[str, Any]  # every parameter that has a default, with it
+    required: list[str]  # those without one
+    annotations: dict[str, Any]
+    declared: bool  # modal.parameter() fields (names are checked); False: a constructor's keywords
+
+
+def parameter_set(klass: type) -> ParameterSet:
+    """What ``klass(**kw)`` takes; a call's full set is ``{**defaults, **kw}`` (what a worker builds)."""
+    declared: dict[str, modal_shim._Parameter] = {}
+    annotations: dict[str, Any] = {}
+    for base in reversed(klass.__mro__):
+        annotations.update(getattr(base, "__annotations__", {}))
+        for k, v in vars(base).items():
+            if isinstance(v, modal_shim._Parameter):
+                declared[k] = v
+    if declared:
+        return ParameterSet(
+            {k: p.default for k, p in declared.items() if p.has_default},
+            [k for k, p in declared.items() if not p.has_default],
+            annotations,
+            True,
+        )
+    init = next((vars(b)["__init__"] for b in klass.__mro__ if b is not object and "__init__" in vars(b)), None)
+    if init is None:
+        return ParameterSet({}, [], annotations, True)
+    params = [
+        p
+        for p in list(inspect.signature(init).parameters.values())[1:]
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return ParameterSet(
+        {p.name: p.default for p in params if p.default is not p.empty},
+        [p.name for p in params if p.default is p.empty],
+        annotations,
+        False,
+    )
+
+
+def coerce_parameter(value: Any, annotation: Any, cls_name: str, pname: str) -> Any:
+    """A pool spec's parameter value as the class's annotation reads it (a YAML string for an int field)."""
+    return _coerce(value, annotation, cls_name, pname)
 
 
 def _instantiate(klass: type, parameters: dict[str, Any], path: Path) -> Any:
@@ -312,6 +366,7 @@ def build_workload(module: types.ModuleType, path: Path, name: str | None, param
     target, klass = _pick_target(module, path, name)
     w = _class_workload(klass, path, params) if klass is not None else _function_workload(path, target, params)
     w.parameters = params
+    w.module_name = module.__name__
     w.digest = workload_digest(path.read_bytes(), target, params)
     return w
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from calque.warm.calls import in_remote_thread
+
 __calque_shim__ = True
 
 # Set only by ``calque run`` on the submitter (``calque.run.script``): the object that turns the
@@ -294,8 +296,9 @@ _APPS: list[App] = []
 
 
 def is_local() -> bool:
-    """False on a calque worker (the script runs 'remotely', as inside a Modal container); True under ``calque run``."""
-    return _CLIENT is not None
+    """False on a calque worker and in remote code (the script runs 'remotely', as inside a Modal
+    container); True in ``calque run``'s local entrypoint and ``.local()`` calls."""
+    return _CLIENT is not None and not in_remote_thread()
 
 
 # -- inert values -------------------------------------------------------------------------------

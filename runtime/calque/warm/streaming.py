@@ -25,6 +25,7 @@ from pydantic_core import to_jsonable_python
 from calque.models import Item
 
 Sink = Callable[[int, int, list[Any]], None]  # (item index, chunk number, values)
+Carry = Callable[[Any], Any]  # a yielded value as it travels (calque.models.values, or plain JSON)
 CUT_WAIT_S = 10.0  # how long a cut waits for a chunk already being handed over
 
 
@@ -34,8 +35,11 @@ class StreamCut(BaseException):  # like GeneratorExit: not an Exception a method
 
 
 class Chunker:
-    def __init__(self, sink: Sink, index: int, *, flush_s: float = 0.2, max_values: int = 256) -> None:
+    def __init__(
+        self, sink: Sink, index: int, *, flush_s: float = 0.2, max_values: int = 256, carry: Carry = to_jsonable_python
+    ) -> None:
         self.sink, self.index, self.flush_s, self.max_values = sink, index, flush_s, max_values
+        self.carry = carry
         self.chunks = self.values = 0
         self._buf: list[Any] = []
         self._lock = threading.Lock()  # the buffer
@@ -61,7 +65,7 @@ class Chunker:
             raise StreamCut("the item was abandoned (timeout, deadline or stop): this stream is closed")
         if self._error is not None:
             raise self._error
-        jsonable = to_jsonable_python(value)
+        jsonable = self.carry(value)
         with self._lock:
             self._buf.append(jsonable)
             self.values += 1
@@ -102,7 +106,7 @@ class Chunker:
 
 
 def generator_runner(
-    fn: Any, item: Item, sink: Sink | None, *, is_async: bool
+    fn: Any, item: Item, sink: Sink | None, *, is_async: bool, carry: Carry = to_jsonable_python
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
     """``(run, cut)``: ``run`` runs generator ``fn`` for ``item``, its values to ``sink`` in chunks, and
     returns their count; ``cut`` ends the stream from outside (the item timed out).
@@ -110,12 +114,12 @@ def generator_runner(
     Values yielded before an exception still reach the sink (the reader yields them, then raises).
     With no sink (``run`` in-process), the item's value is the list of the values.
     """
-    chunker = Chunker(sink, item.index) if sink is not None else None
+    chunker = Chunker(sink, item.index, carry=carry) if sink is not None else None
     collected: list[Any] = []
     add = chunker.add if chunker is not None else collected.append
 
     def finish() -> Any:
-        return chunker.close() if chunker is not None else [to_jsonable_python(v) for v in collected]
+        return chunker.close() if chunker is not None else list(collected)  # the item's value: carried by its result
 
     def end_early() -> None:
         if chunker is not None:

@@ -6,7 +6,9 @@ thread-bound state such as a SQLite connection made in ``@enter`` keeps working)
 hooks run as tasks on one persistent event loop. ``@modal.batched`` methods receive lists of up to
 ``max_batch_size`` items (a claim's items are all known, so ``wait_ms`` never needs to wait).
 A per-item timeout and a per-claim deadline bound the work; a failing item is recorded with its
-exception type, message and traceback and the claim goes on.
+exception type, message and traceback and the claim goes on. Values cross as the claim's
+``encoding`` says (``calque.models.values``); an argument that cannot be read or a value that cannot
+be carried fails its own item, never the claim or the worker.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
 from calque.errors import UsageError
 from calque.models import Item, ItemError, ItemResult, PoolSpec
+from calque.models.values import TYPED, decode, encode, type_name
+from calque.warm.calls import mark_remote_thread
 from calque.warm.loader import MethodInfo, Workload, WorkloadError, load_workload
 from calque.warm.streaming import Sink, generator_runner
 
@@ -47,6 +51,7 @@ class _DaemonPool:
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True).start()
 
     def _loop(self) -> None:
+        mark_remote_thread()
         while True:
             job = self._work.get()
             if job is None:
@@ -91,12 +96,37 @@ class Drain:
     error: str | None = None
 
 
-def _error_of(exc: BaseException) -> ItemError:
+def failed_drain(items: Sequence[Item], reason: str) -> Drain:
+    """A claim that could not be drained at all: every item failed with ``reason``, the claim too."""
+    err = ItemError(type="calque.ClaimFailed", message=reason)
+    results = [ItemResult(index=it.index, ok=False, error=err, seconds=0.0) for it in items]
+    return Drain(results=results, method_seconds=0.0, error=reason)
+
+
+def _error_of(exc: BaseException, script: Workload | None = None) -> ItemError:
     t = type(exc)
-    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    name = type_name(t)
+    if script is not None and t.__module__ == script.module_name:
+        # the script's own class, named relative to the script: the caller imported it under another
+        # module name (``calque.run.outcome`` finds it in its own copy of the script)
+        name = f"{script.path.name}::{t.__qualname__}"
+    try:
+        message = str(exc)
+    except Exception as err:  # an exception whose __str__ raises still fails only its item
+        message = f"<str() of the exception raised {type(err).__name__}>"
     return ItemError(
-        type=name, message=str(exc), traceback="".join(traceback.format_exception(t, exc, exc.__traceback__))
+        type=name, message=message, traceback="".join(traceback.format_exception(t, exc, exc.__traceback__))
     )
+
+
+def _jsonable(value: Any, where: str) -> Any:
+    """``calque pool submit``'s results: plain JSON (a tuple as a list), as before typed values existed."""
+    try:
+        return to_jsonable_python(value)
+    except Exception as exc:
+        raise TypeError(
+            f"{where}: the method returned a {type_name(type(value))}, which is not JSON-serialisable ({exc})"
+        ) from None
 
 
 @dataclass
@@ -106,6 +136,7 @@ class _Unit:
     started: float = 0.0
     batched: bool = False
     cut: Callable[[], None] | None = None  # a generator's: ends its stream when it is abandoned
+    typed: bool = False  # values cross in calque.models.values' encoding (calque run), else plain JSON
 
 
 @dataclass
@@ -163,7 +194,11 @@ class WarmSupervisor:
         return sup
 
     def _start(self) -> None:
-        threading.Thread(target=self._loop.run_forever, name="calque-warm-loop", daemon=True).start()
+        def serve_loop() -> None:
+            mark_remote_thread()
+            self._loop.run_forever()
+
+        threading.Thread(target=serve_loop, name="calque-warm-loop", daemon=True).start()
         self._pool = _DaemonPool(self.workload.max_inputs, "calque-warm")
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
@@ -213,6 +248,7 @@ class WarmSupervisor:
         should_stop: Callable[[], str | None] | None = None,
         on_result: Callable[[ItemResult], None] | None = None,
         on_chunk: Sink | None = None,
+        encoding: str = "json",
     ) -> Drain:
         """Like ``run``, stopping early when ``should_stop()`` returns a reason ('lost', 'shutdown').
 
@@ -224,7 +260,7 @@ class WarmSupervisor:
             raise WorkloadError(f"{self.workload.target_name} has no method {method!r} (it has {self.methods})")
         if self._closed:
             raise UsageError("this WarmSupervisor is closed")
-        units = deque(self._units(info, list(items)))
+        units = deque(self._units(info, list(items), encoding == TYPED))
         inflight: list[_Unit] = []
         done: dict[int, ItemResult] = {}
         method_seconds = 0.0
@@ -278,27 +314,41 @@ class WarmSupervisor:
         ordered = [done[i.index] for i in items if i.index in done]
         return Drain(results=ordered, method_seconds=method_seconds, stopped=stopped, error=error)
 
-    def _units(self, info: MethodInfo, items: list[Item]) -> list[_Unit]:
+    def _units(self, info: MethodInfo, items: list[Item], typed: bool) -> list[_Unit]:
         if info.batched is None:
-            return [_Unit([it]) for it in items]
+            return [_Unit([it], typed=typed) for it in items]
         size = info.batched[0]
-        return [_Unit(items[i : i + size], batched=True) for i in range(0, len(items), size)]
+        return [_Unit(items[i : i + size], batched=True, typed=typed) for i in range(0, len(items), size)]
+
+    def _arguments(self, info: MethodInfo, u: _Unit) -> list[Item]:
+        if not u.typed:
+            return u.items
+        where = f"an argument of {info.name}"
+        return [Item(index=it.index, args=decode(it.args, where), kwargs=decode(it.kwargs, where)) for it in u.items]
 
     def _submit(self, info: MethodInfo, u: _Unit, on_chunk: Sink | None = None) -> cf.Future[Any]:
+        try:
+            items = self._arguments(info, u)
+        except TypeError as exc:  # an argument that cannot be read fails its items, not the claim
+            failed: cf.Future[Any] = cf.Future()
+            failed.set_exception(exc)
+            return failed
         if info.is_generator:
-            run, u.cut = generator_runner(info.fn, u.items[0], on_chunk, is_async=info.is_async)
+            where = f"a value {info.name} yielded"
+            carry = (lambda v: encode(v, where)) if u.typed else (lambda v: _jsonable(v, where))
+            run, u.cut = generator_runner(info.fn, items[0], on_chunk, is_async=info.is_async, carry=carry)
             return self._call(run)
         if not u.batched:
-            it = u.items[0]
+            it = items[0]
             return self._call(info.fn, *it.args, **it.kwargs)
-        first = u.items[0]
+        first = items[0]
         shape = (len(first.args), sorted(first.kwargs))
-        if any((len(it.args), sorted(it.kwargs)) != shape for it in u.items):
+        if any((len(it.args), sorted(it.kwargs)) != shape for it in items):
             f: cf.Future[Any] = cf.Future()
             f.set_exception(TypeError("a batched method needs the same arguments on every item of a batch"))
             return f
-        args = [[it.args[j] for it in u.items] for j in range(shape[0])]
-        kwargs = {k: [it.kwargs[k] for it in u.items] for k in shape[1]}
+        args = [[it.args[j] for it in items] for j in range(shape[0])]
+        kwargs = {k: [it.kwargs[k] for it in items] for k in shape[1]}
         return self._call(info.fn, *args, **kwargs)
 
     def _results_of(self, info: MethodInfo, u: _Unit, elapsed: float) -> list[ItemResult]:
@@ -312,23 +362,23 @@ class WarmSupervisor:
             return [self._failed(it, exc, per) for it in u.items]
         value = u.future.result()
         if not u.batched:
-            return [self._ok(u.items[0], value, per)]
+            return [self._ok(u.items[0], value, per, u.typed, info.name)]
         if not isinstance(value, (list, tuple)) or len(value) != len(u.items):
             got = f"{len(value)} values" if isinstance(value, (list, tuple)) else type(value).__name__
             err = TypeError(f"batched method {info.name} returned {got} for {len(u.items)} inputs")
             return [self._failed(it, err, per) for it in u.items]
-        return [self._ok(it, v, per) for it, v in zip(u.items, value, strict=True)]
+        return [self._ok(it, v, per, u.typed, info.name) for it, v in zip(u.items, value, strict=True)]
 
-    def _ok(self, item: Item, value: Any, seconds: float) -> ItemResult:
+    def _ok(self, item: Item, value: Any, seconds: float, typed: bool, method: str) -> ItemResult:
+        where = f"the value {method} returned"
         try:
-            jsonable = to_jsonable_python(value)
-        except PydanticSerializationError as exc:
-            err = TypeError(f"the method returned a {type(value).__name__}, which is not JSON-serialisable: {exc}")
-            return self._failed(item, err, seconds)
-        return ItemResult(index=item.index, ok=True, value=jsonable, seconds=seconds)
+            carried = encode(value, where) if typed else _jsonable(value, where)
+            return ItemResult(index=item.index, ok=True, value=carried, seconds=seconds)
+        except Exception as exc:  # whatever the value is, it fails its own item only
+            return self._failed(item, exc, seconds)
 
     def _failed(self, item: Item, exc: BaseException, seconds: float) -> ItemResult:
-        return ItemResult(index=item.index, ok=False, error=_error_of(exc), seconds=seconds)
+        return ItemResult(index=item.index, ok=False, error=_error_of(exc, self.workload), seconds=seconds)
 
     def _abandon(self, u: _Unit, info: MethodInfo) -> None:
         assert u.future is not None

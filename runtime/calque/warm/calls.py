@@ -1,0 +1,38 @@
+"""Two pieces of the stand-in ``modal`` that ``calque run`` needs: ``modal.FunctionCall`` and remote threads.
+
+``modal.FunctionCall.gather(*calls)`` waits for calls ``.spawn`` made; ``FunctionCall.from_id(id)``
+asks ``calque run``'s dispatcher for the call of that id (on a worker there is none: refused).
+A warm supervisor marks the threads that run the script's code, so ``modal.is_local()`` is False in
+remote code even in ``calque run --local``'s own process, as inside a Modal container.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_REMOTE = threading.local()
+
+
+def mark_remote_thread() -> None:
+    _REMOTE.remote = True
+
+
+def in_remote_thread() -> bool:
+    return bool(getattr(_REMOTE, "remote", False))
+
+
+class FunctionCall:
+    """``modal.FunctionCall``: ``gather`` and ``from_id`` (the calls themselves are ``calque.run``'s)."""
+
+    @staticmethod
+    def gather(*calls: Any) -> list[Any]:
+        return [c.get() for c in calls]
+
+    @staticmethod
+    def from_id(call_id: str, client: Any = None) -> Any:
+        from calque.warm import modal_shim  # the shim imports this module
+
+        if modal_shim._CLIENT is None:
+            raise modal_shim.ShimError("modal.FunctionCall.from_id is not available on a calque worker")
+        return modal_shim._CLIENT.call_from_id(call_id)
