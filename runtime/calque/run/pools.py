@@ -110,7 +110,7 @@ def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
             with contextlib.suppress(UsageError):
                 pools = coerce_parameter(pools, pset.annotations.get(k), target.name, k)
         if mine != pools or type(mine) is not type(pools):
-            default = " (its default)" if k in defaults and mine == defaults[k] and k not in spec.parameters else ""
+            default = " (its default)" if k in defaults and mine == defaults[k] else ""
             wrong.append(f"{k}: this call {_show(mine)}{default}, the pool {_show(pools)}")
     if wrong:
         raise UsageError(

@@ -332,7 +332,6 @@ class Dispatcher:
         run, target = self.require_backend().adopt(call_id)
         return self.remember(FunctionCall(run, target))
 
-
     def require_backend(self) -> Backend:
         if self.backend is None:
             raise RuntimeError("a remote call ran while the script was being imported; call it from the entrypoint")

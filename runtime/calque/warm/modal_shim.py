@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from calque.warm.calls import FunctionCall as FunctionCall  # modal.FunctionCall
 from calque.warm.calls import in_remote_thread
 
 __calque_shim__ = True
