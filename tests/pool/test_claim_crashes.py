@@ -33,7 +33,7 @@ def test_a_claim_that_ends_two_workers_is_poisoned_before_a_third(make_pool, tmp
     script.write_text(SCRIPT)
     pool: Pool = make_pool(workload=str(script), model="org/crashes", vt=4)
     record = pool.submit([{"args": ["die"]}], method="work", batch_size=1)
-    for n in (1, 2):  # each worker takes the claim (the second after the first one's VT) and ends with it
+    for _ in (1, 2):  # each worker takes the claim (the second after the first one's VT) and ends with it
         w = pool.start()
         assert w.proc.wait(timeout=PROC_WAIT + 10) == 3, w.stderr()
     third = pool.start()

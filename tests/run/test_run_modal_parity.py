@@ -148,7 +148,8 @@ def test_an_entrypoint_annotation_modal_run_refuses_is_refused(capsys, tmp_path:
     script = tmp_path / "enum_arg.py"
     script.write_text(
         "import enum\nimport modal\napp = modal.App()\n\nclass Color(enum.Enum):\n    RED = 'red'\n\n"
-        "@app.local_entrypoint()\ndef main(color: Color = Color.RED, sizes: list[int] | None = None):\n    print(color)\n"
+        "@app.local_entrypoint()\ndef main(color: Color = Color.RED, sizes: list[int] | None = None):\n"
+        "    print(color)\n"
     )
     code, _, err = _cli(capsys, ["run", "--local", str(script)])
     assert code == 2 and "parameter color has an annotation modal run cannot parse" in err, err

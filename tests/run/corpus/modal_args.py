@@ -18,7 +18,7 @@ def show(**kwargs):
 
 @app.local_entrypoint()
 def main(
-    seed: Optional[int] = None,
+    seed: Optional[int] = None,  # noqa: UP045  (the spelling modal run must read, as Modal scripts write it)
     label: str | None = None,
     mode: Literal["fast", "slow"] = "fast",
     level: Literal[1, 2, 3] = 1,
