@@ -22,6 +22,7 @@ class Target:
     method: str  # what a claim names: the method, or the function's name
     parameters: tuple[tuple[str, Any], ...] = ()
     is_function: bool = False
+    deployed: str | None = None  # the pool's name when found with Cls/Function.from_name (no script class here)
 
     @property
     def label(self) -> str:

@@ -91,6 +91,11 @@ class LocalBackend:
         self._lock = threading.Lock()
 
     def _supervisor(self, target: Target) -> WarmSupervisor:
+        if target.deployed is not None:
+            raise UsageError(
+                f"{target.label}: found with from_name({target.deployed!r}, ...), a deployed pool's code; "
+                "--local runs only this script's own classes and functions"
+            )
         key = (target.name, target.parameters)
         with self._lock:
             sup = self._sups.get(key)

@@ -15,14 +15,17 @@ goes to ``--pool``; with neither, the error says how to create a pool. Nothing i
 from __future__ import annotations
 
 import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
+from calque.aws.clients import client
 from calque.configfile import load_model
 from calque.errors import CalqueError, UsageError
 from calque.models import CalqueModel, PoolSpec
+from calque.pool.deployed import deployed_spec
 from calque.pool.spec import load_spec
 from calque.run.backend import Target
 from calque.warm import modal_shim
@@ -51,8 +54,12 @@ class PoolMap:
             doc = load_model(RunPools, path, "calque run pools file")
             self.mapping = {k: (path.parent / v) for k, v in doc.pools.items()}
         self._specs: dict[Path, PoolSpec] = {}
+        self._by_name: dict[str, PoolSpec] = {}  # deployed pools found by name (Cls.from_name)
+        self._lock = threading.Lock()
 
     def spec_for(self, target: Target) -> PoolSpec:
+        if target.deployed is not None:
+            return self._deployed_spec(target)
         spec_path = self.mapping.get(target.name) or (Path(self.default_spec) if self.default_spec else None)
         if spec_path is None:
             raise UsageError(self._no_pool(target))
@@ -66,6 +73,23 @@ class PoolMap:
                 f"{target.name!r}. {self._no_pool(target)}"
             )
         _check_parameters(target, spec, spec_path)
+        return spec
+
+    def _deployed_spec(self, target: Target) -> PoolSpec:
+        """``from_name(pool, name)``: the spec in the launch template of the group tagged with that pool."""
+        assert target.deployed is not None
+        with self._lock:
+            spec = self._by_name.get(target.deployed)
+            if spec is None:
+                asg, ec2 = client("autoscaling"), client("ec2")
+                spec = self._by_name[target.deployed] = deployed_spec(target.deployed, asg, ec2)
+        _, _, serves = spec.workload.partition("::")
+        if serves and serves != target.name:
+            raise UsageError(
+                f"{target.label}: deployed pool {target.deployed} serves {serves!r} (workload {spec.workload}), "
+                f"not {target.name!r}"
+            )
+        _check_parameters(target, spec, Path(f"pool {target.deployed}"))
         return spec
 
     def known_specs(self) -> list[PoolSpec]:
@@ -96,8 +120,13 @@ def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
     parameters pick its containers: a call whose full set differs in any field is refused."""
     if target.is_function:
         return
-    klass = next(
-        (a.registered_classes[target.name] for a in modal_shim._APPS if target.name in a.registered_classes), None
+    # a deployed class (from_name) is not in this script: only the parameters given are compared
+    klass = (
+        None
+        if target.deployed
+        else next(
+            (a.registered_classes[target.name] for a in modal_shim._APPS if target.name in a.registered_classes), None
+        )
     )
     pset = parameter_set(klass) if klass is not None else None
     defaults = pset.defaults if pset else {}

@@ -310,6 +310,34 @@ class ClsProxy:
         return getattr(self(), name)  # the pre-1.0 spelling Model.method.remote(...)
 
 
+class DeployedCls:
+    """``modal.Cls.from_name(pool, "Model")``: a class served by a deployed pool; its code is the pool's."""
+
+    def __init__(self, dispatcher: Dispatcher, pool: str, name: str) -> None:
+        self._dispatcher, self._pool, self.__name__ = dispatcher, pool, name
+
+    def __call__(self, *args: Any, **parameters: Any) -> DeployedObj:
+        if args:
+            raise TypeError(f"{self.__name__}(...) takes its modal.parameter() values by keyword")
+        return DeployedObj(self, tuple(sorted(parameters.items())))
+
+    def with_options(self, **_: Any) -> DeployedCls:
+        return self
+
+
+class DeployedObj:
+    """``Cls.from_name(...)(**parameters)``: any method name; the pool's workers say which they serve."""
+
+    def __init__(self, cls: DeployedCls, parameters: tuple[tuple[str, Any], ...]) -> None:
+        self._cls, self._parameters = cls, parameters
+
+    def __getattr__(self, name: str) -> FunctionProxy:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        target = Target(self._cls.__name__, name, self._parameters, deployed=self._cls._pool)
+        return FunctionProxy(self._cls._dispatcher, target)
+
+
 class Dispatcher:
     """The shim's ``_CLIENT`` under ``calque run``: makes proxies; holds the backend they call."""
 
@@ -336,6 +364,12 @@ class Dispatcher:
         if self.backend is None:
             raise RuntimeError("a remote call ran while the script was being imported; call it from the entrypoint")
         return self.backend
+
+    def deployed(self, kind: str, pool: str, name: str) -> DeployedCls | FunctionProxy:
+        """``Cls.from_name``/``Function.from_name``: resolved on first call (scripts look up at import)."""
+        if kind == "Cls":
+            return DeployedCls(self, pool, name)
+        return FunctionProxy(self, Target(name, name, (), is_function=True, deployed=pool))
 
     def cls_proxy(self, klass: type) -> ClsProxy:
         return ClsProxy(self, klass)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calque.warm.calls import FunctionCall as FunctionCall  # modal.FunctionCall
-from calque.warm.calls import in_remote_thread
+from calque.warm.calls import deployed, in_remote_thread
 
 __calque_shim__ = True
 
@@ -414,11 +414,13 @@ gpu = _GpuNamespace()
 
 
 class Function(_Inert):
-    """``modal.Function.from_name`` (calling another app) is not available on a worker."""
+    """``Function.from_name(app, name)``: a deployed pool's function under ``calque run``; not on a worker."""
+
+    from_name = staticmethod(lambda app_name, name, **_: deployed("Function", app_name, name) or Function())
 
 
 class Cls(_Inert):
-    pass
+    from_name = staticmethod(lambda app_name, name, **_: deployed("Cls", app_name, name) or Cls())
 
 
 class _Config:
