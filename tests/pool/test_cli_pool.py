@@ -85,3 +85,33 @@ def test_run_cost_sums_its_claims() -> None:
     assert total is not None
     assert total.fixed_usd == pytest.approx(1.006) and total.variable_usd == pytest.approx(1.006)
     assert total.per_item_usd == pytest.approx(2.012 / 20)
+
+
+@pytest.mark.slow
+def test_submit_with_spec_takes_model_pool_and_bucket_from_the_spec_file(make_pool, capsys, tmp_path) -> None:
+    from calque.aws.queue import PoolQueue
+    from calque.models import QueueSettings
+
+    pool: Pool = make_pool(pool="lab-a/steady")  # a named pool: its queue derives from the name, not the model
+    named = PoolQueue(client("sqs"), pool.model, pool="lab-a/steady")
+    named.ensure(QueueSettings(visibility_timeout=30, receive_wait=1, max_receive_count=10, encryption=False))
+    pool.start()
+    spec = pool.write_spec()
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(f"{i}\n" for i in range(4)))
+    capsys.readouterr()
+    args = ["pool", "submit", "--spec", str(spec), "--items", str(items), "--method", "work", "--json"]
+    assert run([*args, "--timeout", str(RUN_WAIT)]) == 0  # no --model, --pool or --bucket
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == pool.model and report["queue_name"] == named.name
+    assert report["items_ok"] == 4 and report["items_failed"] == 0
+    # the run's results, found again through the same spec file
+    assert run(["pool", "results", report["run_id"], "--spec", str(spec)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+
+
+def test_submit_without_spec_or_model_says_what_to_give(moto, capsys, tmp_path) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_text("1\n")
+    assert run(["pool", "submit", "--items", str(items), "--bucket", "b"]) == 2
+    assert "pass --spec FILE (the spec file pool.yml writes) or --model" in capsys.readouterr().err
