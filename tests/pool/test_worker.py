@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections import defaultdict
 
 import pytest
 from calque.aws.clients import client
-from calque.models import ClaimRef, Manifest
+from calque.models import ClaimRef, Manifest, QueueSettings
 
 from pool.conftest import PROC_WAIT, RUN_WAIT, Pool, WorkerProc, wait_until
 
@@ -267,3 +268,17 @@ def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> No
     assert all(w.endswith(("/0", "/1")) for w in workers)
     parent.proc.send_signal(signal.SIGTERM)
     assert parent.proc.wait(timeout=PROC_WAIT) == 0
+
+
+def test_an_idle_worker_on_a_20s_long_poll_queue_stops_within_2s_of_sigterm(make_pool) -> None:
+    pool: Pool = make_pool()
+    pool.queue.ensure(QueueSettings(visibility_timeout=30, receive_wait=20, max_receive_count=10, encryption=False))
+    w = pool.start(queue={"visibility_timeout": 30, "receive_wait": 20, "max_receive_count": 10})
+    w.wait_log("serving")
+    time.sleep(3.0)  # well into a poll: the queue would hold it 20 s
+    sent = time.monotonic()
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(timeout=PROC_WAIT) == 0
+    took = time.monotonic() - sent
+    assert took < 2.0, f"stopped {took:.2f}s after SIGTERM"
+    assert "stopping (sigterm)" in w.stderr() and "STEADY-EXIT" in w.stdout()  # @exit ran

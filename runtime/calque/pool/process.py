@@ -141,12 +141,14 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
 
 
 def shutdown_bound_s(spec: PoolSpec) -> float:
-    """Seconds a stopping worker may take before it exits on its own (the receiver's last long poll,
-    the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
+    """Seconds a stopping worker may take before it exits on its own (the receiver's last poll, at most
+    ``POLL_SLICE_S``, the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
 
     A supervisor's stop timeout (systemd's ``TimeoutStopSec``, the pool_worker role) must exceed it.
     """
-    return min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+    from calque.pool.worker import POLL_SLICE_S
+
+    return min(spec.queue.receive_wait, POLL_SLICE_S) + 2 * spec.shutdown_grace_s + 5
 
 
 def _install_signals(worker: Worker, spec: PoolSpec) -> None:
