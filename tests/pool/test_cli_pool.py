@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from datetime import datetime, timezone
 
 import pytest
@@ -115,3 +116,31 @@ def test_submit_without_spec_or_model_says_what_to_give(moto, capsys, tmp_path) 
     items.write_text("1\n")
     assert run(["pool", "submit", "--items", str(items), "--bucket", "b"]) == 2
     assert "pass --spec FILE (the spec file pool.yml writes) or --model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_status_counts_two_workers_running_side_by_side_on_one_host(make_pool, capsys) -> None:
+    from pool.conftest import PROC_WAIT, wait_until
+
+    pool: Pool = make_pool()
+    first, second = pool.start(), pool.start()  # two `calque pool worker --spec` on this host, no --index
+    for w in (first, second):
+        w.wait_log("serving")
+
+    def serving() -> list[dict[str, str]]:
+        capsys.readouterr()
+        assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
+        return [r for r in json.loads(capsys.readouterr().out)["workers"] if r["state"] == "serving"]
+
+    both = wait_until(lambda: len(serving()) == 2 and serving(), PROC_WAIT, "two serving load records")
+    assert len({r["slot"] for r in both}) == 2 and len({r["worker_id"] for r in both}) == 2
+    # a restarted worker takes its slot again: still two records, not three
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.proc.wait(timeout=PROC_WAIT) == 0
+    third = pool.start()
+    third.wait_log("serving")
+    capsys.readouterr()
+    assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)["workers"]
+    assert sorted(r["slot"] for r in records) == sorted(r["slot"] for r in both)
+    assert {r["state"] for r in records} == {"serving"}

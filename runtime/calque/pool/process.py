@@ -32,6 +32,7 @@ from calque.pool.bootstrap import materialize_workload
 from calque.pool.instance import InstanceGuard, NoInstance, discover
 from calque.pool.loadguard import LoadGuard
 from calque.pool.metrics import Metrics
+from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.worker import Worker, WorkerReport
 from calque.warm import WarmSupervisor
@@ -100,7 +101,7 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
     host = socket.gethostname()
     worker_id = f"{host}:{os.getpid()}" + (f"/{index}" if index is not None else "")
-    guard = LoadGuard(store, spec.workload, host if index is None else f"{host}-{index}", worker_id)
+    guard = LoadGuard(store, spec.workload, host_slot(host, pool_queue.name, index), worker_id)
     with guard.loading():  # a failure is recorded where submitters look, then WorkerLoadError (exit 3)
         spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
         pool_queue.url()  # fail before the (slow) enter when the queue does not exist
