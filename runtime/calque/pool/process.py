@@ -175,10 +175,11 @@ def _exit_after(seconds: float) -> None:
     os._exit(1)
 
 
-def run_workers(spec_path: str | Path, spec: PoolSpec) -> list[int]:
-    """Start ``spec.workers`` worker processes, forward SIGTERM/SIGINT, wait; their exit codes."""
+def run_workers(spec_path: str | Path, spec: PoolSpec, *, extra_args: Sequence[str] = ()) -> list[int]:
+    """Start ``spec.workers`` worker processes (each given ``extra_args``: the parent's override flags),
+    forward SIGTERM/SIGINT, wait; their exit codes."""
     _setup_logging()
-    children = [start_worker_process(spec_path, index=i) for i in range(spec.workers)]
+    children = [start_worker_process(spec_path, index=i, extra_args=extra_args) for i in range(spec.workers)]
     log.info("started %d workers: pids %s", len(children), [c.pid for c in children])
 
     def forward(signum: int, _frame: Any) -> None:
