@@ -31,6 +31,7 @@ from calque.models import PoolSpec
 from calque.pool.bootstrap import materialize_workload
 from calque.pool.instance import InstanceGuard, NoInstance, discover
 from calque.pool.loadguard import LoadGuard
+from calque.pool.loads import load_prefix
 from calque.pool.metrics import Metrics
 from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
@@ -101,7 +102,8 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
     host = socket.gethostname()
     worker_id = f"{host}:{os.getpid()}" + (f"/{index}" if index is not None else "")
-    guard = LoadGuard(store, spec.workload, host_slot(host, pool_queue.name, index), worker_id)
+    records = f"{s3.meta.endpoint_url} {load_prefix(store)}"  # where this worker's load record goes
+    guard = LoadGuard(store, spec.workload, host_slot(host, records, index), worker_id)
     with guard.loading():  # a failure is recorded where submitters look, then WorkerLoadError (exit 3)
         spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
         pool_queue.url()  # fail before the (slow) enter when the queue does not exist

@@ -3,7 +3,8 @@
 A slot names one load record (``calque.pool.loads``). ``--index N`` (systemd template units, the
 children of ``workers: N``) gives ``<host>-N``. Without an index, several workers of one pool may
 still run side by side on a host (by hand, the sandbox's stand-ins): each takes the first free
-``flock`` of ``<queue>.<n>.lock`` in a per-user directory and holds it for its life, so two workers
+``flock`` of ``<where>.<n>.lock`` in a per-user directory (``where``: a hash of the endpoint and the
+records' location, so only workers writing the same records compete) and holds it for its life, so two workers
 write two records (the first keeps the plain ``<host>``, the next ``<host>.2``...), and a restarted
 worker takes the lowest free slot again and rewrites its own record rather than adding one.
 """
@@ -11,6 +12,7 @@ worker takes the lowest free slot again and rewrites its own record rather than 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -26,8 +28,9 @@ def _lock_dir() -> Path:
     return path
 
 
-def host_slot(host: str, queue_name: str, index: int | None) -> str:
-    """This worker process's slot for ``queue_name``'s pool on ``host``."""
+def host_slot(host: str, records: str, index: int | None) -> str:
+    """This worker process's slot on ``host`` among the workers writing load records at ``records``
+    (the endpoint and the S3 prefix of the pool's records)."""
     if index is not None:
         return f"{host}-{index}"
     try:
@@ -35,7 +38,8 @@ def host_slot(host: str, queue_name: str, index: int | None) -> str:
     except OSError:
         return host  # nowhere to lock: the one slot per host of before
     for n in range(MAX_SIDE_BY_SIDE):
-        fd = os.open(folder / f"{queue_name}.{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        where = hashlib.sha256(records.encode()).hexdigest()[:16]
+        fd = os.open(folder / f"{where}.{n}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
