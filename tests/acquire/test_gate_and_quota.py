@@ -27,7 +27,10 @@ def test_launch_without_spend_consent_is_refused_with_exit_4(ec2: Any, acquirer:
     with pytest.raises(RefusedError) as err:
         acquirer.apply(spec_for(count=2), Consent())
     assert err.value.exit_code == 4
-    assert "i_understand_this_spends_money" in str(err.value) and "--i-understand-this-spends-money" in str(err.value)
+    # every way to consent, the inventory variable a play reads first
+    assert "calque_i_understand_this_spends_money: true (inventory" in str(err.value)
+    assert "i_understand_this_spends_money: true (module)" in str(err.value)
+    assert "--i-understand-this-spends-money" in str(err.value)
     assert n_live(ec2) == 0
 
 
@@ -47,7 +50,7 @@ def test_within_max_hourly_usd_launches(acquirer: Acquirer, spec_for: Any) -> No
 
 def test_scale_down_and_release_need_terminate_consent(ec2: Any, acquirer: Acquirer, spec_for: Any) -> None:
     acquirer.apply(spec_for(count=3), Consent(spend=True))
-    with pytest.raises(RefusedError, match="i_understand_this_terminates_instances"):
+    with pytest.raises(RefusedError, match=r"calque_i_understand_this_terminates_instances: true \(inventory"):
         acquirer.apply(spec_for(count=1), Consent(spend=True))
     with pytest.raises(RefusedError, match="would terminate 3 instance"):
         acquirer.release("lab-a", Consent(spend=True))

@@ -110,6 +110,22 @@ def test_ramp_without_consent_is_refused_and_launches_nothing(
     assert rc == 4
     assert "--i-understand-this-spends-money" in capsys.readouterr().err
     assert ramp_cohorts(ec2) == {}
+    assert ramp_queues() == []  # refused before its temporary queue was made
+
+
+def test_ramp_is_gated_before_any_aws_call(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on: any AWS call would fail on it
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    args = ["ramp", "--workload", str(SLOW), "--rungs", "1", "--instance-type", "g6.xlarge", "--bucket", BUCKET]
+    assert run([*args, "--endpoint-url", dead]) == 4  # the spend gate, not the queue
+    err = capsys.readouterr().err
+    assert "spends money" in err and "--i-understand-this-spends-money" in err and "cannot" not in err
+    # with the consent, a ceiling below the instance's rate is refused there too, before any call
+    assert run([*args, "--endpoint-url", dead, "--i-understand-this-spends-money", "--max-hourly-usd", "0.01"]) == 4
+    assert "max_hourly_usd $0.01/h" in capsys.readouterr().err
 
 
 def test_ramp_with_a_failing_enter_still_terminates(

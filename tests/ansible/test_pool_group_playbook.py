@@ -19,6 +19,7 @@ from calque.aws.pool_names import pool_names
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+SANDBOX = REPO / "playbooks/inventories/sandbox/hosts.yml"
 GROUP_TASK = "Pool instances (calque.gpu.pool_group, through the Acquirer)"
 SANDBOX_GROUP: dict[str, Any] = {
     "count": 2,
@@ -29,8 +30,10 @@ SANDBOX_GROUP: dict[str, Any] = {
 }
 
 
-def play(tmp_path: Path, book: str, *args: str, **extra: Any) -> tuple[int, dict[str, dict[str, Any]]]:
-    """Run ``book`` with the sandbox inventory and ``extra`` as JSON extra vars; rc and each task's result."""
+def play(
+    tmp_path: Path, book: str, *args: str, inventory: Path = SANDBOX, **extra: Any
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """Run ``book`` with ``inventory`` and ``extra`` as JSON extra vars; rc and each task's result (first host's)."""
     env = {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
@@ -40,11 +43,11 @@ def play(tmp_path: Path, book: str, *args: str, **extra: Any) -> tuple[int, dict
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".ansible-tmp"),
     }
     extra.setdefault("calque_pool_spec_path", str(tmp_path / "spec" / "pool.yml"))
-    cmd = [str(BIN / "ansible-playbook"), "-i", str(REPO / "playbooks/inventories/sandbox/hosts.yml")]
-    cmd += [str(REPO / "playbooks" / book), "-e", json.dumps(extra), *args]
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / book)]
+    cmd += ["-e", json.dumps(extra), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     doc = json.loads(proc.stdout)
-    tasks = {t["task"]["name"]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]}
+    tasks = {t["task"]["name"]: next(iter(t["hosts"].values())) for p in doc["plays"] for t in p["tasks"] if t["hosts"]}
     return proc.returncode, tasks
 
 
@@ -64,7 +67,7 @@ def test_raising_count_scales_out_and_lowering_it_needs_the_terminate_consent(mo
     rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 1}, **no_terminate)
     assert (
         rc != 0
-        and "i_understand_this_terminates_instances: true"
+        and "calque_i_understand_this_terminates_instances: true (inventory"
         in tasks["Spend gate (worst case, consents) before anything is made"]["msg"]
     )
     assert len(in_group()) == 3
@@ -85,6 +88,12 @@ def test_a_spec_change_shows_what_will_roll_then_rolls_to_a_new_template_version
         sorted(planned["rolling"]) == old and planned["diff"]["before"]["config"] != planned["diff"]["after"]["config"]
     )
     assert in_group() == old  # check mode rolled nothing
+    # without the terminate consent the roll is refused, naming the inventory variable; the spec file stays
+    spec_file = tmp_path / "spec" / "pool.yml"
+    written = spec_file.read_text()
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec, calque_i_understand_this_terminates_instances=False)
+    assert rc != 0 and "calque_i_understand_this_terminates_instances: true" in tasks[GROUP_TASK]["msg"]
+    assert spec_file.read_text() == written and in_group() == old
     rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
     assert rc == 0 and tasks[GROUP_TASK]["template_version"] == 2 and tasks[GROUP_TASK]["refresh_id"]
     now = in_group()

@@ -42,7 +42,7 @@ def instances() -> list[str]:
 
 GROUP_TASK = "Pool instances (calque.gpu.pool_group, through the Acquirer)"
 GATE_TASK = "Spend gate (worst case, consents) before anything is made"
-SPEC_TASK = "Pool spec file, staged calque runtime and worker user-data"
+SPEC_TASK = "Staged calque runtime and worker user-data"
 
 
 def changed_tasks(tasks: dict[str, dict[str, Any]]) -> list[str]:
@@ -58,7 +58,9 @@ def test_check_mode_plans_the_pool_and_creates_nothing(moto: str, tmp_path: Path
     assert "3 x g6.xlarge" in group["spend"] and "max_hourly_usd $5.00/h" in group["spend"]
     spec = tasks[SPEC_TASK]
     assert "calque pool worker --spec /etc/calque/pool.yml" in spec["user_data"]
-    assert spec["runtime"]["url"] is None and spec["runtime"]["uploaded"] is False  # check mode uploads nothing
+    # check mode uploads nothing: it built the wheel locally and signed its URL locally (no bucket yet)
+    assert spec["runtime"]["uploaded"] is False and spec["runtime"]["url"].startswith("http://127.0.0.1:")
+    assert spec["runtime"]["wheelhouse_sha256"] is None  # its wheelhouse: built (and known) only by the real run
     assert instances() == []
     assert client("sqs").list_queues().get("QueueUrls", []) == []
     assert client("s3").list_buckets()["Buckets"] == []
@@ -71,7 +73,7 @@ def test_the_spend_gate_refuses_before_the_bucket_or_queue_exist(moto: str, tmp_
     rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_i_understand_this_spends_money=false")
     assert rc != 0
     gate = tasks[GATE_TASK]
-    assert gate["failed"] and "i_understand_this_spends_money: true" in gate["msg"]
+    assert gate["failed"] and "calque_i_understand_this_spends_money: true (inventory" in gate["msg"]
     rc, tasks, _ = pool_playbook(tmp_path, "-e", "calque_max_hourly_usd=1")
     assert rc != 0 and "3 x g6.xlarge" in tasks[GATE_TASK]["msg"] and "max_hourly_usd" in tasks[GATE_TASK]["msg"]
     assert instances() == []

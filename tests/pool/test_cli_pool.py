@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from datetime import datetime, timezone
 
 import pytest
@@ -85,3 +86,61 @@ def test_run_cost_sums_its_claims() -> None:
     assert total is not None
     assert total.fixed_usd == pytest.approx(1.006) and total.variable_usd == pytest.approx(1.006)
     assert total.per_item_usd == pytest.approx(2.012 / 20)
+
+
+@pytest.mark.slow
+def test_submit_with_spec_takes_model_pool_and_bucket_from_the_spec_file(make_pool, capsys, tmp_path) -> None:
+    from calque.aws.queue import PoolQueue
+    from calque.models import QueueSettings
+
+    pool: Pool = make_pool(pool="lab-a/steady")  # a named pool: its queue derives from the name, not the model
+    named = PoolQueue(client("sqs"), pool.model, pool="lab-a/steady")
+    named.ensure(QueueSettings(visibility_timeout=30, receive_wait=1, max_receive_count=10, encryption=False))
+    pool.start()
+    spec = pool.write_spec()
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(f"{i}\n" for i in range(4)))
+    capsys.readouterr()
+    args = ["pool", "submit", "--spec", str(spec), "--items", str(items), "--method", "work", "--json"]
+    assert run([*args, "--timeout", str(RUN_WAIT)]) == 0  # no --model, --pool or --bucket
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == pool.model and report["queue_name"] == named.name
+    assert report["items_ok"] == 4 and report["items_failed"] == 0
+    # the run's results, found again through the same spec file
+    assert run(["pool", "results", report["run_id"], "--spec", str(spec)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+
+
+def test_submit_without_spec_or_model_says_what_to_give(moto, capsys, tmp_path) -> None:
+    items = tmp_path / "items.jsonl"
+    items.write_text("1\n")
+    assert run(["pool", "submit", "--items", str(items), "--bucket", "b"]) == 2
+    assert "pass --spec FILE (the spec file pool.yml writes) or --model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_status_counts_two_workers_running_side_by_side_on_one_host(make_pool, capsys) -> None:
+    from pool.conftest import PROC_WAIT, wait_until
+
+    pool: Pool = make_pool()
+    first, second = pool.start(), pool.start()  # two `calque pool worker --spec` on this host, no --index
+    for w in (first, second):
+        w.wait_log("serving")
+
+    def serving() -> list[dict[str, str]]:
+        capsys.readouterr()
+        assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
+        return [r for r in json.loads(capsys.readouterr().out)["workers"] if r["state"] == "serving"]
+
+    both = wait_until(lambda: len(serving()) == 2 and serving(), PROC_WAIT, "two serving load records")
+    assert len({r["slot"] for r in both}) == 2 and len({r["worker_id"] for r in both}) == 2
+    # a restarted worker takes its slot again: still two records, not three
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.proc.wait(timeout=PROC_WAIT) == 0
+    third = pool.start()
+    third.wait_log("serving")
+    capsys.readouterr()
+    assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)["workers"]
+    assert sorted(r["slot"] for r in records) == sorted(r["slot"] for r in both)
+    assert {r["state"] for r in records} == {"serving"}

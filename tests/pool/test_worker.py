@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import time
 from collections import defaultdict
 
 import pytest
 from calque.aws.clients import client
-from calque.models import ClaimRef, Manifest
+from calque.models import ClaimRef, Manifest, QueueSettings
 
 from pool.conftest import PROC_WAIT, RUN_WAIT, Pool, WorkerProc, wait_until
 
@@ -267,3 +269,51 @@ def test_several_workers_per_host_get_one_device_each(make_pool, tmp_path) -> No
     assert all(w.endswith(("/0", "/1")) for w in workers)
     parent.proc.send_signal(signal.SIGTERM)
     assert parent.proc.wait(timeout=PROC_WAIT) == 0
+
+
+def test_an_idle_worker_on_a_20s_long_poll_queue_stops_within_2s_of_sigterm(make_pool) -> None:
+    pool: Pool = make_pool()
+    pool.queue.ensure(QueueSettings(visibility_timeout=30, receive_wait=20, max_receive_count=10, encryption=False))
+    w = pool.start(queue={"visibility_timeout": 30, "receive_wait": 20, "max_receive_count": 10})
+    w.wait_log("serving")
+    time.sleep(3.0)  # well into a poll: the queue would hold it 20 s
+    sent = time.monotonic()
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.proc.wait(timeout=PROC_WAIT) == 0
+    took = time.monotonic() - sent
+    assert took < 2.0, f"stopped {took:.2f}s after SIGTERM"
+    assert "stopping (sigterm)" in w.stderr() and "STEADY-EXIT" in w.stdout()  # @exit ran
+
+
+def test_a_workers_2_parent_passes_its_override_flags_to_every_child(make_pool, fake_imds, tmp_path) -> None:
+    from calque.pool.process import start_worker_process
+
+    # the spec's IMDS is the real address (refused offline) and it has no idle timeout: only the flags,
+    # if they reach the children, make each child watch the fake IMDS and idle out
+    pool: Pool = make_pool(workers=2, spot_watch=True, spot_poll_s=0.3)
+    spec = pool.write_spec()
+    prom = tmp_path / "w.prom"
+    flags = ["--imds-endpoint", fake_imds.url, "--idle-timeout", "3", "--metrics-textfile", str(prom)]
+    err = tmp_path / "parent.err"
+    parent = start_worker_process(spec, extra_args=flags, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
+    try:
+        assert parent.wait(timeout=PROC_WAIT) == 0, err.read_text()
+    finally:  # the parent forwards SIGTERM to its children
+        if parent.poll() is None:
+            parent.send_signal(signal.SIGTERM)
+            parent.wait(timeout=PROC_WAIT)
+    log = err.read_text()
+    assert log.count("stopping (idle)") == 2  # each child idled out by --idle-timeout
+    assert (tmp_path / "w-0.prom").is_file() and (tmp_path / "w-1.prom").is_file()  # --metrics-textfile, per child
+    assert fake_imds.token_puts >= 2 and fake_imds.tokenless == 0  # each child's spot watch used --imds-endpoint
+
+    # --instance-type reaches them too: an unknown one fails each child's load, and the parent exits 3
+    bad = start_worker_process(spec, extra_args=["--instance-type", "no.such-type", "--idle-timeout", "3"],
+                               stdout=subprocess.DEVNULL, stderr=err.open("wb"))  # fmt: skip
+    try:
+        assert bad.wait(timeout=PROC_WAIT) == 3
+    finally:
+        if bad.poll() is None:
+            bad.send_signal(signal.SIGTERM)
+            bad.wait(timeout=PROC_WAIT)
+    assert err.read_text().count("no.such-type") >= 2

@@ -57,7 +57,9 @@ def test_a_validator_sentence_loses_pydantics_prefix() -> None:
         (_client_error("VcpuLimitExceeded"), "quota"),
         (_client_error("PreconditionFailed", 412), "precondition"),
         (_client_error("InvalidParameterValue"), "invalid"),
-        (_client_error("InternalError", 500), "other"),
+        (_client_error("InternalError", 500), "server"),
+        (_client_error("500", 500), "server"),
+        (_client_error("SomethingNew", 400), "other"),
         (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), "unreachable"),
         (NoCredentialsError(), "access_denied"),
     ],
@@ -75,13 +77,13 @@ def test_errors_are_sorted_by_kind(exc: Exception, kind: str) -> None:
         ("Throttling", InfrastructureError, "try again later"),
         ("InsufficientInstanceCapacity", InfrastructureError, "another instance type"),
         ("VcpuLimitExceeded", InfrastructureError, "Service Quotas"),
-        ("InternalError", InfrastructureError, "retry"),
+        ("InternalError", InfrastructureError, "retry later"),
     ],
 )
 def test_translate_picks_the_calque_error_and_says_what_to_do(code: str, cls: type, advice: str) -> None:
     err = aws.translate(_client_error(code), "launch cohort lab")
     assert type(err) is cls
-    assert str(err).startswith(f"cannot launch cohort lab ({code}: {code} happened): ") and advice in str(err)
+    assert str(err).startswith(f"cannot launch cohort lab (Op: {code}: {code} happened): ") and advice in str(err)
 
 
 def test_translate_keeps_the_callers_error_class_for_aws_failures() -> None:
@@ -98,7 +100,7 @@ def test_a_missing_bucket_is_a_store_error_with_a_sentence(moto: str) -> None:
     store = RunStore(client("s3"), "no-such-bucket", "calque", "q")
     with pytest.raises(StoreError) as err:
         store.put("s3://no-such-bucket/calque/x.json", b"{}")
-    assert "cannot write s3://no-such-bucket/calque/x.json (NoSuchBucket:" in str(err.value)
+    assert "cannot write s3://no-such-bucket/calque/x.json (PutObject: NoSuchBucket:" in str(err.value)
     assert "check the name, the region and the endpoint" in str(err.value)
     s3 = client("s3")
     s3.create_bucket(Bucket="present")

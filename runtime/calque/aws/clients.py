@@ -85,4 +85,8 @@ def client(
     region = region or session.region_name or "us-east-1"
     cfg = retry_config() if config is None else retry_config().merge(config)
     factory: Any = session.client  # boto3-stubs overloads per service; callers get Any either way
-    return factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
+    made = factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
+    from calque.aws.errors import name_the_call
+
+    made.meta.events.register("after-call-error", name_the_call)  # errors name their call (calque.aws.errors)
+    return made

@@ -1,27 +1,44 @@
 """The one place botocore errors become calque errors.
 
 ``error_code`` reads an AWS error's code; ``kind`` sorts it (not found, throttled, access denied,
-capacity, quota, a lost conditional write, a request AWS calls invalid, unreachable, other);
+capacity, quota, a lost conditional write, a request AWS calls invalid, a server error, unreachable,
+other; an answer botocore cannot parse, an HTML error page from a proxy or a failing moto, is a
+server error too);
 ``translate`` turns it into the ``CalqueError`` subclass the CLI maps to an exit code, with a
 sentence that says what was being done and what a person can do about it; ``aws_errors`` is
 ``translate`` as a context manager. Code that genuinely branches on an error (a missing queue is
 ``None``, a capacity error moves a launch to the next subnet) asks ``kind``/``is_*`` first.
-Throttling is retried by botocore's standard mode (``calque.aws.clients``) before it gets here.
+Throttling and 5xx are retried by botocore's standard mode (``calque.aws.clients``) before they get
+here. Every message names the AWS call that failed (``DescribeInstances``): a ``ClientError``
+carries it, and ``name_the_call`` (registered by the client factory) writes it onto the errors that
+do not, such as a parser's.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.parsers import ResponseParserError
 
 from calque.errors import CalqueError, InfrastructureError, UsageError
 
 Kind = Literal[
-    "not_found", "throttled", "access_denied", "capacity", "quota", "precondition", "invalid", "unreachable", "other"
+    "not_found",
+    "throttled",
+    "access_denied",
+    "capacity",
+    "quota",
+    "precondition",
+    "invalid",
+    "server",
+    "unreachable",
+    "other",
 ]
+AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)  # what botocore raises for a failed call
 
 NOT_FOUND_CODES = frozenset(
     {
@@ -81,6 +98,9 @@ QUOTA_CODES = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotI
 # A conditional write lost to another writer: S3 answers 412, or 409 when two race for the same key.
 PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 _INVALID_PREFIXES = ("Invalid", "Malformed", "MissingParameter", "Validation")
+# AWS's own failures (HTTP 5xx); S3 and SQS over a bare 5xx name the status as the code
+SERVER_CODES = frozenset({"InternalError", "InternalFailure", "InternalServerError", "ServiceUnavailable"})
+_CALL_ATTR = "calque_aws_call"  # where name_the_call writes the operation's name on an exception
 
 _ADVICE: dict[Kind, str] = {
     "not_found": "check the name, the region and the endpoint",
@@ -91,6 +111,8 @@ _ADVICE: dict[Kind, str] = {
     "quota": "an account limit was reached: request an increase in Service Quotas or ask for less",
     "precondition": "another writer changed the object first: retry",
     "invalid": "AWS refused the request as invalid: fix the settings it names and retry",
+    "server": "the endpoint failed on its side, even after retries: retry later; if it persists, see the AWS "
+    "Health Dashboard, or the endpoint's own log when it is not AWS (a moto server, a proxy)",
     "unreachable": "check the network, the region and the endpoint URL",
     "other": "retry; if it persists, the message above is AWS's own",
 }
@@ -114,6 +136,8 @@ def kind(exc: BaseException) -> Kind:
     """What sort of failure ``exc`` is, from its code (and HTTP status where S3 sends no code)."""
     if isinstance(exc, NoCredentialsError):
         return "access_denied"
+    if isinstance(exc, ResponseParserError):  # an answer that is not AWS's format: an error page
+        return "server"
     if isinstance(exc, BotoCoreError):  # no answer from AWS: connection, timeout, endpoint
         return "unreachable"
     code, status = error_code(exc), _status(exc)
@@ -131,6 +155,8 @@ def kind(exc: BaseException) -> Kind:
         return "precondition"
     if code.startswith(_INVALID_PREFIXES):
         return "invalid"
+    if code in SERVER_CODES or (status or 0) >= 500 or code.startswith("5"):
+        return "server"
     return "other"
 
 
@@ -142,11 +168,40 @@ def is_precondition_failed(exc: BaseException) -> bool:
     return kind(exc) == "precondition"
 
 
+def name_the_call(exception: BaseException, event_name: str, **_kwargs: Any) -> None:
+    """botocore ``after-call-error.<service>.<Operation>`` handler: write the call's name onto ``exception``.
+
+    A ``ClientError`` names its operation itself; a parser's or a connection's error does not, and
+    a message saying only "invalid XML received" leaves a person to guess which of a task's calls failed.
+    """
+    op = event_name.rsplit(".", 1)[-1] if event_name.count(".") >= 2 else ""
+    if op and not hasattr(exception, _CALL_ATTR):
+        setattr(exception, _CALL_ATTR, op)
+
+
+def call_name(exc: BaseException) -> str | None:
+    """``"DescribeInstances"``: the AWS call ``exc`` came from, where known."""
+    named = getattr(exc, _CALL_ATTR, None)
+    if named:
+        return str(named)
+    op = getattr(exc, "operation_name", None)
+    return str(op) if op else None
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    """An HTML error page as one readable line: tags and runs of blanks gone, at most ``limit`` characters."""
+    plain = " ".join(re.sub(r"<[^>]*>", " ", text).split())
+    return plain if len(plain) <= limit else plain[: limit - 1] + "…"
+
+
 def describe(exc: BaseException) -> str:
     """AWS's own words for ``exc``: ``Code: message`` for an AWS error, the text otherwise."""
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
-        return f"{err.get('Code', '?')}: {err.get('Message') or exc}"
+        return f"{err.get('Code', '?')}: {_shorten(str(err.get('Message') or exc))}"
+    if isinstance(exc, ResponseParserError):
+        body = str(exc).split("\n")[-1].removeprefix("b'").removesuffix("'")  # botocore quotes the body's bytes
+        return "the answer is not AWS's format: " + (_shorten(body) or "an empty body")
     return str(exc)
 
 
@@ -167,7 +222,14 @@ def translate(
     cls = UsageError if caller else error
     if isinstance(exc, NoCredentialsError):
         return UsageError(f"cannot {doing}: no AWS credentials found; set AWS_PROFILE or configure credentials")
-    return cls(f"cannot {doing} ({describe(exc)}): {_ADVICE[k]}")
+    call = call_name(exc)
+    said = f"{call}: {describe(exc)}" if call else describe(exc)
+    return cls(f"cannot {doing} ({said}): {_ADVICE[k]}")
+
+
+def translate_any(exc: BaseException, doing: str = "call AWS") -> CalqueError | None:
+    """``translate(exc, doing)`` when ``exc`` is botocore's, else None (the CLI root's last resort)."""
+    return translate(exc, doing) if isinstance(exc, AWS_ERRORS) else None
 
 
 @contextmanager
@@ -177,5 +239,5 @@ def aws_errors(
     """Run the block; a botocore error in it is raised again as ``translate(exc, doing, ...)``."""
     try:
         yield
-    except (ClientError, BotoCoreError) as exc:
+    except AWS_ERRORS as exc:
         raise translate(exc, doing, error=error, missing=missing) from exc

@@ -99,6 +99,13 @@ def run(args: list[str] | None = None) -> int:
         return code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except Exception as exc:
+        from calque.aws.errors import translate_any  # the error path only: start-up stays lean
+
+        aws = translate_any(exc)  # a botocore error no `aws_errors` block caught still reads as a sentence
+        if aws is None:
+            raise
+        return _fail(str(aws), aws.exit_code, as_json)
     return int(rv) if isinstance(rv, int) else 0
 
 

@@ -100,7 +100,17 @@ def worker(
         imds_endpoint=imds_endpoint,
     )
     if index is None and spec.workers > 1:
-        codes = run_workers(spec_path, spec)
+        # flags override the spec in every child, as in this process (each child reads the spec file again)
+        given = {
+            "--idle-timeout": None if idle_timeout is None else f"{idle_timeout:g}",
+            "--metrics-port": metrics_port,
+            "--metrics-addr": metrics_addr,
+            "--metrics-textfile": metrics_textfile,
+            "--instance-type": instance_type,
+            "--imds-endpoint": imds_endpoint,
+        }
+        flags = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
+        codes = run_workers(spec_path, spec, extra_args=flags)
         if any(codes) and all(c in (0, InfrastructureError.exit_code) for c in codes):
             # every failed child could not load (or reach AWS): exit as they did, so systemd backs off alike
             raise InfrastructureError(f"worker exit codes {codes}: see each worker's load record (calque pool status)")

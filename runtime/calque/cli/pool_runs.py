@@ -32,13 +32,59 @@ if TYPE_CHECKING:
 
 
 def target_of(
-    model: str, bucket: str | None, prefix: str, region: str | None, endpoint: str | None, profile: str | None
+    model: str | None,
+    bucket: str | None,
+    prefix: str,
+    region: str | None,
+    endpoint: str | None,
+    profile: str | None,
+    spec_path: str | None = None,
 ) -> PoolTarget:
+    """The pool a command means: from ``--spec`` (its model, pool, bucket, prefix, region, endpoint) with
+    the flags given on the command line overriding it, or from the flags alone."""
+    from click.core import ParameterSource
+
     from calque.pool.submit import PoolTarget
 
-    if not bucket:
-        raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-    return PoolTarget(model, bucket, prefix, region, endpoint, profile, given_pool_queue())
+    if spec_path is None:
+        if not model:
+            raise UsageError("no pool: pass --spec FILE (the spec file pool.yml writes) or --model (the pool's model)")
+        if not bucket:
+            raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
+        return PoolTarget(model, bucket, prefix, region, endpoint, profile, given_pool_queue())
+    from calque.pool.spec import load_spec
+
+    spec = load_spec(spec_path)
+    ctx = click.get_current_context()
+
+    def flag(name: str) -> bool:
+        return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+    return PoolTarget(
+        model or spec.model,
+        bucket if flag("bucket") and bucket else spec.bucket,
+        prefix if flag("prefix") else spec.prefix,
+        region or spec.region,
+        endpoint or spec.endpoint_url,
+        profile,
+        given_pool_queue() or (spec.queue_name if not model or model == spec.model else None),
+    )
+
+
+# The pool by its spec file: model, pool and bucket come from it (flags given beside it override)
+spec_option = click.option(
+    "--spec",
+    "spec_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The pool's spec file (pool.yml's calque_pool_spec_path): model, pool, bucket, prefix and region from it.",
+)
+model_option = click.option("--model", default=None, help="The pool's model (its identity); or give --spec.")
+
+
+def _again(spec_path: str | None, model: str) -> str:
+    """How the hints below name the pool again: as the command was given it."""
+    return f"--spec {spec_path}" if spec_path else f"--model {model!r}"
 
 
 def render_report(r: RunReport) -> str:
@@ -62,7 +108,8 @@ def _render_record(r: RunRecord) -> str:
 
 
 @click.command()
-@click.option("--model", required=True, help="The pool's model (its identity).")
+@spec_option
+@model_option
 @click.option("--items", "items_path", required=True, type=click.Path(dir_okay=False), help="JSONL, one item a line.")
 @click.option("--method", default=None, help="Method to call (default: the pool's default method).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Items per claim.")
@@ -77,7 +124,8 @@ def _render_record(r: RunRecord) -> str:
 @aws_options
 @json_option
 def submit(
-    model: str,
+    spec_path: str | None,
+    model: str | None,
     items_path: str,
     method: str | None,
     batch_size: int,
@@ -97,7 +145,7 @@ def submit(
     """
     from calque.pool import submit as core
 
-    target = target_of(model, bucket, prefix, region, endpoint_url, profile)
+    target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     items = core.read_items(Path(items_path))
     record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
     click.echo(f"submitted {_render_record(record)}", err=True)
@@ -111,7 +159,7 @@ def submit(
     if rep.items_failed or rep.claims_failed:
         raise PartialFailure(
             f"{rep.items_failed} of {rep.items} items failed; see them with: calque pool results {rep.run_id} "
-            f"--model {model!r} --failed"
+            f"{_again(spec_path, target.model)} --failed"
         )
 
 
@@ -136,7 +184,8 @@ def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float, queu
 
 @click.command()
 @click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
+@spec_option
+@model_option
 @click.option("--failed", "failed_only", is_flag=True, help="Only the items that failed.")
 @pool_name_option
 @bucket_option
@@ -144,7 +193,8 @@ def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float, queu
 @aws_options
 def results(
     run_id: str,
-    model: str,
+    spec_path: str | None,
+    model: str | None,
     failed_only: bool,
     bucket: str | None,
     prefix: str,
@@ -156,7 +206,7 @@ def results(
     from calque.pool import submit as core
     from calque.pool.deadletter import settle_dead_letters
 
-    target = target_of(model, bucket, prefix, region, endpoint_url, profile)
+    target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     store, record = core.load_run(target, run_id)
     with contextlib.suppress(InfrastructureError):  # the queue may be gone; its runs' results stay readable
         settle_dead_letters(target.queue(), store)
@@ -172,7 +222,8 @@ def results(
 
 @click.command()
 @click.argument("run_id")
-@click.option("--model", required=True, help="The pool's model (its identity).")
+@spec_option
+@model_option
 @click.option("--dry-run", is_flag=True, help="Only list the orphaned results objects.")
 @pool_name_option
 @bucket_option
@@ -180,7 +231,8 @@ def results(
 @aws_options
 def sweep(
     run_id: str,
-    model: str,
+    spec_path: str | None,
+    model: str | None,
     dry_run: bool,
     bucket: str | None,
     prefix: str,
@@ -194,7 +246,7 @@ def sweep(
     """
     from calque.pool import submit as core
 
-    target = target_of(model, bucket, prefix, region, endpoint_url, profile)
+    target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):
         click.echo(uri)

@@ -4,8 +4,9 @@ The spec is validated as a ``PoolSpec``; the runtime the instances install is, i
 explicit pip requirement (``runtime_pip``), an already staged wheel (``runtime_url`` and its
 ``runtime_sha256``), or this controller's wheel staged in the spec's bucket now (``stage_runtime``,
 through ``RuntimeOp``). The file is written only when its text differs (mode 0600: it names the
-pool's bucket and queue). Check mode stages and writes nothing; its user-data names the runtime by
-pip requirement, since no presigned URL exists yet.
+pool's bucket and queue). Check mode stages and writes nothing; its user-data is the real run's
+(``RuntimeOp.check``: the sha256s from content, the URLs signed locally), so the config digest the
+pool's group computes from it is the one the real run will launch with.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from calque.models.base import CalqueModel
 from calque.ops.base import Operation, validated
 from calque.ops.outcome import Outcome
 from calque.ops.runtime import RuntimeOp, RuntimePlan, RuntimeRequest, RuntimeResult
+
+_UNBUILT = "0" * 64  # no wheelhouse has this sha256: a digest made with it differs from every staged one
 
 
 class PoolSpecRequest(CalqueModel):
@@ -113,13 +116,16 @@ class PoolSpecOp(Operation[PoolSpecRequest, PoolSpecPlan, PoolSpecResult]):
         runtime = staged.result if staged else None
         url = runtime.url if runtime else r.runtime_url
         sha = runtime.sha256 if runtime and runtime.url else r.runtime_sha256
+        house_sha = runtime.wheelhouse_sha256 if runtime else r.wheelhouse_sha256
+        if runtime and runtime.wheelhouse_url and house_sha is None:
+            house_sha = _UNBUILT  # check mode, a new wheel: the real run builds the wheelhouse and learns its sha256
         user_data = worker_user_data(
             plan.spec,
             runtime_pip=r.runtime_pip or None,
             runtime_url=url,
             runtime_sha256=sha,
             wheelhouse_url=runtime.wheelhouse_url if runtime else r.wheelhouse_url,
-            wheelhouse_sha256=runtime.wheelhouse_sha256 if runtime else r.wheelhouse_sha256,
+            wheelhouse_sha256=house_sha,
         )
         actions = list(staged.actions) if staged else []
         actions += [f"write the pool spec to {r.path}"] if written else []

@@ -1,14 +1,17 @@
 """Staging the calque runtime wheel in a pool's bucket as an operation (``calque.pool.runtime_wheel``).
 
-Check mode builds nothing and uploads nothing: it reads whether a wheel of this version is staged
-(``changed`` when none is); whether a staged one has other bytes is known only by building it.
+Check mode uploads nothing and predicts the real run from content (``predict_runtime``): the wheel
+is built (or the given one read) into a temporary directory and hashed against the staged one's
+sha256, a reused wheelhouse is packed and hashed, and the URLs are presigned locally (no API call),
+so the user-data, and the pool's config digest made from it, are the real run's. A wheelhouse to
+build is not downloaded in check mode: the staged one stands while the wheel is unchanged.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from botocore.exceptions import ClientError
 from pydantic import Field
 
 from calque.errors import UsageError
@@ -34,7 +37,9 @@ class RuntimeResult(CalqueModel):
     bucket: str
     key: str
     sha256: str | None = None
-    url: str | None = Field(None, description="presigned GET URL; None in check mode")
+    url: str | None = Field(
+        None, description="presigned GET URL (check mode signs one too: only the signature differs)"
+    )
     uploaded: bool = False
     wheelhouse_key: str | None = None
     wheelhouse_sha256: str | None = None
@@ -46,21 +51,6 @@ class RuntimePlan:
     request: RuntimeRequest
     key: str
     ttl_s: int
-
-
-def _stored_sha(s3: object, bucket: str, key: str) -> str | None:
-    from calque.aws.errors import aws_errors, is_not_found
-    from calque.pool.runtime_wheel import SHA_METADATA
-
-    with aws_errors(f"read s3://{bucket}/{key}"):
-        try:
-            head = s3.head_object(Bucket=bucket, Key=key)  # type: ignore[attr-defined]
-        except ClientError as exc:
-            if is_not_found(exc):
-                return None
-            raise
-    sha: str | None = head.get("Metadata", {}).get(SHA_METADATA)
-    return sha
 
 
 class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
@@ -77,36 +67,42 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
         return RuntimePlan(request, runtime_key(request.prefix), ttl_s)
 
     def check(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
-        r = plan.request
-        s3 = self.aws.client("s3")
-        stored = _stored_sha(s3, r.bucket, plan.key)
-        url = None
-        if stored is not None and not r.wheel and not r.wheelhouse:
-            from calque.pool.runtime_wheel import _presign
+        from calque.pool.runtime_wheel import predict_runtime
 
-            # a wheel already staged: presigning is local (no API call), so check mode's user-data is the
-            # real run's, and a pool's template does not seem to change when only the check differs
-            url = _presign(s3, r.bucket, plan.key, plan.ttl_s)
-        result = RuntimeResult(bucket=r.bucket, key=plan.key, sha256=stored, url=url)
-        return self._outcome(plan, result, stored, True)
+        r = plan.request
+        predicted = predict_runtime(r.bucket, r.prefix, **self._staging(plan))
+        staged = predicted.staged
+        result = RuntimeResult(
+            bucket=staged.bucket,
+            key=staged.key,
+            sha256=staged.sha256,
+            url=staged.url,
+            wheelhouse_key=staged.wheelhouse_key,
+            wheelhouse_sha256=staged.wheelhouse_sha256,
+            wheelhouse_url=staged.wheelhouse_url,
+        )
+        stored = {"sha256": predicted.stored_sha256, "wheelhouse_sha256": predicted.stored_wheelhouse_sha256}
+        return self._outcome(plan, result, stored, staged.uploaded, True)
+
+    def _staging(self, plan: RuntimePlan) -> dict[str, Any]:
+        """``stage_runtime``'s (and ``predict_runtime``'s) keyword arguments for ``plan``."""
+        r, aws = plan.request, self.aws
+        return {
+            "ttl_s": plan.ttl_s,
+            "wheel": r.wheel,
+            "wheelhouse": (r.wheelhouse_dir or True) if r.wheelhouse else False,
+            "python_version": r.python_version,
+            "platform": r.platform,
+            "region": aws.region,
+            "endpoint_url": aws.endpoint_url,
+            "profile": aws.profile,
+            "progress": self.say,
+        }
 
     def apply(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
         from calque.pool.runtime_wheel import stage_runtime
 
-        r, aws = plan.request, self.aws
-        staged = stage_runtime(
-            r.bucket,
-            r.prefix,
-            ttl_s=plan.ttl_s,
-            wheel=r.wheel,
-            wheelhouse=(r.wheelhouse_dir or True) if r.wheelhouse else False,
-            python_version=r.python_version,
-            platform=r.platform,
-            region=aws.region,
-            endpoint_url=aws.endpoint_url,
-            profile=aws.profile,
-            progress=self.say,
-        )
+        staged = stage_runtime(plan.request.bucket, plan.request.prefix, **self._staging(plan))
         result = RuntimeResult(
             bucket=staged.bucket,
             key=staged.key,
@@ -117,19 +113,25 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
             wheelhouse_sha256=staged.wheelhouse_sha256,
             wheelhouse_url=staged.wheelhouse_url,
         )
-        return self._outcome(plan, result, None if staged.uploaded else staged.sha256, False)
+        before = None if staged.uploaded else staged.sha256
+        house = None if staged.uploaded else staged.wheelhouse_sha256
+        return self._outcome(plan, result, {"sha256": before, "wheelhouse_sha256": house}, staged.uploaded, False)
 
     def _outcome(
-        self, plan: RuntimePlan, result: RuntimeResult, stored: str | None, check_mode: bool
+        self, plan: RuntimePlan, result: RuntimeResult, stored: dict[str, str | None], changed: bool, check_mode: bool
     ) -> Outcome[RuntimeResult]:
         uri = f"s3://{result.bucket}/{result.key}"
-        changed = result.uploaded or (check_mode and stored is None)
+        after = {"sha256": result.sha256, "wheelhouse_sha256": result.wheelhouse_sha256}
+        if not plan.request.wheelhouse:
+            stored, after = {"sha256": stored["sha256"]}, {"sha256": result.sha256}
         return Outcome[RuntimeResult](
             resource=self.name,
             check_mode=check_mode,
             changed=changed,
-            before={"key": result.key, "sha256": stored},
-            after={"key": result.key, "sha256": result.sha256 if not check_mode else stored},
-            actions=[f"upload the calque wheel to {uri}"] if changed else [],
+            before={"key": result.key, **stored},
+            after={"key": result.key, **after},
+            actions=[f"upload the calque runtime to {uri}" + (" and its wheelhouse" if result.wheelhouse_key else "")]
+            if changed
+            else [],
             result=result,
         )

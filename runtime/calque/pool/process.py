@@ -31,7 +31,9 @@ from calque.models import PoolSpec
 from calque.pool.bootstrap import materialize_workload
 from calque.pool.instance import InstanceGuard, NoInstance, discover
 from calque.pool.loadguard import LoadGuard
+from calque.pool.loads import load_prefix
 from calque.pool.metrics import Metrics
+from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.worker import Worker, WorkerReport
 from calque.warm import WarmSupervisor
@@ -100,7 +102,8 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
     host = socket.gethostname()
     worker_id = f"{host}:{os.getpid()}" + (f"/{index}" if index is not None else "")
-    guard = LoadGuard(store, spec.workload, host if index is None else f"{host}-{index}", worker_id)
+    records = f"{s3.meta.endpoint_url} {load_prefix(store)}"  # where this worker's load record goes
+    guard = LoadGuard(store, spec.workload, host_slot(host, records, index), worker_id)
     with guard.loading():  # a failure is recorded where submitters look, then WorkerLoadError (exit 3)
         spec = materialize_workload(spec)  # an s3:// workload is fetched once per worker process
         pool_queue.url()  # fail before the (slow) enter when the queue does not exist
@@ -144,12 +147,14 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
 
 
 def shutdown_bound_s(spec: PoolSpec) -> float:
-    """Seconds a stopping worker may take before it exits on its own (the receiver's last long poll,
-    the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
+    """Seconds a stopping worker may take before it exits on its own (the receiver's last poll, at most
+    ``POLL_SLICE_S``, the writers' flush and ``@exit``, each bounded by ``shutdown_grace_s``, and a margin).
 
     A supervisor's stop timeout (systemd's ``TimeoutStopSec``, the pool_worker role) must exceed it.
     """
-    return min(spec.queue.receive_wait, 20) + 2 * spec.shutdown_grace_s + 5
+    from calque.pool.worker import POLL_SLICE_S
+
+    return min(spec.queue.receive_wait, POLL_SLICE_S) + 2 * spec.shutdown_grace_s + 5
 
 
 def _install_signals(worker: Worker, spec: PoolSpec) -> None:
@@ -175,10 +180,11 @@ def _exit_after(seconds: float) -> None:
     os._exit(1)
 
 
-def run_workers(spec_path: str | Path, spec: PoolSpec) -> list[int]:
-    """Start ``spec.workers`` worker processes, forward SIGTERM/SIGINT, wait; their exit codes."""
+def run_workers(spec_path: str | Path, spec: PoolSpec, *, extra_args: Sequence[str] = ()) -> list[int]:
+    """Start ``spec.workers`` worker processes (each given ``extra_args``: the parent's override flags),
+    forward SIGTERM/SIGINT, wait; their exit codes."""
     _setup_logging()
-    children = [start_worker_process(spec_path, index=i) for i in range(spec.workers)]
+    children = [start_worker_process(spec_path, index=i, extra_args=extra_args) for i in range(spec.workers)]
     log.info("started %d workers: pids %s", len(children), [c.pid for c in children])
 
     def forward(signum: int, _frame: Any) -> None:

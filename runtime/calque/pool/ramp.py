@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from calque.aws.acquire.acquirer import Acquirer
-from calque.aws.acquire.gate import Consent
+from calque.aws.acquire.gate import Consent, check_spend_limit, price_cohort, require_spend_consent
 from calque.aws.clients import client, offline
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError, InfrastructureError, UsageError
@@ -298,6 +298,11 @@ def run_ramp(
             " shorten --ttl or pass --runtime-pip"
         )
     pool_items = pool.read_items(opts.items_file) if opts.items_file else None
+    # The gate before any AWS call (pricing is the local rate table): a refused ramp makes no queue.
+    # The Acquirer gates again at the launch, on the real plan.
+    spend = price_cohort(1, [opts.instance_type], opts.max_hourly_usd)
+    require_spend_consent(consent, 1, spend)
+    check_spend_limit(spend)
     name = f"ramp-{secrets.token_hex(4)}"
     sqs = client("sqs", region=opts.region, endpoint_url=opts.endpoint_url, profile=opts.profile)
     s3 = client("s3", region=opts.region, endpoint_url=opts.endpoint_url, profile=opts.profile)

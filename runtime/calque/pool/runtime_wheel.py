@@ -11,6 +11,7 @@ controller instead stages (``stage_runtime``) under ``<prefix>/runtime/``:
 
 Each object carries its sha256 in its metadata and is uploaded only when that differs; the instance
 gets presigned GET URLs valid for its TTL (at most 7 days, S3's limit) and checks the sha256.
+``predict_runtime`` is check mode's twin: the same sha256s from the same content, nothing uploaded.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_
 __all__ = [
     "MAX_URL_TTL_S",
     "SHA_METADATA",
+    "PredictedRuntime",
     "StagedRuntime",
     "build_wheel",
+    "predict_runtime",
     "runtime_key",
     "sha256_file",
     "stage_runtime",
+    "stored_sha",
     "wheel_name",
     "wheelhouse_key",
 ]
@@ -86,17 +90,24 @@ def pack_wheelhouse(directory: Path, dest: Path) -> Path:
     return dest
 
 
+def stored_sha(s3: Any, bucket: str, key: str) -> str | None:
+    """The sha256 the object at ``key`` was staged with (None when nothing is staged there)."""
+    with aws_errors(f"read s3://{bucket}/{key}"):
+        try:
+            head = s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+    sha: str | None = head.get("Metadata", {}).get(SHA_METADATA)
+    return sha
+
+
 def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: str) -> tuple[str, bool]:
     digest = sha256_file(path)
+    if stored_sha(s3, bucket, key) == digest:
+        return digest, False
     with aws_errors(f"stage the calque runtime at s3://{bucket}/{key}"):
-        try:
-            present = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(SHA_METADATA)
-        except ClientError as exc:
-            if not is_not_found(exc):
-                raise
-            present = None
-        if present == digest:
-            return digest, False
         s3.put_object(
             Bucket=bucket,
             Key=key,
@@ -111,6 +122,38 @@ def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: st
 def _presign(s3: Any, bucket: str, key: str, ttl_s: int) -> str:
     with aws_errors(f"presign s3://{bucket}/{key}"):
         return str(s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=ttl_s))
+
+
+def _staging_client(ttl_s: int, region: str | None, endpoint_url: str | None, profile: str | None) -> Any:
+    if ttl_s <= 0:
+        raise UsageError(f"runtime URL lifetime must be positive, got {ttl_s} s")
+    if ttl_s > MAX_URL_TTL_S:
+        raise UsageError(
+            f"runtime URL lifetime {ttl_s} s exceeds S3's presigned-URL limit of 7 days ({MAX_URL_TTL_S} s):"
+            " shorten the instance TTL or pass an explicit runtime pip requirement"
+        )
+    # SigV4 (the default SigV2 query auth is refused by newer regions); the URL is valid in ``region``
+    return client("s3", region=region, endpoint_url=endpoint_url, profile=profile, config=_SIGV4)
+
+
+def _wheel(tmp: str, wheel: str | Path | None, progress: Callable[[str], None]) -> Path:
+    """The wheel to stage: ``wheel`` checked, or this calque built into ``tmp``."""
+    if wheel is None:
+        progress(f"building {wheel_name()}")
+        return build_wheel(tmp)
+    path = Path(wheel).expanduser()
+    if not path.is_file():
+        raise UsageError(f"runtime wheel {path} does not exist")
+    if path.name != wheel_name():
+        raise UsageError(f"runtime wheel {path.name} is not {wheel_name()} (this calque's version)")
+    return path
+
+
+def _reused_house(wheelhouse: str | Path, digest: str) -> Path:
+    house = Path(wheelhouse).expanduser()
+    if (house / wheel_name()).is_file() and sha256_file(house / wheel_name()) != digest:
+        raise UsageError(f"wheelhouse {house} holds a different {wheel_name()} than the staged wheel")
+    return house
 
 
 def stage_runtime(
@@ -135,25 +178,9 @@ def stage_runtime(
     dependencies then come from the instance's index). Uploads only what changed. The URLs carry the
     signing credentials: temporary ones (SSO, an assumed role) end them when they expire.
     """
-    if ttl_s <= 0:
-        raise UsageError(f"runtime URL lifetime must be positive, got {ttl_s} s")
-    if ttl_s > MAX_URL_TTL_S:
-        raise UsageError(
-            f"runtime URL lifetime {ttl_s} s exceeds S3's presigned-URL limit of 7 days ({MAX_URL_TTL_S} s):"
-            " shorten the instance TTL or pass an explicit runtime pip requirement"
-        )
-    # SigV4 (the default SigV2 query auth is refused by newer regions); the URL is valid in ``region``
-    s3 = client("s3", region=region, endpoint_url=endpoint_url, profile=profile, config=_SIGV4)
+    s3 = _staging_client(ttl_s, region, endpoint_url, profile)
     with tempfile.TemporaryDirectory(prefix="calque-runtime-") as tmp:
-        if wheel is None:
-            progress(f"building {wheel_name()}")
-            path = build_wheel(tmp)
-        else:
-            path = Path(wheel).expanduser()
-            if not path.is_file():
-                raise UsageError(f"runtime wheel {path} does not exist")
-            if path.name != wheel_name():
-                raise UsageError(f"runtime wheel {path.name} is not {wheel_name()} (this calque's version)")
+        path = _wheel(tmp, wheel, progress)
         key = runtime_key(prefix)
         digest, uploaded = _put_if_changed(s3, bucket, key, path, "application/zip")
         staged = StagedRuntime(bucket, key, digest, _presign(s3, bucket, key, int(ttl_s)), uploaded)
@@ -165,9 +192,7 @@ def stage_runtime(
                 Path(tmp) / "wheelhouse", python_version=pyver, platform=plat, wheel=path, progress=progress
             ).path
         else:
-            house = Path(wheelhouse).expanduser()
-            if (house / wheel_name()).is_file() and sha256_file(house / wheel_name()) != digest:
-                raise UsageError(f"wheelhouse {house} holds a different {wheel_name()} than the staged wheel")
+            house = _reused_house(wheelhouse, digest)
         tar = pack_wheelhouse(house, Path(tmp) / "wheelhouse.tar")
         wh_key = wheelhouse_key(prefix, pyver, plat)
         progress(f"staging the wheelhouse at s3://{bucket}/{wh_key}")
@@ -182,3 +207,61 @@ def stage_runtime(
         wh_digest,
         _presign(s3, bucket, wh_key, int(ttl_s)),
     )
+
+
+@dataclass(frozen=True)
+class PredictedRuntime:
+    """What ``stage_runtime`` would stage, read and built locally with nothing uploaded (check mode)."""
+
+    staged: StagedRuntime  # its URLs signed now (presigning is local); only their signatures differ later
+    stored_sha256: str | None  # what the wheel's key holds now
+    stored_wheelhouse_sha256: str | None
+    # False when the wheelhouse would be rebuilt around a new wheel: its sha256 is known only then
+    wheelhouse_known: bool = True
+
+
+def predict_runtime(
+    bucket: str,
+    prefix: str,
+    *,
+    ttl_s: int,
+    wheel: str | Path | None = None,
+    wheelhouse: str | Path | bool = False,
+    python_version: str | None = None,
+    platform: str | None = None,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> PredictedRuntime:
+    """``stage_runtime``'s result without uploading: the digests from content, the URLs signed locally.
+
+    The wheel is built (or ``wheel`` read) into a temporary directory and hashed; a reused wheelhouse
+    is packed and hashed. A wheelhouse to build is not downloaded: its tar is a function of the wheel
+    (its pins travel inside it), the Python version and the platform, all in its key, so the staged
+    one is what the real run would stage while the wheel is unchanged. A new wheel means a new
+    wheelhouse whose sha256 only the real run learns (``wheelhouse_known`` False).
+    """
+    s3 = _staging_client(ttl_s, region, endpoint_url, profile)
+    key = runtime_key(prefix)
+    stored = stored_sha(s3, bucket, key)
+    with tempfile.TemporaryDirectory(prefix="calque-runtime-") as tmp:
+        path = _wheel(tmp, wheel, progress)
+        digest = sha256_file(path)
+        url = _presign(s3, bucket, key, int(ttl_s))
+        if wheelhouse is False:
+            return PredictedRuntime(StagedRuntime(bucket, key, digest, url, stored != digest), stored, None)
+        pyver, plat = python_version or default_python_version(), platform or default_platform()
+        wh_key = wheelhouse_key(prefix, pyver, plat)
+        wh_stored = stored_sha(s3, bucket, wh_key)
+        known = True
+        if wheelhouse is True:
+            wh_digest = wh_stored if stored == digest else None
+            known = wh_digest is not None
+        else:
+            wh_digest = sha256_file(pack_wheelhouse(_reused_house(wheelhouse, digest), Path(tmp) / "wheelhouse.tar"))
+    uploaded = stored != digest or wh_stored != wh_digest
+    staged = StagedRuntime(
+        bucket, key, digest, url, uploaded, wh_key, wh_digest, _presign(s3, bucket, wh_key, int(ttl_s))
+    )
+    return PredictedRuntime(staged, stored, wh_stored, known)

@@ -178,8 +178,17 @@ class PoolRun:
         return (
             f"{self.target.label}: no claim of run {self.run_id} finished for {self.timeout_s:g}s "
             f"({len(self._done)} of {len(self._claims)} claims have a Summary){why}. Are workers serving queue "
-            f"{self.pool.queue.name}? (calque pool status --model {self.pool.spec.model})"
+            f"{self.pool.queue.name}? (calque pool status {_status_args(self.pool.spec)})"
         )
+
+
+def _pool_name(spec: PoolSpec) -> str:
+    """What the pool is called: its name (lab-a/embedder), or its model for a pool named by its model."""
+    return spec.pool or spec.model
+
+
+def _status_args(spec: PoolSpec) -> str:
+    return f"--pool {spec.pool} --bucket {spec.bucket}" if spec.pool else f"--model {spec.model} --bucket {spec.bucket}"
 
 
 class PoolBackend:
@@ -187,7 +196,7 @@ class PoolBackend:
 
     def __init__(self, pools: PoolMap, tally: Tally, *, timeout_s: float, local: Any = None) -> None:
         self.pools, self.tally, self.timeout_s = pools, tally, timeout_s
-        self._by_model: dict[str, _Pool] = {}
+        self._by_queue: dict[str, _Pool] = {}  # two labs' pools may serve one model: a pool is its queue
         self._lock = threading.Lock()
         self._fetch = cf.ThreadPoolExecutor(max_workers=8, thread_name_prefix="calque-run-fetch")
         self._local = local  # for .local(): the same script in-process
@@ -197,13 +206,14 @@ class PoolBackend:
 
     def _open(self, spec: PoolSpec) -> _Pool:
         with self._lock:
-            pool = self._by_model.get(spec.model)
+            key = spec.queue_name or spec.model  # a named pool's spec carries its queue's name
+            pool = self._by_queue.get(key)
             if pool is None:
                 t = PoolTarget.from_spec(spec)
                 queue = t.queue()
                 queue.url()  # an InfrastructureError naming the queue, before anything is staged
                 store = t.store(queue.name)
-                pool = self._by_model[spec.model] = _Pool(spec, queue, store, LoadRecords(store))
+                pool = self._by_queue[key] = _Pool(spec, queue, store, LoadRecords(store))
         return pool
 
     def start(self, target: Target, items: Iterable[Item]) -> PoolRun:
@@ -261,8 +271,8 @@ class PoolBackend:
         return self._local.local_callable(target)
 
     def describe(self) -> str:
-        models = ", ".join(sorted(self._by_model)) or "no pool"
-        return f"on pool {models}"
+        names = sorted({_pool_name(p.spec) for p in self._by_queue.values()})
+        return f"on pool{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "on no pool"
 
     def close(self) -> None:
         self._fetch.shutdown(wait=False, cancel_futures=True)

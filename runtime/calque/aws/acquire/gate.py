@@ -14,9 +14,15 @@ from calque.aws import pricing
 from calque.errors import RefusedError
 from calque.models.acquire import SpendArithmetic
 
-SPEND_FLAGS = "i_understand_this_spends_money: true (module) or --i-understand-this-spends-money (CLI)"
+# Each way a person gives the consent: the inventory variable pool.yml and teardown.yml read, the
+# module option, the CLI flag (a refusal seen in a play names the variable to set, not only the option).
+SPEND_FLAGS = (
+    "calque_i_understand_this_spends_money: true (inventory, pool.yml), i_understand_this_spends_money: true"
+    " (module) or --i-understand-this-spends-money (CLI)"
+)
 TERMINATE_FLAGS = (
-    "i_understand_this_terminates_instances: true (module) or --i-understand-this-terminates-instances (CLI)"
+    "calque_i_understand_this_terminates_instances: true (inventory, pool.yml and teardown.yml),"
+    " i_understand_this_terminates_instances: true (module) or --i-understand-this-terminates-instances (CLI)"
 )
 
 

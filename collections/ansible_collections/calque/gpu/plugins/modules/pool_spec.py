@@ -95,11 +95,15 @@ extends_documentation_fragment:
   - amazon.aws.boto3
 attributes:
   check_mode:
-    support: partial
+    support: full
     details:
-      - Writes and uploads nothing. It reports a change when the spec file's text differs or no wheel of
-        this calque version is staged yet; a staged wheel with other bytes shows only in the real run.
-      - The user-data rendered in check mode installs calque by pip requirement, as no presigned URL exists yet.
+      - Writes and uploads nothing. It builds the wheel into a temporary directory (or reads O(runtime_wheel)),
+        packs a reused O(runtime_wheelhouse_dir), and compares their sha256s with the staged ones, so it
+        reports a change exactly when the real run uploads or writes.
+      - The user-data rendered in check mode is the real run's, with its URLs signed locally (only the
+        signatures differ), so the pool group's config digest in check mode is the real run's.
+      - A wheelhouse to build is not downloaded in check mode; the staged one stands while the wheel is
+        unchanged (its pins travel in the wheel). Around a new wheel its sha256 is null until the real run.
   diff_mode:
     support: full
     details: Shows the spec file's text and the staged wheel's sha256 before and after.
@@ -154,10 +158,10 @@ runtime:
       description: Its key, C(<prefix>/runtime/calque-<version>-py3-none-any.whl).
       type: str
     sha256:
-      description: Its sha256 (the staged one's, in check mode; null when none is staged).
+      description: Its sha256 (in check mode, of the wheel the real run stages).
       type: str
     url:
-      description: Presigned GET URL valid for O(runtime_ttl); null in check mode.
+      description: Presigned GET URL valid for O(runtime_ttl) (check mode signs one too).
       type: str
     uploaded:
       description: Whether this run uploaded it.
