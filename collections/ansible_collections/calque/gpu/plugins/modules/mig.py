@@ -22,7 +22,7 @@ description:
     on that card.
   - An instance is busy when processes run on it or a live session of the host's session daemon
     (asked at O(session_socket) with its C(list) operation) holds it. Busy instances are never destroyed
-    unless O(force=true), which first ends those sessions (reason C(layout): their holders are told, and
+    unless O(force=true), which first ends those sessions (reason C(layout); their holders are told, and
     the daemon audits them and records their usage) and then stops those processes; both are listed in the
     plan. Without O(force), the change is refused before anything changes, naming the GPU, the instance,
     the holder and the session's end; check mode warns that the real run will be refused.

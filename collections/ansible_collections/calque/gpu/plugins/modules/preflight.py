@@ -41,6 +41,7 @@ options:
     default: []
 extends_documentation_fragment:
   - calque.gpu.runtime
+  - calque.gpu.attributes
 attributes:
   check_mode:
     support: full
@@ -51,9 +52,6 @@ attributes:
   idempotent:
     support: full
     details: Never changes anything.
-  action:
-    support: full
-    details: Runs on the controller as an action plugin.
 """
 
 EXAMPLES = r"""
