@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -343,13 +344,15 @@ def _registry_live(f: Fleet) -> list[tuple[str, str]]:
         "print(json.dumps(db.execute(\"SELECT id, json_extract(slice_json, '$.mig_uuid') FROM sessions "
         'WHERE ended_at IS NULL").fetchall()))'
     )
-    return [tuple(x) for x in json.loads(f.ssh(MIG, f'/opt/calque/venv/bin/python -c "{code}"').stdout)]
+    return [tuple(x) for x in json.loads(f.ssh(MIG, f"/opt/calque/venv/bin/python -c {shlex.quote(code)}").stdout)]
 
 
 def test_a_layout_change_over_a_held_slice_warns_refuses_and_with_force_ends_the_session_first(
     estate: Estate,
 ) -> None:
     f = estate.fleet
+    f.ssh(MIG, "id alice >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alice")
+    f.authorize(MIG, "alice")
     held = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
     layout = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)
     written = f.ssh(MIG, WRITTEN).stdout
