@@ -5,10 +5,18 @@ The calque.gpu roles render ``/etc/calque/host.yaml``, ``/etc/calque/session.yam
 ``validate:`` step, so a bad inventory value fails the play with the loader's own message and the
 installed file is never replaced by one the service would refuse. The summary also carries what a
 role needs from the file (a pool worker's shutdown bound for systemd's ``TimeoutStopSec``).
+
+A session configuration is also checked against this host, as the daemon builds its slices at start:
+its GPU backend opened, every MPS slot on a GPU the host has and that is not in MIG mode (an MPS slot
+naming GPU 1 on a one-GPU host is refused here, not by a unit that crash-loops). ``against_host=False``
+(``--file-only``) checks the file alone, on a machine that is not its host. ``-`` reads standard
+input (the roles check what they are about to write, in check mode too).
 """
 
 from __future__ import annotations
 
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,13 +36,20 @@ class ConfigCheck(CalqueModel):
     summary: dict[str, Any] = Field(default_factory=dict)
 
 
-def check_config(kind: ConfigKind, path: str | Path) -> ConfigCheck:
-    """Load ``path`` as ``kind`` (``-``: standard input, for ``pool``); a ``UsageError`` says what is wrong."""
-    if kind == "host":
-        return ConfigCheck(kind=kind, path=str(path), summary=_host(path))
-    if kind == "session":
-        return ConfigCheck(kind=kind, path=str(path), summary=_session(path))
-    return ConfigCheck(kind=kind, path=str(path), summary=_pool(path))
+def check_config(kind: ConfigKind, path: str | Path, *, against_host: bool = True) -> ConfigCheck:
+    """Load ``path`` as ``kind`` (``-``: standard input); a ``UsageError`` says what is wrong."""
+    if kind == "pool":  # the pool spec's loader reads standard input itself
+        return ConfigCheck(kind=kind, path=str(path), summary=_pool(path))
+    if str(path) != "-":
+        return ConfigCheck(kind=kind, path=str(path), summary=_load(kind, Path(path), against_host))
+    with tempfile.TemporaryDirectory(prefix="calque-config-check-") as d:
+        staged = Path(d) / f"{kind}.yaml"
+        staged.write_text(sys.stdin.read(), encoding="utf-8")
+        return ConfigCheck(kind=kind, path="-", summary=_load(kind, staged, against_host))
+
+
+def _load(kind: ConfigKind, path: Path, against_host: bool) -> dict[str, Any]:
+    return _host(path) if kind == "host" else _session(path, against_host)
 
 
 def _host(path: str | Path) -> dict[str, Any]:
@@ -49,10 +64,11 @@ def _host(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _session(path: str | Path) -> dict[str, Any]:
+def _session(path: str | Path, against_host: bool) -> dict[str, Any]:
     from calque.session.config import load_config
 
     cfg = load_config(Path(path))
+    here = _session_on_host(cfg) if against_host else {}
     return {
         "gpu_backend": cfg.gpu_backend,
         "socket": str(cfg.socket),
@@ -62,6 +78,28 @@ def _session(path: str | Path) -> dict[str, Any]:
         "admin_group": cfg.policy.admin_group,
         "user_limits": sorted(cfg.policy.users),
         "group_limits": sorted(cfg.policy.groups),
+        **here,
+    }
+
+
+def _session_on_host(cfg: Any) -> dict[str, Any]:
+    """The slices the daemon would build from ``cfg`` on this host (its ``inventory`` at start)."""
+    from calque.errors import UsageError
+    from calque.session.inventory import inventory, load_reader
+
+    reader = load_reader(cfg)
+    try:
+        slices = inventory(cfg, reader)
+    except UsageError as exc:
+        raise UsageError(f"on this host, {exc} (the session daemon would refuse to start)") from exc
+    per_gpu: dict[int, int] = {}
+    for sl in slices:
+        if sl.kind == "mps":
+            per_gpu[sl.gpu_index] = per_gpu.get(sl.gpu_index, 0) + 1
+    return {
+        "host_gpus": len(reader.gpus()) if reader is not None else None,
+        "mig_slices": sum(1 for sl in slices if sl.kind == "mig"),
+        "mps_slots_per_gpu": {str(g): n for g, n in sorted(per_gpu.items())},
     }
 
 

@@ -66,7 +66,7 @@ EXIT_CODES = {
     1: "partial failure (some of the work failed) or an unexpected error",
     2: "usage error: bad arguments or input",
     3: "infrastructure error: AWS or the GPU driver failed, or the session daemon answered with an error",
-    4: "refused by a safety gate (consent or spend limit)",
+    4: "refused by a safety gate (consent or spend limit) or by permissions (run it as root)",
     5: "nothing free: every matching slice is taken (retry later, or use --wait)",
     6: "cannot reach the session daemon (is calque-session.service running? is --socket right?)",
     130: "aborted (Ctrl-C)",

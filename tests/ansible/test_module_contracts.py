@@ -22,6 +22,9 @@ from support.ansible import COLLECTIONS
 
 MODULES = COLLECTIONS / "ansible_collections" / "calque" / "gpu" / "plugins" / "modules"
 OP_MODULES = sorted(p.stem for p in MODULES.glob("*.py") if "run_op(" in p.read_text())
+# Modules that run on the controller as an action plugin of the same name: it calls the operation.
+ACTIONS = MODULES.parent / "action"
+ACTION_MODULES = sorted(p.stem for p in ACTIONS.glob("*.py"))
 SCALARS: dict[str, type] = {"str": str, "path": str, "raw": object, "int": int, "bool": bool, "float": float}
 
 
@@ -103,8 +106,33 @@ def _option_problems(opt: dict[str, Any], field: FieldInfo, where: str) -> list[
 
 
 def test_every_module_runs_an_operation() -> None:
-    assert sorted(p.stem for p in MODULES.glob("*.py")) == OP_MODULES
-    assert sorted(n for n in OPERATIONS if n != "runtime") == OP_MODULES  # runtime staging is part of pool_spec
+    assert sorted(p.stem for p in MODULES.glob("*.py")) == sorted(OP_MODULES + ACTION_MODULES)
+    # runtime staging is part of pool_spec
+    assert sorted(n for n in OPERATIONS if n != "runtime") == sorted(OP_MODULES + ACTION_MODULES)
+    for name in ACTION_MODULES:
+        assert f'operation("{name}")' in (ACTIONS / f"{name}.py").read_text(), f"action {name} runs no operation"
+
+
+@pytest.mark.parametrize("name", ACTION_MODULES)
+def test_an_action_plugin_takes_the_options_its_module_documents(name: str) -> None:
+    module = _load(name)
+    seen: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __init__(self, argument_spec: dict[str, Any], **_kw: Any) -> None:
+            seen.append(argument_spec)
+
+        def fail_json(self, **_kw: Any) -> None:
+            pass
+
+    original = module.AnsibleModule
+    module.AnsibleModule = Recorder
+    try:
+        module.main()
+    finally:
+        module.AnsibleModule = original
+    action = importlib.import_module(f"ansible_collections.calque.gpu.plugins.action.{name}")
+    assert seen == [action.ARGUMENT_SPEC]
 
 
 @pytest.mark.parametrize("name", OP_MODULES)

@@ -66,3 +66,27 @@ def test_busy_instances_refuse_with_exit_4(host: SimGpu, tmp_path: Path, capsys:
     host.set_processes(dev.uuid, [31337])
     assert run(["gpu", "mig", "apply", "--config", str(tmp_path / "mig.yaml"), "--select", "balanced"]) == 4
     assert "31337" in capsys.readouterr().err
+
+
+def test_plan_warns_without_force_and_with_force_lists_the_processes_it_stops(
+    host: SimGpu, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host.enable_mig()
+    dev = host.create_instances(0, ["7g.40gb"])[0]
+    host.set_processes(dev.uuid, [31337])
+    cfg = ["--config", str(tmp_path / "mig.yaml"), "--select", "balanced", "--session-socket", str(tmp_path / "none")]
+    # check mode predicts the refused real run: a warning naming the pid and the variable, nothing planned
+    assert run(["gpu", "mig", "plan", *cfg, "--json"]) == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert plan["changed"] is False and plan["actions"] == []
+    assert "the real run will be refused" in captured.err and "31337" in captured.err
+    assert "calque_gpu_layout_force" in plan["result"]["refusal"]
+    # the human plan with --force says which processes it stops, as --json does
+    assert run(["gpu", "mig", "plan", *cfg, "--force"]) == 0
+    human = capsys.readouterr().out
+    assert "GPU 0: 7g.40gb@0 (GI " in human and "): stop pids [31337]" in human
+    assert run(["gpu", "mig", "plan", *cfg, "--force", "--json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert [b["pids"] for b in as_json["result"]["stopped_processes"]] == [[31337]]
+    assert any("stop pids [31337]" in a for a in as_json["actions"])

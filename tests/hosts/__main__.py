@@ -122,6 +122,39 @@ def molecule_cmd(scenario: str, args: tuple[str, ...]) -> None:
     sys.exit(run_molecule(scenario, list(args) or ["test"]))
 
 
+@main.command(
+    help="Dress a run as the institution's (docs/institution.md): the stand-in NVIDIA driver installed like an AWS "
+    "Deep Learning AMI on every host (the hosts reach no NVIDIA repository), and an inventory folder of the "
+    "institution's group_vars over the run's hosts with per-host host_vars; prints the ansible-playbook arguments."
+)
+@click.option("--name", required=True, help="A run that is up (`up --name NAME`).")
+@click.option(
+    "--host-vars",
+    "host_vars",
+    multiple=True,
+    help="HOST=FILE: a YAML file of that host's variables (e.g. its own calque_session_service_mps).",
+)
+@click.option("--no-driver", is_flag=True, help="Skip the stand-in driver (already installed on this run).")
+def institution(name: str, host_vars: tuple[str, ...], no_driver: bool) -> None:
+    import yaml
+
+    from .institution import institution_inventory, prepare_dlami
+
+    f = Fleet(name)
+    if not f.hosts:
+        raise click.UsageError(f"no run {name!r} is up: start it with `up --name {name} ...`")
+    per_host: dict[str, dict[str, object]] = {}
+    for item in host_vars:
+        host, sep, path = item.partition("=")
+        if not sep or host not in {h.name for h in f.hosts}:
+            raise click.BadParameter(f"{item!r}: write HOST=FILE with a host of run {name}")
+        per_host[host] = dict(yaml.safe_load(Path(path).read_text()) or {})
+    if not no_driver:
+        prepare_dlami(f)
+    folder, extra = institution_inventory(f, Path(f.state.wheelhouse or ensure_wheelhouse()), host_vars=per_host)
+    click.echo(f"-i {folder} -e @{extra}")
+
+
 @main.command(help="Build (or find) the cached Debian image and print its path.")
 def image() -> None:
     click.echo(str(ensure_image()))

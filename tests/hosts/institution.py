@@ -3,7 +3,8 @@ hosts, and hosts that stand for an AWS Deep Learning AMI (a working driver, NVID
 configured), for the e2e test and the sandbox.
 
 Only what a test host must differ in is overridden: the wheelhouse (this checkout's), the driver's
-repository (the stand-in one of tests/roles), and the number of L40S cards in the MPS slot list.
+repository (the stand-in one of tests/roles), carrying on before the driver's pending reboot, and the
+number of L40S cards in the MPS slot list.
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ def institution_inventory(
     for host, values in (host_vars or {}).items():
         (folder / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(values))
     extra = fleet.dir / "institution-vars.yml"  # outside the folder: inside, ansible would read it as inventory
-    extra.write_text(
-        yaml.safe_dump(
-            {"calque_runtime_wheelhouse": str(wheelhouse), "calque_nvidia_driver_apt_source": STANDIN_SOURCE}
-        )
-    )
+    test_host = {
+        "calque_runtime_wheelhouse": str(wheelhouse),
+        "calque_nvidia_driver_apt_source": STANDIN_SOURCE,
+        # The role's modprobe option waits for a reboot; these hosts' GPUs are the simulator, usable before it.
+        "calque_nvidia_driver_continue_before_reboot": True,
+    }
+    extra.write_text(yaml.safe_dump(test_host))
     return folder, extra
 
 

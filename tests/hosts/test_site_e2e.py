@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -289,3 +290,109 @@ def test_mps_group_without_consent_is_refused_before_any_change(estate: Estate) 
     assert CONSENT in r.stdout
     assert recap(r.stdout)[MPS]["changed"] == 0 and recap(r.stdout)[MPS]["failed"] == 1
     assert f.ssh(MPS, units).stdout == before
+
+
+# What site.yml must leave alone when it refuses: the files the roles write and the units they install.
+WRITTEN = "sha256sum /etc/calque/* /etc/systemd/system/calque-* 2>/dev/null | sort"
+RTX_PAIRS = {
+    "calque_gpu_layout_mig_configs": {
+        "teaching-small": [
+            {
+                "device-filter": "RTX-PRO-6000-Blackwell-Server-Edition",
+                "devices": "all",
+                "mig-enabled": True,
+                "mig-devices": {"2g.48gb": 2},
+            }
+        ]
+    }
+}
+
+
+def test_preflight_refuses_misspelled_and_invalid_variables_before_any_host_changes(estate: Estate) -> None:
+    f = estate.fleet
+    before = {h: f.ssh(h, WRITTEN).stdout for h in (MIG, H100, MPS)}
+    bad = estate.inventory / "host_vars" / f"{MIG}.yml"
+    bad.write_text(
+        "calque_session_service_max_totl_ttl: 3h\n"
+        "calque_session_service_default_ttl: 2hours\n"
+        "calque_session_service_settings: {notice_befor: 60}\n"
+        "calque_gpu_layout_force: maybe\n"
+    )
+    try:
+        for mode in ((), ("--check", "--diff")):
+            r = estate.site("preflight" + "-check" * bool(mode), *mode)
+            assert r.returncode != 0, r.stdout[-4000:]
+            said = r.stdout
+            assert "did you mean calque_session_service_max_total_ttl?" in said
+            assert "calque_session_service_default_ttl (set in " in said and "'2hours' is not a duration" in said
+            assert "calque_session_service_settings.notice_befor" in said and "did you mean notice_before?" in said
+            assert "calque_gpu_layout_force" in said and "not a valid boolean" in said
+            assert f"host_vars/{MIG}.yml" in said
+            totals = recap(said)
+            assert set(totals) == {MIG, H100, MPS} and all(t["changed"] == 0 for t in totals.values()), totals
+            assert "PLAY [GPU hosts" not in said  # no later play started on any host
+    finally:
+        bad.unlink()
+    assert {h: f.ssh(h, WRITTEN).stdout for h in (MIG, H100, MPS)} == before
+
+
+def _registry_live(f: Fleet) -> list[tuple[str, str]]:
+    """The registry's live sessions and their MIG devices (read by the test on the host: the daemon's own
+    list shows present slices only, so it cannot show a session left on a vanished one)."""
+    code = (
+        "import json, sqlite3; db = sqlite3.connect('file:/var/lib/calque/sessions.db?mode=ro', uri=True); "
+        "print(json.dumps(db.execute(\"SELECT id, json_extract(slice_json, '$.mig_uuid') FROM sessions "
+        'WHERE ended_at IS NULL").fetchall()))'
+    )
+    return [tuple(x) for x in json.loads(f.ssh(MIG, f"/opt/calque/venv/bin/python -c {shlex.quote(code)}").stdout)]
+
+
+def test_a_layout_change_over_a_held_slice_warns_refuses_and_with_force_ends_the_session_first(
+    estate: Estate,
+) -> None:
+    f = estate.fleet
+    f.ssh(MIG, "id alice >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alice")
+    f.authorize(MIG, "alice")
+    held = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    layout = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)
+    written = f.ssh(MIG, WRITTEN).stdout
+    pairs = json.dumps(RTX_PAIRS)
+    only_layout = ("--limit", MIG, "--tags", "gpu_layout_mig", "-e", pairs)
+
+    # check mode: a warning naming the holder, nothing predicted to change
+    checked = estate.site("held-check", *only_layout, "--check", "--diff")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert "the real run will be refused" in checked.stdout and "calque_gpu_layout_force" in checked.stdout
+    assert "held by alice" in checked.stdout and held["id"] in checked.stdout
+    assert recap(checked.stdout)[MIG]["changed"] == 0
+
+    # the real run refuses, every file and slice as it was, alice's session live
+    refused = estate.site("held-refused", *only_layout)
+    assert refused.returncode != 0
+    assert "held by alice" in refused.stdout and "calque_gpu_layout_force" in refused.stdout
+    assert "Nothing was changed" in refused.stdout
+    assert recap(refused.stdout)[MIG]["changed"] == 0 and recap(refused.stdout)[MIG]["failed"] == 1
+    assert f.ssh(MIG, WRITTEN).stdout == written
+    assert json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout) == layout
+    assert [s["id"] for s in json.loads(estate.as_user("alice", "calque session status --json").stdout)] == [held["id"]]
+
+    # force: the session is ended first (reason layout), then the slices go; none is left on a missing device
+    forced = estate.site("held-forced", *only_layout, "-e", '{"calque_gpu_layout_force": true}')
+    assert forced.returncode == 0, forced.stdout[-4000:]
+    assert json.loads(estate.as_user("alice", "calque session status --json").stdout) == []
+    now = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)["gpus"][0]["layout"]["instances"]
+    assert [i.split("@")[0] for i in now] == ["2g.48gb"] * 2
+    devices = {
+        d["uuid"] for g in json.loads(f.ssh(MIG, "calque gpu info --json").stdout)["gpus"] for d in g["mig_devices"]
+    }
+    assert all(uuid in devices for _sid, uuid in _registry_live(f))
+    events = [json.loads(line) for line in f.ssh(MIG, "cat /var/log/calque/session-audit.jsonl*").stdout.splitlines()]
+    assert [e["reason"] for e in events if e.get("session") == held["id"] and e["event"] == "release"] == [
+        "released: layout"
+    ]
+
+    # back to the inventory's layout (nothing held now)
+    back = estate.site("held-back", "--limit", MIG, "--tags", "gpu_layout_mig")
+    assert back.returncode == 0, back.stdout[-4000:]
+    again = json.loads(f.ssh(MIG, "calque gpu mig show --json").stdout)["gpus"]
+    assert [g["layout"] for g in again] == [g["layout"] for g in layout["gpus"]]

@@ -34,7 +34,7 @@ BAD = {  # one bad field each, and the name the message must carry
 def test_a_good_file_passes_with_a_summary(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / f"{kind}.yaml"
     f.write_text(GOOD[kind])
-    assert run(["config", "check", kind, str(f), "--json"]) == 0
+    assert run(["config", "check", kind, str(f), "--file-only", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kind"] == kind and out["path"] == str(f)
     assert out["summary"]
@@ -47,7 +47,7 @@ def test_a_bad_file_exits_2_naming_file_and_field(
     text, name = BAD[kind]
     f = tmp_path / f"{kind}.yaml"
     f.write_text(text)
-    assert run(["config", "check", kind, str(f)]) == 2
+    assert run(["config", "check", kind, str(f), "--file-only"]) == 2
     err = capsys.readouterr().err
     assert str(f) in err and name in err
 
@@ -55,7 +55,7 @@ def test_a_bad_file_exits_2_naming_file_and_field(
 def test_session_summary_counts_mps_slots_and_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "session.yaml"
     f.write_text(GOOD["session"])
-    assert run(["config", "check", "session", str(f), "--json"]) == 0
+    assert run(["config", "check", "session", str(f), "--file-only", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert summary["mps_slots"] == 4
     assert summary["default_ttl_s"] == 7200
@@ -91,3 +91,47 @@ def test_pool_spec_from_stdin_reports_the_workers_shutdown_bound() -> None:
 def test_a_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["config", "check", "session", str(tmp_path / "nope.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _one_gpu_host(tmp_path: Path) -> Path:
+    """A simulated one-GPU (L40S) host and a session config that names it, as the role renders one."""
+    from calque.gpu.sim import SimGpu
+
+    SimGpu.create(tmp_path / "gpus.json", ["L40S-48GB"])
+    host = tmp_path / "host.yaml"
+    host.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {tmp_path / 'gpus.json'}}}\n")
+    return host
+
+
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_a_session_config_is_checked_against_this_hosts_gpus(
+    gpu: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = _one_gpu_host(tmp_path)
+    f = tmp_path / "session.yaml"
+    slot = f"{{gpu: {gpu}, slots: 16, active_thread_percentage: 6, pinned_mem_limit_mib: 2000}}"
+    f.write_text(f"version: 1\ngpu_backend: host\nhost_config: {host}\nmps:\n  - {slot}\n")
+    if gpu == 1:  # the daemon would crash-loop on it: refused here, naming the GPU and what the host has
+        assert run(["config", "check", "session", str(f)]) == 2
+        err = capsys.readouterr().err
+        assert "on this host, mps config names GPU 1, but this host has GPUs [0]" in err
+        assert "Traceback" not in err
+        assert run(["config", "check", "session", str(f), "--file-only"]) == 0  # the file alone is well formed
+        return
+    assert run(["config", "check", "session", str(f), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert (summary["host_gpus"], summary["mps_slots_per_gpu"]) == (1, {"0": 16})
+
+
+def test_standard_input_is_checked_as_the_file_would_be(tmp_path: Path) -> None:
+    host = _one_gpu_host(tmp_path)
+    slot = "{gpu: 3, slots: 1, active_thread_percentage: 9, pinned_mem_limit_mib: 9}"
+    text = f"version: 1\ngpu_backend: host\nhost_config: {host}\nmps:\n  - {slot}\n"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "calque"), "config", "check", "session", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "names GPU 3" in proc.stderr, proc.stderr

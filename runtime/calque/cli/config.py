@@ -22,10 +22,12 @@ def _render(result: ConfigCheck) -> str:
 @config.command("check")
 @click.argument("kind", type=click.Choice(KINDS))
 @click.argument("path")
+@click.option("--file-only", is_flag=True, help="Check the file alone, not against this host's GPUs.")
 @json_option
-def check(kind: ConfigKind, path: str, as_json: bool) -> None:
+def check(kind: ConfigKind, path: str, file_only: bool, as_json: bool) -> None:
     """Load PATH as KIND exactly as its service will: host (/etc/calque/host.yaml), session
-    (/etc/calque/session.yaml) or pool (a PoolSpec; - reads standard input). Exit 2 names every
-    bad field; the calque.gpu roles run this as the template's validate step.
+    (/etc/calque/session.yaml) or pool (a PoolSpec); - reads standard input. A session file is also
+    checked against this host as the daemon starts (GPU count, MIG mode, MPS slots per GPU) unless
+    --file-only. Exit 2 names every bad field; the calque.gpu roles run this before installing a file.
     """
-    emit(check_config(kind, path), as_json, _render)
+    emit(check_config(kind, path, against_host=not file_only), as_json, _render)

@@ -22,11 +22,9 @@ from calque.gpu.mps import (
 )
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
-from calque.gpu.planner import MigState, current_layout
 from calque.gpu.selection import GpuSelection, open_gpu
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
-from calque.ops.mig import MigLayoutOp, MigRequest
 from calque.ops.mps import MpsDaemonsOp, MpsRequest
 from calque.ops.outcome import Outcome
 
@@ -163,99 +161,6 @@ def _request_backend(gpu: GpuSelection) -> dict[str, Any]:
 
 def _progress(message: str) -> None:
     click.echo(message, err=True)
-
-
-@gpu.group()
-def mig() -> None:
-    """Declarative MIG layouts: show the current one, plan a change, apply it."""
-
-
-def _render_state(s: MigState) -> str:
-    rows = []
-    for g in s.gpus:
-        mode = "on" if g.mig_current else "off"
-        if g.mig_pending != g.mig_current:
-            mode += f" (pending {'on' if g.mig_pending else 'off'}: reset needed)"
-        rows.append([g.index, g.card or g.name, mode, " ".join(g.layout.instances) or "-"])
-    return table(["gpu", "card", "MIG", "instances (profile@start [CI split])"], rows)
-
-
-def _render_layouts(o: Outcome[Any]) -> str:
-    """Each selected GPU's layout before and after (planned, in check mode), then its MIG devices."""
-
-    def shown(view: dict[str, Any] | None) -> str:
-        if not view:
-            return "-"
-        text = " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
-        if view.get("mig_pending") is not None:
-            text += f" (MIG {'on' if view['mig_pending'] else 'off'} pending a reset)"
-        return text
-
-    if not o.after:
-        return "the layout selects no GPU on this host"
-    lines = [f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}" for gpu, view in o.after.items()]
-    devices = o.result.mig_devices
-    if devices and not o.check_mode:
-        rows = [[d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid] for d in devices]
-        lines += ["", table(["gpu", "profile", "start", "gi", "ci", "uuid"], rows)]
-    return "\n".join(lines)
-
-
-@mig.command("show")
-@gpu_backend_options
-@json_option
-def mig_show(gpu: GpuSelection, as_json: bool) -> None:
-    """Show every GPU's MIG mode and instances."""
-    emit(current_layout(_backend(gpu)), as_json, _render_state)
-
-
-config_option = click.option(
-    "--config", "config_file", required=True, type=click.Path(exists=True, dir_okay=False), help="Layout file (YAML)."
-)
-select_option = click.option(
-    "--select", default=None, help="Name of the config in the file (needed when it has several)."
-)
-force_option = click.option(
-    "--force", is_flag=True, help="Allow destroying instances that have running processes (they are stopped)."
-)
-
-
-def _mig_request(config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection) -> MigRequest:
-    return MigRequest(config=config_file, select=select, force=force, allow_reset=allow_reset, **_request_backend(gpu))
-
-
-@mig.command("plan")
-@config_option
-@select_option
-@force_option
-@gpu_backend_options
-@json_option
-def mig_plan(config_file: str, select: str | None, force: bool, gpu: GpuSelection, as_json: bool) -> None:
-    """Show what applying a layout would change (changes nothing)."""
-    request = _mig_request(config_file, select, force, False, gpu)
-    emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
-
-
-@mig.command("apply")
-@config_option
-@select_option
-@force_option
-@click.option(
-    "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
-)
-@gpu_backend_options
-@json_option
-def mig_apply(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, as_json: bool
-) -> None:
-    """Apply a layout with the fewest changes; a satisfied layout changes nothing.
-
-    A reset left pending (no --allow-reset) or a reboot the platform needs is not an error: exit 0
-    with a warning and `pending` in the result. A reset that --allow-reset allowed but something
-    holding the GPU prevented exits 1.
-    """
-    request = _mig_request(config_file, select, force, allow_reset, gpu)
-    emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)
 
 
 @gpu.group()
@@ -432,7 +337,9 @@ def info(pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool) -> Non
     emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
 
 
-# `calque gpu sim ...` lives in its own file (cli/gpu_sim.py); it is part of this group.
+# `calque gpu sim ...` and `calque gpu mig ...` live in their own files (cli/gpu_sim.py, cli/gpu_mig.py).
+from calque.cli.gpu_mig import mig  # noqa: E402
 from calque.cli.gpu_sim import sim  # noqa: E402
 
+gpu.add_command(mig)
 gpu.add_command(sim)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import click
 
 from calque import __version__
-from calque.errors import EXIT_CODES, EXIT_KINDS, CalqueError
+from calque.errors import EXIT_CODES, EXIT_KINDS, CalqueError, RefusedError
 
 # Verb groups load on first use: `eval "$(calque session checkout --shell)"` should not pay for boto3.
 _VERBS = {
@@ -86,6 +86,11 @@ def run(args: list[str] | None = None) -> int:
         rv = cli.main(args=argv, prog_name="calque", standalone_mode=False)
     except CalqueError as exc:
         return _fail(str(exc), exc.exit_code, as_json)
+    except PermissionError as exc:
+        # A file or device this user may not open is a sentence, never a traceback (exit 4, refused).
+        where = f" on {exc.filename}" if exc.filename else ""
+        why = f"permission denied{where} ({exc.strerror or exc}): run it as a user who may (often root, via sudo)"
+        return _fail(why, RefusedError.exit_code, as_json)
     except click.exceptions.Abort:
         if as_json:
             return _fail("aborted", 130, as_json)

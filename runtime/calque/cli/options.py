@@ -167,3 +167,12 @@ def gpu_backend_options(f: Callable[..., Any]) -> Callable[..., Any]:
         return f(*args, gpu=sel, **kwargs)
 
     return gpu_backend_flags(with_selection)
+
+
+session_socket_option = click.option(
+    "--session-socket",
+    type=click.Path(dir_okay=False),
+    envvar="CALQUE_SESSION_SOCKET",
+    default=None,
+    help="The session daemon's socket: its live sessions make slices busy (default /run/calque/session.sock).",
+)

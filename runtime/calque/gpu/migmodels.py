@@ -7,6 +7,7 @@ re-exports them, so callers keep importing from the planner.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -57,12 +58,37 @@ class GpuLayout(CalqueModel):
     instances: list[str] = Field(default_factory=list)
 
 
+class SliceHolder(CalqueModel):
+    """A live session on a MIG device, as the host's session daemon lists it (``holder`` is None when the
+    caller may not see who holds it: only root and the daemon's admins do)."""
+
+    mig_uuid: str
+    gpu_index: int
+    session_id: str | None = None
+    holder: str | None = None
+    holder_uid: int | None = None
+    ends: datetime | None = None
+
+    def describe(self) -> str:
+        who = self.holder or "another user"
+        ends = f", ends {self.ends.strftime('%Y-%m-%d %H:%M:%S UTC')}" if self.ends else ""
+        return f"held by {who} (session {self.session_id or '?'}{ends})"
+
+
 class BusyInstance(CalqueModel):
+    """An instance the layout would destroy that has processes on it or a live session holding it."""
+
     gpu_index: int
     gi_id: int
     profile: str
     start: int
     pids: list[int]
+    sessions: list[SliceHolder] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        what = [f"runs pids {self.pids}"] if self.pids else []
+        what += [s.describe() for s in self.sessions]
+        return f"GPU {self.gpu_index} {self.profile}@{self.start} (GI {self.gi_id}) " + " and ".join(what)
 
 
 class GpuPlan(CalqueModel):

@@ -12,17 +12,13 @@ hold it); where the platform cannot reset, it reports that a reboot is needed.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import signal
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile
-from calque.gpu.errors import BusyInstancesError, GpuDriverError, GpuInUse, GpuNotSupported, LayoutError
+from calque.gpu.errors import BusyInstancesError, GpuInUse, GpuNotSupported, LayoutError
 from calque.gpu.layout import LayoutEntry, card_of
 from calque.gpu.migmodels import (
     BusyInstance,
@@ -35,11 +31,14 @@ from calque.gpu.migmodels import (
     MigPlan,
     MigState,
     OpKind,
+    SliceHolder,
     layout_view,
     runnable,
 )
+from calque.gpu.occupancy import FORCE_HINT, Occupancy
 from calque.gpu.placement import Placed, place, problems
-from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
+from calque.gpu.stopping import terminate_processes
+from calque.models import GpuDevice, GpuInstance, GpuProcess
 
 CI_SIZES = tuple(COMPUTE_INSTANCE_PROFILES)  # kept for callers of the planner's API
 
@@ -56,6 +55,7 @@ __all__ = [
     "MigPlanner",
     "MigState",
     "OpKind",
+    "SliceHolder",
     "catalog_profile",
     "check_indexes",
     "current_layout",
@@ -102,9 +102,17 @@ class MigPlanner:
 
     # -- planning -----------------------------------------------------------------------------
 
-    def plan(self, entries: Sequence[LayoutEntry], *, force: bool = False, config: str | None = None) -> MigPlan:
+    def plan(
+        self,
+        entries: Sequence[LayoutEntry],
+        *,
+        force: bool = False,
+        config: str | None = None,
+        holders: Mapping[str, list[SliceHolder]] | None = None,
+    ) -> MigPlan:
         """The operations that bring the selected GPUs to ``entries``; raises before any change when the
-        layout cannot fit or would destroy busy instances without ``force``."""
+        layout cannot fit or would destroy busy instances without ``force``. An instance is busy when a
+        process runs on it or a live session (``holders``, by MIG device UUID) holds it."""
         gpus = self.backend.gpus()
         procs = self.backend.processes()
         migs = self.backend.mig_devices()
@@ -119,7 +127,8 @@ class MigPlanner:
                 raise LayoutError(f"GPU {gpu.index} is selected by {len(chosen)} layout entries; make them disjoint")
             if card is None:
                 raise LayoutError(f"GPU {gpu.index} ({gpu.name}) is not in the catalog; calque cannot plan MIG for it")
-            out.gpus.append(self._plan_gpu(gpu, card, chosen[0], procs, migs, force))
+            occupancy = Occupancy(gpu.index, procs, migs, holders or {})
+            out.gpus.append(self._plan_gpu(gpu, card, chosen[0], occupancy, force))
         return out
 
     def _plan_gpu(
@@ -127,8 +136,7 @@ class MigPlanner:
         gpu: GpuDevice,
         card: Card,
         entry: LayoutEntry,
-        procs: list[GpuProcess],
-        migs: list[MigDevice],
+        occ: Occupancy,
         force: bool,
     ) -> GpuPlan:
         i = gpu.index
@@ -136,15 +144,6 @@ class MigPlanner:
             raise LayoutError(f"GPU {i} ({card.key}) does not support MIG; share it with MPS instead (calque gpu mps)")
         wanted = self._wanted(card, entry, i)
         existing = self.backend.gpu_instances(i) if gpu.mig_current else []
-        by_uuid: dict[str, list[int]] = {}
-        for proc in procs:
-            by_uuid.setdefault(proc.device_uuid, []).append(proc.pid)
-        uuid_of = {(d.gi_id, d.ci_id): d.uuid for d in migs if d.gpu_index == i}
-
-        def pids(gi: GpuInstance) -> list[int]:
-            return sorted(
-                pid for ci in gi.compute_instances for pid in by_uuid.get(uuid_of.get((gi.gi_id, ci.ci_id), ""), [])
-            )
 
         def gi_view(gi: GpuInstance) -> tuple[str, int, list[int], int]:
             g = catalog_profile(card, gi).compute_slices
@@ -162,8 +161,7 @@ class MigPlanner:
             return list(entry.compute_instances.get(p.name) or [p.compute_slices])
 
         if not entry.mig_enabled:
-            busy = [gi for gi in existing if pids(gi)]
-            self._guard_busy(i, busy, pids, force, plan)
+            self._guard_busy([gi for gi in existing if occ.busy(gi)], occ, force, plan)
             for gi in existing:
                 ops += self._destroy(i, gi)
             if gpu.mig_pending:
@@ -187,9 +185,9 @@ class MigPlanner:
         if not gpu.mig_pending:  # a disable is pending: cancel it (no reset: MIG is still current)
             ops.append(MigOp(kind="set_mig_mode", gpu_index=i, enabled=True, cancels_pending=True))
 
-        keep, placed = self._choose(card, existing, wanted, pids, force, i)
+        keep, placed = self._choose(card, existing, wanted, occ, force)
         dropped = [gi for gi in existing if gi not in keep]
-        self._guard_busy(i, [gi for gi in dropped if pids(gi)], pids, force, plan)
+        self._guard_busy([gi for gi in dropped if occ.busy(gi)], occ, force, plan)
         for gi in dropped:
             ops += self._destroy(i, gi)
         after: list[tuple[str, int, list[int], int]] = []
@@ -198,8 +196,8 @@ class MigPlanner:
             have = [c.compute_slices for c in gi.compute_instances]
             want = split_for(p)
             if sorted(have) != sorted(want):
-                if have and pids(gi):
-                    self._guard_busy(i, [gi], pids, force, plan)
+                if have and occ.busy(gi):
+                    self._guard_busy([gi], occ, force, plan)
                 ops += [
                     MigOp(kind="destroy_ci", gpu_index=i, gi_id=gi.gi_id, ci_id=c.ci_id, profile=gi.profile)
                     for c in gi.compute_instances
@@ -254,16 +252,15 @@ class MigPlanner:
         card: Card,
         existing: list[GpuInstance],
         wanted: list[GiProfile],
-        pids: Callable[[GpuInstance], list[int]],
+        occ: Occupancy,
         force: bool,
-        i: int,
     ) -> tuple[list[GpuInstance], list[Placed]]:
         """The largest set of existing instances to keep (busy ones first) and placements for the rest."""
         want = Counter(p.name for p in wanted)
         candidates = [gi for gi in existing if want[gi.profile]]
-        busy = [gi for gi in existing if pids(gi)]
+        busy = [gi for gi in existing if occ.busy(gi)]
         # busy instances first, then by placement: deterministic and protective
-        candidates.sort(key=lambda gi: (not pids(gi), gi.placement_start))
+        candidates.sort(key=lambda gi: (not occ.busy(gi), gi.placement_start))
         for size in range(len(candidates), -1, -1):
             for keep in itertools.combinations(candidates, size):
                 counts = Counter(gi.profile for gi in keep)
@@ -278,28 +275,21 @@ class MigPlanner:
                 placed = place(card, fixed, rest)
                 if placed is not None:
                     return list(keep), placed
-        names = ", ".join(f"{gi.profile}@{gi.placement_start} (pids {pids(gi)})" for gi in busy)
         raise BusyInstancesError(
-            f"GPU {i}: the layout cannot be reached without destroying busy instances {names}; stop those "
-            "processes or pass force (which stops them)"
+            f"GPU {occ.index}: the layout cannot be reached without destroying busy instances: "
+            f"{occ.describe(busy)}. To change it, {FORCE_HINT}"
         )
 
     @staticmethod
-    def _guard_busy(
-        i: int, busy: list[GpuInstance], pids: Callable[[GpuInstance], list[int]], force: bool, plan: GpuPlan
-    ) -> None:
+    def _guard_busy(busy: list[GpuInstance], occ: Occupancy, force: bool, plan: GpuPlan) -> None:
         if not busy:
             return
         if not force:
-            names = "; ".join(f"{gi.profile}@{gi.placement_start} (GI {gi.gi_id}) runs pids {pids(gi)}" for gi in busy)
             raise BusyInstancesError(
-                f"GPU {i}: the layout would destroy busy instances: {names}. Stop those processes first, or pass "
-                "force to stop them"
+                f"GPU {occ.index}: the layout would destroy busy instances: {occ.describe(busy)}. To change it, "
+                f"{FORCE_HINT}"
             )
-        plan.busy_destroyed += [
-            BusyInstance(gpu_index=i, gi_id=gi.gi_id, profile=gi.profile, start=gi.placement_start, pids=pids(gi))
-            for gi in busy
-        ]
+        plan.busy_destroyed += [occ.instance(gi) for gi in busy]
 
     @staticmethod
     def _destroy(i: int, gi: GpuInstance) -> list[MigOp]:
@@ -332,8 +322,8 @@ class MigPlanner:
         for gp in plan.gpus:
             res = GpuApplyResult(index=gp.index)
             results.append(res)
-            if gp.busy_destroyed:
-                pids = {pid for b in gp.busy_destroyed for pid in b.pids}
+            pids = {pid for b in gp.busy_destroyed for pid in b.pids}
+            if pids:
                 victims = [p for p in self.backend.processes() if p.pid in pids]
                 stopper = stop_processes or getattr(self.backend, "stop_processes", None) or terminate_processes
                 say(f"GPU {gp.index}: stopping pids {sorted(pids)} (force)")
@@ -417,32 +407,3 @@ def current_layout(backend: GpuBackend) -> MigState:
             )
         )
     return MigState(gpus=out)
-
-
-def terminate_processes(procs: list[GpuProcess], timeout_s: float = 10.0) -> None:
-    """Stop processes on a real host: SIGTERM, wait up to ``timeout_s``, then SIGKILL."""
-    pids = {p.pid for p in procs}
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:
-            raise GpuDriverError(4, f"cannot stop pid {pid} on the GPU: {exc}") from exc
-    deadline = time.monotonic() + timeout_s
-    while pids and time.monotonic() < deadline:
-        pids = {pid for pid in pids if _alive(pid)}
-        time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -23,6 +23,7 @@ Typical use in a test::
 from __future__ import annotations
 
 import contextlib
+import socket
 import uuid as uuidlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -87,7 +88,7 @@ class SimGpu:
         *,
         instance_type: str | None = None,
         root: Path | str | None = None,
-        seed: str = "calque-sim",
+        seed: str | None = None,
         mig: bool = False,
         persistence_mode: bool = False,
         driver_version: str = DEFAULT_DRIVER_VERSION,
@@ -100,6 +101,8 @@ class SimGpu:
 
         ``root`` (default: ``<state file>.root`` beside it) receives the proc and dev files.
         ``mig=True`` starts every MIG-capable card with MIG mode enabled and current.
+        GPU UUIDs derive from ``seed``, by default this host's name: deterministic on one host, and
+        different on two (a fleet of simulated hosts must not share a GPU UUID, as real ones never do).
         """
         cat = load_catalog()
         if instance_type is not None:
@@ -114,10 +117,11 @@ class SimGpu:
         state_path = Path(state_path)
         state_path.parent.mkdir(parents=True, exist_ok=True)
         root_dir = Path(root) if root is not None else state_path.with_name(state_path.name + ".root")
+        host_seed = seed if seed is not None else f"calque-sim/{socket.gethostname()}"
         sim_cards = []
         for i, key in enumerate(keys):
             on = mig and cat.cards[key].mig
-            u = uuidlib.uuid5(NS, f"{seed}/gpu/{i}")
+            u = uuidlib.uuid5(NS, f"{host_seed}/gpu/{i}")
             sim_cards.append(
                 SimCard(
                     index=i,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from calque.errors import InfrastructureError
+from calque.errors import InfrastructureError, RefusedError
 from calque.gpu.caps import access_file_text, cap_minor, proc_access_files
 from calque.gpu.catalog import Card, GiProfile, load_catalog
 from calque.gpu.placement import Placed
@@ -87,7 +87,19 @@ class SimStateFile:
 
     @contextlib.contextmanager
     def locked(self, exclusive: bool) -> Iterator[None]:
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        # A reader needs no write access (flock works on a read-only descriptor): a user may read a
+        # host that root laid out, as nvidia-smi lets any user read a real one.
+        try:
+            fd = os.open(
+                self._lock_path,
+                os.O_RDONLY if not exclusive and self._lock_path.exists() else os.O_RDWR | os.O_CREAT,
+                0o666,
+            )
+        except PermissionError as exc:
+            raise RefusedError(
+                f"cannot {'change' if exclusive else 'read'} the simulated GPU host at {self.state_path}: permission "
+                f"denied on {exc.filename}; run this as root (or as the user who created it)"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -109,6 +121,7 @@ class SimStateFile:
     def save(self, st: SimState) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=self.state_path.name + ".")
         try:
+            os.fchmod(fd, 0o644)  # readable by every user, as a real GPU's state is (mkstemp makes it 0600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(st.model_dump_json(indent=1))
                 fh.flush()

@@ -20,7 +20,8 @@ SESSION_PROTOCOL_VERSION = 1
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal["checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt"]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
-EndReason = Literal["checkin", "expired", "idle", "released", "vanished"]
+# "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
+EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout"]
 
 
 class Slice(CalqueModel):

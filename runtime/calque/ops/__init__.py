@@ -24,6 +24,7 @@ OPERATIONS = {
     "pool_iam_policy": "calque.ops.pool_iam:PoolIamOp",
     "runtime": "calque.ops.runtime:RuntimeOp",
     "gpu_info": "calque.ops.gpu_facts:GpuFactsOp",
+    "preflight": "calque.ops.preflight:PreflightOp",  # the controller's action plugin (plugins/action/)
 }
 
 

@@ -8,6 +8,11 @@ The rule (``settle``), the same for ``calque gpu mig apply`` and ``calque.gpu.mi
   a warning (calque never reboots a host; the caller decides, e.g. ``ansible.builtin.reboot``);
 - a reset that was allowed but refused because something holds the GPU is a ``failure`` (exit 1):
   the caller asked for it and it did not happen.
+
+An instance is busy when processes run on it or a live session of the host's session daemon holds
+it (``calque.ops.mig_sessions``). Destroying a busy one is refused before anything changes; check
+mode says the real run will be refused and what force would do. With force, the sessions on the
+instances that go are ended first (reason ``layout``), then their processes are stopped.
 """
 
 from __future__ import annotations
@@ -17,13 +22,24 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from calque.errors import UsageError
+from calque.errors import RefusedError, UsageError
 from calque.gpu.backend import GpuBackend
-from calque.gpu.planner import BusyInstance, MigApplyResult, MigPlan, MigPlanner, MigState, current_layout
+from calque.gpu.errors import BusyInstancesError
+from calque.gpu.occupancy import FORCE_HINT
+from calque.gpu.planner import (
+    BusyInstance,
+    MigApplyResult,
+    MigPlan,
+    MigPlanner,
+    MigState,
+    SliceHolder,
+    current_layout,
+)
 from calque.models import MigDevice
 from calque.models.base import CalqueModel
 from calque.ops.base import Operation
 from calque.ops.gpu_host import GpuHostRequest
+from calque.ops.mig_sessions import SessionDaemon
 from calque.ops.outcome import Failure, Outcome, Pending
 
 RESET_WARNING = "a MIG mode change is pending a GPU reset: rerun with allow_reset (--allow-reset) or reboot the host"
@@ -38,6 +54,9 @@ class MigRequest(GpuHostRequest):
     layout: list[dict[str, Any]] | None = None
     force: bool = False
     allow_reset: bool = False
+    session_socket: str | None = Field(
+        None, description="the session daemon's socket (default: CALQUE_SESSION_SOCKET or /run/calque/session.sock)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> MigRequest:
@@ -53,7 +72,11 @@ class MigResult(CalqueModel):
     mig_devices: list[MigDevice] = Field(default_factory=list)
     reset_required: bool = False
     reboot_required: bool = False
-    stopped_processes: list[BusyInstance] = Field(default_factory=list)
+    stopped_processes: list[BusyInstance] = Field(
+        default_factory=list, description="busy instances destroyed (with force): their pids and sessions"
+    )
+    ended_sessions: list[SliceHolder] = Field(default_factory=list, description="ended first (reason layout)")
+    refusal: str | None = Field(None, description="check mode: why the real run will be refused (busy, no force)")
 
 
 @dataclass
@@ -63,6 +86,25 @@ class MigOpPlan:
     planner: MigPlanner
     plan: MigPlan
     before: MigState
+    daemon: SessionDaemon
+    doomed: set[str]  # the MIG device UUIDs the plan destroys
+    refusal: str | None = None  # busy instances without force: why the real run is refused
+    note: str | None = None  # no session daemon answered
+
+
+def _doomed(plan: MigPlan, backend: GpuBackend) -> set[str]:
+    gone = {(op.gpu_index, op.gi_id) for g in plan.gpus for op in g.ops if op.kind in ("destroy_gi", "destroy_ci")}
+    return {d.uuid for d in backend.mig_devices() if (d.gpu_index, d.gi_id) in gone}
+
+
+def _stops(plan: MigPlan) -> list[str]:
+    """What a forced plan ends and stops before its first operation, one sentence each."""
+    out = []
+    for b in (b for g in plan.gpus for b in g.busy_destroyed):
+        where = f"GPU {b.gpu_index}: {b.profile}@{b.start} (GI {b.gi_id})"
+        out += [f"{where}: end session {s.session_id} of {s.holder} (reason layout)" for s in b.sessions]
+        out += [f"{where}: stop pids {b.pids}"] if b.pids else []
+    return out
 
 
 def settle(applied: MigApplyResult) -> tuple[Pending | None, Failure | None, list[str]]:
@@ -103,26 +145,70 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             name, entries = None, parse_entries(request.layout)
         backend = request.backend()
         planner = MigPlanner(backend)
-        plan = planner.plan(entries, force=request.force, config=name)
-        return MigOpPlan(request, backend, planner, plan, current_layout(backend))
+        daemon = SessionDaemon(request.session_socket)
+        holders, note = daemon.holders()
+        refusal = None
+        try:
+            plan = planner.plan(entries, force=request.force, config=name, holders=holders)
+        except BusyInstancesError as exc:
+            refusal = str(exc)  # apply raises it; check mode says so and shows what force would do
+            plan = planner.plan(entries, force=True, config=name, holders=holders)
+        doomed = _doomed(plan, backend)
+        return MigOpPlan(request, backend, planner, plan, current_layout(backend), daemon, doomed, refusal, note)
 
     def check(self, plan: MigOpPlan) -> Outcome[MigResult]:
         p, allow = plan.plan, plan.request.allow_reset
         needs_reset = any(g.needs_reset for g in p.gpus)
         pending: Pending | None = "reset" if needs_reset and not allow else None
+        actions = _stops(p) + [op.describe() for g in p.gpus for op in g.ops]
+        before = _views(plan.before, {g.index for g in p.gpus})
+        warnings = [plan.note] if plan.note and plan.doomed else []
+        if plan.refusal is not None:  # the real run changes nothing: it is refused before any operation
+            warnings += [f"the real run will be refused: {plan.refusal}", "with force it would: " + "; ".join(actions)]
+            return Outcome[MigResult](
+                resource=self.name,
+                check_mode=True,
+                changed=False,
+                before=before,
+                after=before,
+                warnings=warnings,
+                result=self._result(plan, plan.backend.mig_devices(), False, False),
+            )
         return Outcome[MigResult](
             resource=self.name,
             check_mode=True,
             changed=p.would_change(allow),
-            before=_views(plan.before, {g.index for g in p.gpus}),
+            before=before,
             after={f"gpu{g.index}": g.after.model_dump() for g in p.gpus},
-            actions=[op.describe() for g in p.gpus for op in g.ops],
-            warnings=[RESET_WARNING] if pending else [],
+            actions=actions,
+            warnings=warnings + ([RESET_WARNING] if pending else []),
             pending=pending,
             result=self._result(plan, plan.backend.mig_devices(), needs_reset, False),
         )
 
+    def _end_sessions(self, plan: MigOpPlan) -> list[SliceHolder]:
+        """End every live session on a device the plan destroys (listed again now: one checked out
+        since the plan is ended too, with force, or refuses the run without it)."""
+        ended: list[SliceHolder] = []
+        for _ in range(3):
+            holders, _note = plan.daemon.holders()
+            on_doomed = [h for u in sorted(plan.doomed) for h in holders.get(u, [])]
+            if not on_doomed:
+                return ended
+            if not plan.request.force:
+                held = "; ".join(f"GPU {h.gpu_index} {h.mig_uuid} {h.describe()}" for h in on_doomed)
+                raise BusyInstancesError(f"the layout would destroy held slices: {held}. To change it, {FORCE_HINT}")
+            plan.daemon.end_for_layout(on_doomed, self.say)
+            ended += on_doomed
+        raise RefusedError(
+            "sessions keep being checked out on the slices this layout destroys: stop calque-session.service "
+            "(or retry when the host is quieter), then apply the layout again"
+        )
+
     def apply(self, plan: MigOpPlan) -> Outcome[MigResult]:
+        if plan.refusal is not None:
+            raise BusyInstancesError(plan.refusal)
+        ended = self._end_sessions(plan) if plan.doomed else []
         applied = plan.planner.apply(plan.plan, allow_reset=plan.request.allow_reset, progress=self.say)
         pending, failure, warnings = settle(applied)
         touched = {g.index for g in plan.plan.gpus}
@@ -131,15 +217,18 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             changed=applied.changed,
             before=_views(plan.before, touched),
             after=_views(current_layout(plan.backend), touched),
-            actions=[op.describe() for g in applied.gpus for op in g.done],
+            actions=[f"ended session {h.session_id} of {h.holder} (reason layout)" for h in ended]
+            + [op.describe() for g in applied.gpus for op in g.done],
             warnings=warnings,
             pending=pending,
             failure=failure,
-            result=self._result(plan, applied.mig_devices, applied.reset_required, applied.reboot_required),
+            result=self._result(plan, applied.mig_devices, applied.reset_required, applied.reboot_required, ended),
         )
 
     @staticmethod
-    def _result(plan: MigOpPlan, devices: list[MigDevice], reset: bool, reboot: bool) -> MigResult:
+    def _result(
+        plan: MigOpPlan, devices: list[MigDevice], reset: bool, reboot: bool, ended: list[SliceHolder] | None = None
+    ) -> MigResult:
         gpus = plan.plan.gpus
         return MigResult(
             plan=[op.describe() for g in gpus for op in g.ops],
@@ -147,4 +236,6 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             reset_required=reset,
             reboot_required=reboot,
             stopped_processes=[b for g in gpus for b in g.busy_destroyed],
+            ended_sessions=ended or [],
+            refusal=plan.refusal,
         )

@@ -28,6 +28,7 @@ from calque.session import isolation
 from calque.session.audit import AuditLog, EventTally
 from calque.session.config import Limits, SessionConfig
 from calque.session.inventory import inventory, layout_stamp
+from calque.session.notices import notify_terminals
 from calque.session.protocol import RequestError
 from calque.session.registry import Held, NoFreeSlice, Registry, TooManySessions, ts
 from calque.session.requests import (
@@ -408,10 +409,11 @@ class Service:
         if held is None or held.session.ended_at is not None:
             raise RequestError("not_found", f"no live session {sid}")
         why = "released" + (f": {args.reason}" if args.reason else "")
-        ended = self.end(sid, "released", "release", c.uid, note=why)
+        ended = self.end(sid, "layout" if args.reason == "layout" else "released", "release", c.uid, note=why)
         if ended is None:
             raise RequestError("not_found", f"session {sid} already ended")
         self.reclaim(ended)
+        notify_terminals(ended.session.uid, f"an administrator ended session {sid} on {ended.slice.id} ({why})")
         return ended.session.model_dump(mode="json")
 
     def op_report(self, c: Caller, args: ReportArgs) -> Any:

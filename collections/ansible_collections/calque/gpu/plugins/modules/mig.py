@@ -20,8 +20,14 @@ description:
     grid by a search (largest profiles first), so no working instance is destroyed needlessly.
   - A layout that cannot fit a card fails before anything changes, naming the profiles and counts valid
     on that card.
-  - Instances with running processes are never destroyed unless O(force=true), which stops those
-    processes first (they are listed in the plan).
+  - An instance is busy when processes run on it or a live session of the host's session daemon
+    (asked at O(session_socket) with its C(list) operation) holds it. Busy instances are never destroyed
+    unless O(force=true), which first ends those sessions (reason C(layout); their holders are told, and
+    the daemon audits them and records their usage) and then stops those processes; both are listed in the
+    plan. Without O(force), the change is refused before anything changes, naming the GPU, the instance,
+    the holder and the session's end; check mode warns that the real run will be refused.
+  - A host where no session daemon answers has no session to protect (the module says so when the plan
+    destroys instances).
   - A MIG mode change takes effect at a GPU reset. The reset runs only with O(allow_reset=true) and when
     nothing holds the GPU; persistence mode (C(nvidia-persistenced)) and the C(nvidia_drm) module hold
     it. Otherwise the module returns RV(reset_required=true) and a later run (after a reset or a
@@ -55,9 +61,13 @@ options:
     elements: dict
   force:
     description:
-      - Allow destroying instances that have running processes; those processes are stopped first.
+      - Allow destroying busy instances; their sessions are ended (reason C(layout)) and their processes stopped first.
     type: bool
     default: false
+  session_socket:
+    description:
+      - The session daemon's socket; default C(CALQUE_SESSION_SOCKET) or C(/run/calque/session.sock).
+    type: path
   allow_reset:
     description:
       - Reset GPUs whose MIG mode must change, when nothing holds them.
@@ -136,10 +146,19 @@ plan:
   elements: str
   sample: ["GPU 0: destroy 1g.5gb at 4 (GI 11)", "GPU 0: create 3g.20gb at 4 with CIs 3c"]
 stopped_processes:
-  description: With O(force=true), the processes stopped because their instances were destroyed.
+  description: With O(force=true), the busy instances destroyed, each with its processes and sessions.
   returned: always
   type: list
   elements: dict
+ended_sessions:
+  description: With O(force=true), the sessions ended (reason C(layout)) before their devices were destroyed.
+  returned: always
+  type: list
+  elements: dict
+refusal:
+  description: In check mode, why the real run will be refused (busy instances without O(force)); null otherwise.
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -154,6 +173,7 @@ def main():
         layout=dict(type="list", elements="dict"),
         force=dict(type="bool", default=False),
         allow_reset=dict(type="bool", default=False),
+        session_socket=dict(type="path"),
     )
     argument_spec.update(GPU_BACKEND_ARGS)
     run_op(

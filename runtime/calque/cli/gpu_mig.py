@@ -1,0 +1,130 @@
+"""``calque gpu mig ...``: show the MIG layout, plan a change (with the sessions and processes it ends
+first), apply it; part of the ``calque gpu`` group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from calque.cli.gpu import _backend, _progress, _request_backend
+from calque.cli.options import gpu_backend_options, json_option, session_socket_option
+from calque.cli.outcome import emit_outcome
+from calque.cli.output import emit, table
+from calque.gpu.planner import MigState, current_layout
+from calque.gpu.selection import GpuSelection
+from calque.ops.mig import MigLayoutOp, MigRequest
+from calque.ops.outcome import Outcome
+
+
+@click.group()
+def mig() -> None:
+    """Declarative MIG layouts: show the current one, plan a change, apply it."""
+
+
+def _render_state(s: MigState) -> str:
+    rows = []
+    for g in s.gpus:
+        mode = "on" if g.mig_current else "off"
+        if g.mig_pending != g.mig_current:
+            mode += f" (pending {'on' if g.mig_pending else 'off'}: reset needed)"
+        rows.append([g.index, g.card or g.name, mode, " ".join(g.layout.instances) or "-"])
+    return table(["gpu", "card", "MIG", "instances (profile@start [CI split])"], rows)
+
+
+def _render_layouts(o: Outcome[Any]) -> str:
+    """Each selected GPU's layout before and after (planned, in check mode), then its MIG devices."""
+
+    def shown(view: dict[str, Any] | None) -> str:
+        if not view:
+            return "-"
+        text = " ".join(view["instances"]) or ("MIG on, empty" if view["mig_enabled"] else "MIG off")
+        if view.get("mig_pending") is not None:
+            text += f" (MIG {'on' if view['mig_pending'] else 'off'} pending a reset)"
+        return text
+
+    if not o.after:
+        return "the layout selects no GPU on this host"
+    lines = [f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}" for gpu, view in o.after.items()]
+    devices = o.result.mig_devices
+    if devices and not o.check_mode:
+        rows = [[d.gpu_index, d.ci_profile or d.profile, d.placement_start, d.gi_id, d.ci_id, d.uuid] for d in devices]
+        lines += ["", table(["gpu", "profile", "start", "gi", "ci", "uuid"], rows)]
+    return "\n".join(lines)
+
+
+@mig.command("show")
+@gpu_backend_options
+@json_option
+def mig_show(gpu: GpuSelection, as_json: bool) -> None:
+    """Show every GPU's MIG mode and instances."""
+    emit(current_layout(_backend(gpu)), as_json, _render_state)
+
+
+config_option = click.option(
+    "--config", "config_file", required=True, type=click.Path(exists=True, dir_okay=False), help="Layout file (YAML)."
+)
+select_option = click.option(
+    "--select", default=None, help="Name of the config in the file (needed when it has several)."
+)
+force_option = click.option(
+    "--force", is_flag=True, help="Destroy busy instances: end their sessions (reason layout), stop their processes."
+)
+
+
+def _mig_request(
+    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, socket: str | None
+) -> MigRequest:
+    return MigRequest(
+        config=config_file,
+        select=select,
+        force=force,
+        allow_reset=allow_reset,
+        session_socket=socket,
+        **_request_backend(gpu),
+    )
+
+
+@mig.command("plan")
+@config_option
+@select_option
+@force_option
+@session_socket_option
+@gpu_backend_options
+@json_option
+def mig_plan(
+    config_file: str, select: str | None, force: bool, session_socket: str | None, gpu: GpuSelection, as_json: bool
+) -> None:
+    """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first."""
+    request = _mig_request(config_file, select, force, False, gpu, session_socket)
+    emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
+
+
+@mig.command("apply")
+@config_option
+@select_option
+@force_option
+@click.option(
+    "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
+)
+@session_socket_option
+@gpu_backend_options
+@json_option
+def mig_apply(
+    config_file: str,
+    select: str | None,
+    force: bool,
+    allow_reset: bool,
+    session_socket: str | None,
+    gpu: GpuSelection,
+    as_json: bool,
+) -> None:
+    """Apply a layout with the fewest changes; a satisfied layout changes nothing.
+
+    A reset left pending (no --allow-reset) or a reboot the platform needs is not an error: exit 0
+    with a warning and `pending` in the result. A reset that --allow-reset allowed but something
+    holding the GPU prevented exits 1. Instances with processes or live sessions are busy: refused (exit 4)
+    without --force; with it, their sessions are ended first (reason layout) and their processes stopped.
+    """
+    request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket)
+    emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)

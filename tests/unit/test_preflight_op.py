@@ -1,0 +1,69 @@
+"""calque.ops.preflight without Ansible: names, the session daemon's model, MIG configs, origins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from calque.ops.preflight import PreflightOp, PreflightRequest
+
+KNOWN = [
+    "calque_session_service_default_ttl",
+    "calque_session_service_max_total_ttl",
+    "calque_session_service_settings",
+    "calque_session_service_user_limits",
+    "calque_gpu_layout_mig_configs",
+]
+
+
+def _run(hosts: dict[str, dict[str, object]]) -> list[tuple[str, str, list[str], str | None]]:
+    op = PreflightOp()
+    outcome = op.run(PreflightRequest.model_validate({"hosts": hosts, "known": KNOWN}), check_mode=True)
+    assert outcome.changed is False
+    return [(p.variable, p.message, p.hosts, p.origin) for p in outcome.result.problems]
+
+
+def test_valid_variables_pass_and_change_nothing() -> None:
+    good = {"calque_session_service_default_ttl": "2h", "calque_session_service_settings": {"idle_expiry": "30m"}}
+    op = PreflightOp()
+    outcome = op.run(PreflightRequest.model_validate({"hosts": {"a": {"variables": good}}, "known": KNOWN}))
+    assert outcome.failure is None and outcome.result.problems == []
+    assert outcome.actions == ["checked 2 calque variable(s) of 1 host(s)"]
+
+
+def test_each_problem_names_the_inventory_variable_once_for_all_its_hosts() -> None:
+    bad = {
+        "calque_session_service_max_totl_ttl": "3h",
+        "calque_session_service_default_ttl": "2hours",
+        "calque_session_service_settings": {"notice_befor": 60, "kill_grace": "soon"},
+        "calque_session_service_user_limits": {"bob": {"max_tll": "1h"}},
+        "calque_gpu_layout_mig_configs": {"x": [{"mig-enabled": True, "mig-devics": {}}]},
+    }
+    found = {v: (m, h) for v, m, h, _ in _run({"a": {"variables": bad}, "b": {"variables": bad}})}
+    assert found["calque_session_service_max_totl_ttl"] == (
+        "unknown variable; did you mean calque_session_service_max_total_ttl?",
+        ["a", "b"],
+    )
+    assert found["calque_session_service_default_ttl"][0].startswith("'2hours' is not a duration")
+    assert "did you mean notice_before?" in found["calque_session_service_settings.notice_befor"][0]
+    assert "'soon'" in found["calque_session_service_settings.kill_grace"][0]
+    assert found["calque_session_service_user_limits"][0].startswith("bob.max_tll is not a setting")
+    assert "mig-devics" in found["calque_gpu_layout_mig_configs.x"][0]
+
+
+def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
+    (tmp_path / "group_vars/all").mkdir(parents=True)
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "group_vars/all/sessions.yml").write_text("calque_session_service_max_totl_ttl: 1h\n")
+    (tmp_path / "group_vars/teaching.yml").write_text("calque_session_service_max_totl_ttl: 2h\nx: !vault |\n  abc\n")
+    (tmp_path / "host_vars/t1.yaml").write_text("calque_session_service_max_totl_ttl: 3h\n")
+    inv = str(tmp_path)
+    hosts: dict[str, dict[str, object]] = {
+        name: {"variables": {"calque_session_service_max_totl_ttl": "x"}, "groups": groups, "inventory_dir": inv}
+        for name, groups in (("t1", ["teaching"]), ("t2", ["teaching"]), ("r1", ["research"]))
+    }
+    origins = {tuple(h): o for _v, _m, h, o in _run(hosts)}
+    assert origins == {
+        ("t1",): str(tmp_path / "host_vars/t1.yaml"),
+        ("t2",): str(tmp_path / "group_vars/teaching.yml"),
+        ("r1",): str(tmp_path / "group_vars/all/sessions.yml"),
+    }
