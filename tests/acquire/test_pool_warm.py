@@ -85,7 +85,9 @@ def test_a_warm_pool_settings_change_is_a_diff_and_one_put_not_a_roll(make: Any)
     changed = make(count=1, warm={**WARM, "state": "Running", "min_size": 2})
     planned = run(changed, check=True)
     assert planned.changed and planned.result.rolling == []
-    assert planned.before["warm_pool"]["PoolState"] == "Stopped" and planned.after["warm_pool"]["PoolState"] == "Running"
+    assert (
+        planned.before["warm_pool"]["PoolState"] == "Stopped" and planned.after["warm_pool"]["PoolState"] == "Running"
+    )
     assert planned.before["config"] == planned.after["config"]  # same template: nothing rolls
     assert warm_pool()["PoolState"] == "Stopped"  # type: ignore[index]  # check mode wrote nothing
     done = run(changed)
