@@ -109,7 +109,7 @@ def test_removing_the_warm_pool_from_inventory_deletes_it_and_the_hook_and_teard
 def test_hibernated_only_where_aws_lists_the_family_and_no_warm_pool_beside_spot(make: Any) -> None:
     assert not supports_hibernation("g6.xlarge") and not supports_hibernation("p5.48xlarge")
     assert supports_hibernation("m5.large") and not supports_hibernation("m5.metal")
-    with pytest.raises(ValidationError, match="g6.xlarge cannot hibernate"):
+    with pytest.raises(ValidationError, match=r"g6\.xlarge cannot hibernate"):
         make(warm={**WARM, "state": "Hibernated"})
     with pytest.raises(ValidationError, match="market: on-demand and exactly one instance type"):
         make(market="spot")
