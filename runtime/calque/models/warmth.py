@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from calque.durations import WholeSeconds
+from calque.durations import WholeSeconds, parse_seconds
 from calque.models.base import CalqueModel, VersionedModel
 
 WarmState = Literal["Stopped", "Hibernated", "Running"]
@@ -42,16 +42,28 @@ class ScheduleEntry(CalqueModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$", description="names the two scheduled actions")
     at: str = Field(description="cron 'minute hour day month weekday' of the window's start, e.g. '0 10 * * 1-5'")
-    duration: WholeSeconds = Field(ge=60, le=7 * 86400, description="how long the window lasts (2h, 90m)")
+    duration: str = Field(description="how long the window lasts (2h, 90m)")
     instances: int = Field(1, ge=0, le=1000, description="the group's minimum during the window")
-    lead: WholeSeconds = Field(600, ge=0, le=3600, description="how early the instances are asked for")
+    lead: str = Field("10m", description="how early the instances are asked for (a class at 10:00 gets them at 09:50)")
     timezone: str = Field("UTC", description="the cron's time zone (IANA, e.g. Europe/London)")
 
     @model_validator(mode="after")
-    def _cron(self) -> ScheduleEntry:
+    def _checked(self) -> ScheduleEntry:
         if len(self.at.split()) != 5:
             raise ValueError(f"at {self.at!r} is not a 5-field cron ('minute hour day month weekday')")
+        if not 60 <= self.duration_s <= 86400:
+            raise ValueError(f"duration {self.duration!r}: give 1m..24h (a window starts and ends each day)")
+        if not 0 <= self.lead_s <= 3600:
+            raise ValueError(f"lead {self.lead!r}: give 0..1h")
         return self
+
+    @property
+    def duration_s(self) -> int:
+        return round(parse_seconds(self.duration, what="duration"))
+
+    @property
+    def lead_s(self) -> int:
+        return round(parse_seconds(self.lead, what="lead"))
 
 
 class ModalKnobs(CalqueModel):

@@ -43,8 +43,8 @@ def recurring_actions(entries: list[ScheduleEntry], base_min: int) -> dict[str, 
     """Every scheduled action the entries ask for, by name, in the shape DescribeScheduledActions answers."""
     out: dict[str, dict[str, Any]] = {}
     for e in entries:
-        start = _shift(e.at, -(e.lead // 60), "start (at minus lead)")
-        end = _shift(e.at, e.duration // 60, "end (at plus duration)")
+        start = _shift(e.at, -(e.lead_s // 60), "start (at minus lead)")
+        end = _shift(e.at, e.duration_s // 60, "end (at plus duration)")
         common = {"TimeZone": e.timezone}
         out[f"{RECURRING_PREFIX}{e.name}-start"] = {"MinSize": e.instances, "Recurrence": start, **common}
         out[f"{RECURRING_PREFIX}{e.name}-end"] = {"MinSize": base_min, "Recurrence": end, **common}
