@@ -42,7 +42,8 @@ class PoolScalingRequest(CalqueModel):
         return self
 
     def settings(self) -> ScalingSettings:
-        data = self.model_dump(include={"seconds_per_claim", "latency_s", "idle_s", "warmup_s", "drain_timeout_s", "buffer"})
+        fields = {"seconds_per_claim", "latency_s", "idle_s", "warmup_s", "drain_timeout_s", "buffer"}
+        data = self.model_dump(include=fields)
         return validated(ScalingSettings, data, f"invalid scaling for pool {self.pool}")
 
 
