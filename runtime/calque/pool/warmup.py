@@ -4,14 +4,18 @@
 installed, and again as the worker unit's ``ExecStartPre`` on every boot:
 
 1. it reads its instance id and ``autoscaling/target-lifecycle-state`` from IMDSv2;
-2. unless a ready mark for this workload is there already (a start out of the warm pool), it
-   downloads the workload and runs the workload's own weight steps: its ``@modal.build()`` methods
-   (Modal runs them once per image; their files are the image's) and its ``@modal.enter(snap=True)``
-   methods (Modal runs them before a memory snapshot), with the usual caches (``HF_HOME``,
-   ``TORCH_HOME``, ``XDG_CACHE_HOME``) pointed under ``CALQUE_WEIGHTS_CACHE`` so that what they
-   download stays on the instance's disk for the worker; then it writes the ready mark;
+2. when the instance is being warmed (``Warmed:*``; or off an instance) and no ready mark for this
+   workload is there already, it downloads the workload and runs the workload's own weight steps:
+   its ``@modal.build()`` methods (Modal runs them once per image; their files are the image's) and
+   its ``@modal.enter(snap=True)`` methods (Modal runs them before a memory snapshot), with the
+   usual caches (``HF_HOME``, ``TORCH_HOME``, ``XDG_CACHE_HOME``) pointed under
+   ``CALQUE_WEIGHTS_CACHE`` so that what they download stays on the instance's disk for the worker;
+   then it writes the ready mark;
 3. it completes the ``calque-ready`` hook: CONTINUE once ready, ABANDON when a step raised (AWS
    then terminates the instance rather than warm a broken one).
+
+An instance launched straight into service (the warm pool empty) skips step 2: its worker's own
+start runs ``@build`` and every ``@enter`` once, as without a warm pool.
 
 With ``--wait-in-service`` (the worker unit) it first waits while the instance is warmed (a
 ``Running`` warm pool keeps its instances up with no worker) until AWS moves it into service. A
@@ -34,13 +38,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
+from calque.aws.errors import error_code
 from calque.aws.pool_names import pool_names
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.base import CalqueModel
 from calque.models.warmth import ReadyMark
 from calque.pool.bootstrap import materialize_workload
-from calque.pool.spot import Imds
+from calque.pool.spot import Imds, imds_allowed
 from calque.warm.loader import Workload, load_workload, split_workload, workload_digest
 
 log = logging.getLogger("calque.pool.warmup")
@@ -154,9 +159,9 @@ def _complete(spec: PoolSpec, instance_id: str, result: str) -> str:
             LifecycleActionResult=result,
         )
     except ClientError as exc:
-        text = str(exc).lower()
-        if "no active lifecycle action" in text or ("lifecycle hook" in text and "not found" in text):
-            return "none waiting"  # launched without the hook, or completed already (the user-data's run)
+        if error_code(exc) == "ValidationError":  # no hook on the group, or completed already (the user-data)
+            log.info("no %s action open for %s: %s", LAUNCH_HOOK, instance_id, exc)
+            return "none waiting"
         raise
     log.info("completed lifecycle action %s for %s: %s", LAUNCH_HOOK, instance_id, result)
     return result
@@ -166,12 +171,15 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
     """Steps 1-3 of the module's docstring, for this instance (off an instance: step 2 only)."""
     started = time.monotonic()
     imds = Imds(spec.imds_endpoint)
-    try:
-        instance_id = imds.get("instance-id")
-        state = imds.get("autoscaling/target-lifecycle-state")
-    except OSError as exc:  # URLError is an OSError: no metadata service, not an instance
-        log.info("no instance metadata (%s): preparing only", exc)
-        instance_id = state = None
+    instance_id = state = None
+    if not imds_allowed(spec.imds_endpoint):
+        log.info("offline: not reaching the metadata service %s; preparing only", spec.imds_endpoint)
+    else:
+        try:
+            instance_id = imds.get("instance-id")
+            state = imds.get("autoscaling/target-lifecycle-state")
+        except OSError as exc:  # URLError is an OSError: no metadata service, not an instance
+            log.info("no instance metadata (%s): preparing only", exc)
     while wait_in_service and state and state.startswith(WARMED):
         time.sleep(poll_s)  # systemd bounds this wait (the unit's start timeout)
         state = imds.get("autoscaling/target-lifecycle-state")
@@ -179,8 +187,11 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
     if state and state.startswith(WARMED):  # the TTL counts from the start in service, not this first boot
         Path(os.environ.get(TTL_ENV) or DEFAULT_TTL_MARK).unlink(missing_ok=True)
     hooked = bool(instance_id and state and spec.pool)
+    # Into service straight from a cold launch, the worker's own start does every step (once); warmed,
+    # or off an instance, the steps run here so that a later start repeats nothing.
+    warming = state is None or state.startswith(WARMED)
     try:
-        if not _is_ready(spec):
+        if warming and not _is_ready(spec):
             prepare(spec)
             report.prepared = True
     except Exception:
