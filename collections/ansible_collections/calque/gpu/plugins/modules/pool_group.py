@@ -124,14 +124,14 @@ options:
   warm:
     description:
       - The pool's EC2 warm pool (C(calque_pool_warm) in pool.yml); omit for none (an existing one is deleted).
-      - Its O(warm.min_size) instances are priced by the spend gate beside O(max_size): each runs while it bootstraps.
+      - Its O(warm.min_size) instances are priced by the spend gate beside O(max_size), since each runs while it bootstraps.
     type: dict
     suboptions:
       state:
         description:
           - What a warmed instance waits as. V(Stopped) keeps the disk (the runtime, the workload, its weight
             cache) and bills only its EBS volumes; V(Running) bills the instance; V(Hibernated) also keeps RAM
-            but only instance families AWS lists for hibernation can (no GPU family: see docs/pool.md).
+            but only instance families AWS lists for hibernation can (no GPU family, see docs/pool.md).
         type: str
         choices: [Stopped, Hibernated, Running]
         default: Stopped

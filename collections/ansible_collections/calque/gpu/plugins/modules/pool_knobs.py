@@ -22,6 +22,7 @@ description:
     the scaling's C(idle_s) (the idle alarm's period, at least 60 s). One container is one worker process;
     counts are divided by O(workers) per instance, rounded up.
   - Changes nothing; with C(--diff) it shows each value and its source.
+author: calque developers (@calque)
 options:
   script:
     description: The workload script on the controller, optionally C(::Target) (the class or function served).

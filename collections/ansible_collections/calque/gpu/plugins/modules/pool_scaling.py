@@ -68,7 +68,7 @@ options:
   buffer:
     description:
       - Instances kept in service beyond what the backlog needs while the pool is active (Modal's
-        C(buffer_containers), per instance): the target tracking metric counts O(buffer) x target more claims.
+        C(buffer_containers), per instance); the target tracking metric counts O(buffer) x target more claims.
       - The idle alarm still takes the group to its minimum after O(idle_s) with nothing to do.
     type: int
     default: 0
