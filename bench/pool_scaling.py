@@ -14,10 +14,27 @@ as claims of 10 items), idle hours between and around them. Three ways to serve 
 (c) per-request containers at Modal's per-second GPU price: every claim gets a fresh container that
     pays a cold start (container start + the same ``@enter``) and then the claim's work, up to an
     assumed concurrency limit; billed for those seconds only.
+(d) (b) with an EC2 warm pool (``calque_pool_warm: {state: Stopped, min_size: 2, max_prepared: 2}``,
+    ReuseOnScaleIn; AWS keeps max(min_size, max_prepared - in service) warmed):
+    scale-out starts a stopped, already bootstrapped instance (``warm_start_s``, then ``@enter`` from
+    the local weight cache, ``warm_enter_s``) before it launches a cold one; scale-in stops instances
+    back into the pool; the pool is refilled to min_size by a cold boot and the bootstrap up to ready
+    (billed while it runs). A stopped instance bills its root EBS volume only. The pool is full at
+    00:00 (a steady state: yesterday's instances).
+(e) (d) with ``buffer_containers: 1`` in working hours: one instance beyond the backlog's need while
+    the pool is active (``calque_pool_scaling.buffer`` / the script's knob), and a
+    ``calque_pool_schedule`` window ``{at: "0 9 * * 1-5", duration: 8h30m, instances: 1, lead: 10m}``
+    that keeps it in service between the day's bursts (08:50 to 17:30).
+(f) (d) with scheduled warmth at the bursts' known times (``calque_pool_schedule`` entries
+    ``{at: "0 9 * * *" (and 13, 17), duration: 10m, instances: 2, lead: 10m}``): the group's minimum
+    is 2 from ten minutes before each burst for 20 minutes, started from the warm pool. Only a
+    workload whose busy times are known ahead (a class, a nightly batch) can do this.
 
 Reported per way: instance-hours (GPU container-hours for (c)), dollars, $/item and the p95 time to
 first result (for each item: from its submission until its result is written; a claim's items are
-written together), with ratios against (a).
+written together), with ratios against (a). The EBS volumes of running instances are left out of
+every row; only (d) and (e)'s stopped instances' volumes are counted (they are all a stopped
+instance costs).
 
 Prices (see ``PRICES`` below for the figures the run uses):
 
@@ -38,6 +55,17 @@ Assumptions (all parameters of ``Scenario``; change them on the command line):
   between the queue's state and a scaling action; ``idle_s`` 900 s; at most 10 instances;
 - Modal: at most 10 GPU containers at once (assumed, a plan's GPU concurrency limit);
 - claims are served first in, first out; no failures, retries or spot interruptions.
+- warm start (d, e): ``warm_start_s`` 90 s from a stopped instance to a started worker. AWS says
+  pre-initialised warm-pool instances "can be launched to serve traffic in as low as 30 seconds"
+  (AWS Compute Blog, "Scaling your applications faster with EC2 Auto Scaling Warm Pools",
+  2021-04-08, as reported by InfoQ 2021-05); a GPU instance loads its driver at each boot, so 90 s is
+  assumed, not measured. ``warm_enter_s`` 30 s: ``@enter`` loading weights from the local cache
+  instead of downloading them (an assumption; the cold ``@enter`` stays 60 s). Cold boot and
+  bootstrap stay ``boot_s`` 180 s (boot, user-data, wheelhouse install) + ``enter_s`` 60 s (assumed,
+  as for (b)).
+- a stopped instance's root volume: 100 GiB gp3 (calque's default ``root_volume``) at $0.08 per
+  GB-month in us-east-1 (aws.amazon.com/ebs/pricing; the long-standing US East list price, not
+  re-read for this run, 2026-12-01), per second over a 730-hour month: $0.011 per stopped hour.
 
 Run: .venv/bin/python bench/pool_scaling.py [--items-per-burst 2000] [--latency-s 600] ...
 """
@@ -73,6 +101,14 @@ class Scenario:
     max_size: int = 10
     modal_start_s: float = 10.0
     modal_concurrency: int = 10
+    warm_min: int = 2
+    warm_max_prepared: int = 2
+    warm_start_s: float = 90.0
+    warm_enter_s: float = 30.0
+    volume_gib: float = 100.0
+    ebs_usd_per_gb_month: float = 0.08
+    work_from_h: float = 8 + 50 / 60
+    work_until_h: float = 17.5
 
     @property
     def seconds_per_claim(self) -> float:
@@ -127,15 +163,30 @@ def fixed_pool(sc: Scenario, size: int, usd_per_h: float) -> Outcome:
     return out
 
 
-def backlog_policy(sc: Scenario, target: int, usd_per_h: float) -> Outcome:
-    """(b): the Auto Scaling group on the queue, simulated second by second."""
+@dataclass
+class Warmth:
+    """What (d) and (e) add to (b): a warm pool of stopped instances, and a buffer in working hours."""
+
+    label: str
+    warm_min: int = 0
+    buffer: int = 0  # instances beyond the backlog's need, inside the working-hours window
+    windows: tuple[tuple[float, float, int], ...] = ()  # scheduled (from s, until s, minimum)
+
+
+def backlog_policy(sc: Scenario, target: int, usd_per_h: float, warmth: Warmth | None = None) -> Outcome:
+    """(b), (d), (e): the Auto Scaling group on the queue, simulated second by second."""
+    w8 = warmth or Warmth("(b) calque backlog policy")
     pending = arrivals(sc)
     queue: list[float] = []  # submission times of claims not yet started
     workers: list[dict[str, float]] = []  # launched, ready (boot + enter), busy_until, terminated
-    out = Outcome(f"(b) calque backlog policy, target {target}/instance", 0.0, 0.0, _items(sc))
+    out = Outcome(f"{w8.label}, target {target}/instance", 0.0, 0.0, _items(sc))
     idle_since: float | None = 0.0
     samples: list[tuple[int, int, int]] = []  # (visible, in flight, in service), one a minute
     lag = max(1, round(sc.metric_lag_s / 60))  # the policies see the sample this many minutes old
+    stopped = w8.warm_min  # the warm pool's stopped instances (full at 00:00)
+    refills: list[float] = []  # when each instance bootstrapping into the warm pool is ready to stop
+    stopped_s = 0.0  # stopped instance-seconds (EBS only)
+    billed_refill_s = 0.0
     for now in range(DAY_S + 3 * 3600):
         while pending and pending[0] <= now:
             queue.append(pending.pop(0))
@@ -145,33 +196,52 @@ def backlog_policy(sc: Scenario, target: int, usd_per_h: float) -> Outcome:
                 t = queue.pop(0)
                 w["busy_until"] = now + sc.seconds_per_claim
                 out.latencies += [w["busy_until"] - t] * sc.batch_size
+        stopped += sum(1 for r in refills if r <= now)
+        refills = [r for r in refills if r > now]
+        stopped_s += stopped
         in_flight = sum(1 for w in live if w["busy_until"] > now)
         if now % 60 == 0:  # a metric sample; the policies act on the one ``lag`` minutes old
-            in_service_now = sum(1 for w in live if w["launched"] + sc.boot_s <= now)
+            in_service_now = sum(1 for w in live if w["ready"] - sc.enter_s <= now)
             samples.append((len(queue), in_flight, in_service_now))
             visible, flying, in_service = samples[-1 - lag] if len(samples) > lag else (0, 0, 0)
             desired = len(live)
             if visible and not in_service:
                 desired = max(desired, 1)  # the wake step policy: exact capacity 1
-            if in_service:  # target tracking: defined only with an instance in service
-                desired = max(desired, math.ceil((visible + flying) / target))
+            working = sc.work_from_h * 3600 <= now % DAY_S < sc.work_until_h * 3600
+            buffer = w8.buffer if working else 0
+            if in_service:  # target tracking on (backlog + buffer x target) / in service
+                desired = max(desired, math.ceil((visible + flying) / target) + buffer)
             if visible + flying == 0 and in_flight == 0 and not queue:
                 idle_since = now if idle_since is None else idle_since
                 if now - idle_since >= sc.idle_s:
-                    desired = 0  # the idle step policy: exact capacity 0
+                    desired = 0  # the idle step policy: exact capacity 0 (to min_size)
             else:
                 idle_since = None
-            desired = min(desired, sc.max_size)
+            scheduled = max([n for a, b, n in w8.windows if a <= now < b], default=0)
+            desired = min(max(desired, buffer, scheduled), sc.max_size)  # the schedule's minimum holds
             for _ in range(desired - len(live)):
-                workers.append(
-                    {"launched": now, "ready": now + sc.boot_s + sc.enter_s, "busy_until": 0.0, "terminated": -1}
-                )
+                if stopped:  # a warmed instance starts: no boot, no bootstrap, @enter from the cache
+                    stopped -= 1
+                    ready = now + sc.warm_start_s + sc.warm_enter_s
+                else:
+                    ready = now + sc.boot_s + sc.enter_s
+                workers.append({"launched": now, "ready": ready, "busy_until": 0.0, "terminated": -1})
             for w in live[desired:] if desired < len(live) else []:
                 w["terminated"] = now
+                if w8.warm_min and stopped + len(refills) < max(w8.warm_min, sc.warm_max_prepared - desired):
+                    stopped += 1  # ReuseOnScaleIn: back into the warm pool, stopped
+            while w8.warm_min and stopped + len(refills) < w8.warm_min:  # the pool refills to min_size
+                refills.append(now + sc.boot_s + sc.enter_s)
+                billed_refill_s += sc.boot_s + sc.enter_s
     end = DAY_S + 3 * 3600
     out.instance_s = sum((w["terminated"] if w["terminated"] >= 0 else end) - w["launched"] for w in workers)
-    out.usd = out.instance_s / 3600 * usd_per_h
-    out.name += f", {len(workers)} launches"
+    out.instance_s += billed_refill_s
+    ebs_usd = stopped_s * sc.volume_gib * sc.ebs_usd_per_gb_month / (730 * 3600)
+    out.usd = out.instance_s / 3600 * usd_per_h + ebs_usd
+    warm = sum(1 for w in workers if w["ready"] - w["launched"] < sc.boot_s)
+    out.name += f", {len(workers)} starts ({warm} warm)" if w8.warm_min else f", {len(workers)} launches"
+    if w8.warm_min:
+        out.name += f", EBS ${ebs_usd:.2f}"
     return out
 
 
@@ -200,10 +270,17 @@ def main() -> None:
     target, source = backlog_target(sc.latency_s, sc.seconds_per_claim)
     claims_per_burst = math.ceil(sc.items_per_burst / sc.batch_size)
     peak = min(sc.max_size, math.ceil(claims_per_burst / target))
+    lead, window = 600.0, 600.0
+    windows = tuple((h * 3600 - lead, h * 3600 + window, peak) for h in sc.bursts_at_h)
     results = [
         fixed_pool(sc, peak, row.usd_per_hour),
         backlog_policy(sc, target, row.usd_per_hour),
         per_request_containers(sc, MODAL_L4_USD_PER_S),
+        backlog_policy(sc, target, row.usd_per_hour, Warmth("(d) backlog + warm pool (Stopped)", sc.warm_min)),
+        backlog_policy(sc, target, row.usd_per_hour, Warmth("(e) (d) + buffer 1 in working hours", sc.warm_min, 1)),
+        backlog_policy(
+            sc, target, row.usd_per_hour, Warmth("(f) (d) + schedule at the bursts", sc.warm_min, 0, windows)
+        ),
     ]
     base = results[0]
     print(
@@ -219,13 +296,20 @@ def main() -> None:
         f"backlog target {target} claims/instance = latency {sc.latency_s:g} s / {sc.seconds_per_claim:g} s per claim "
         f"(formula: {source}); idle {sc.idle_s:g} s, boot {sc.boot_s:g} s, metric lag {sc.metric_lag_s:g} s"
     )
+    stopped_h = sc.volume_gib * sc.ebs_usd_per_gb_month / 730
+    print(
+        f"warm pool: {sc.warm_min} stopped, warm start {sc.warm_start_s:g} s + @enter from cache {sc.warm_enter_s:g} s "
+        f"(cold: boot+bootstrap {sc.boot_s:g} s + @enter {sc.enter_s:g} s); stopped {sc.volume_gib:g} GiB gp3 at "
+        f"${sc.ebs_usd_per_gb_month}/GB-month = ${stopped_h:.4f}/h each; working hours "
+        f"{sc.work_from_h:.2f}-{sc.work_until_h:.2f} h"
+    )
     print()
-    head = f"{'strategy':<58} {'inst-h':>7} {'$/day':>8} {'$/item':>9} {'p95 s':>7} {'$/item vs a':>12} {'p95 vs a':>9}"
+    head = f"{'strategy':<78} {'inst-h':>7} {'$/day':>8} {'$/item':>9} {'p95 s':>7} {'$/item vs a':>12} {'p95 vs a':>9}"
     print(head)
     print("-" * len(head))
     for r in results:
         print(
-            f"{r.name:<58} {r.instance_s / 3600:>7.2f} {r.usd:>8.2f} {r.usd_per_item:>9.5f} {r.p95_s:>7.0f} "
+            f"{r.name:<78} {r.instance_s / 3600:>7.2f} {r.usd:>8.2f} {r.usd_per_item:>9.5f} {r.p95_s:>7.0f} "
             f"{r.usd_per_item / base.usd_per_item:>11.3f}x {r.p95_s / base.p95_s:>8.2f}x"
         )
 

@@ -43,9 +43,10 @@ def _free_port() -> int:
 def moto_endpoint() -> Iterator[str]:
     """A real moto server on a free loopback port, shared by the run."""
     from moto.server import ThreadedMotoServer
-    from support import fake_instance_refresh
+    from support import fake_instance_refresh, fake_lifecycle_action
 
     fake_instance_refresh.install()  # moto 5.2 has no instance refresh: a strict fake, named as one
+    fake_lifecycle_action.install()  # nor lifecycle actions (warm instances waiting on a hook)
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -63,9 +64,10 @@ def moto(moto_endpoint: str) -> Iterator[str]:
     """The moto endpoint with clean state for this test."""
     req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
     urllib.request.urlopen(req, timeout=10).read()
-    from support import fake_instance_refresh
+    from support import fake_instance_refresh, fake_lifecycle_action
 
     fake_instance_refresh.reset()
+    fake_lifecycle_action.reset()
     os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
     yield moto_endpoint
 

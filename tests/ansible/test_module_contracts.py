@@ -94,6 +94,10 @@ def _option_problems(opt: dict[str, Any], field: FieldInfo, where: str) -> list[
     if kind == "list":
         elem = SCALARS.get(opt.get("elements", "raw"), dict)
         got = get_args(ann)[0] if get_args(ann) else object
+        if isinstance(got, type) and issubclass(got, BaseModel):  # a list of models: elements=dict with options
+            if opt.get("elements") != "dict" or "options" not in opt:
+                return [*out, f"{where}: a list of {got.__name__}; the spec needs elements=dict with options"]
+            return out + problems(opt["options"], got, f"{where}[].")
         got = dict if get_origin(got) is dict else got
         if get_origin(ann) is not list or got is not elem:
             out.append(f"{where}: list of {opt.get('elements')} but the model's type is {ann}")

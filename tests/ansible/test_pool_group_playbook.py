@@ -147,3 +147,65 @@ def test_check_mode_fails_on_a_missing_security_group_or_instance_profile(moto: 
     )
     assert rc != 0 and "instance profile 'no-such-profile' does not exist" in tasks[GROUP_TASK]["msg"]
     assert client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"] == []
+
+
+KNOBS_TASK = "Scaling defaults from the script's Modal knobs, inventory over them"
+WARM_SCRIPT = """
+import modal
+
+app = modal.App("warm")
+
+
+@app.cls(gpu="L4", min_containers=1, scaledown_window=600)
+class Embedder:
+    @modal.method()
+    def embed(self, text: str) -> list[float]:
+        return [float(len(text))]
+"""
+
+
+@pytest.mark.slow
+def test_pool_yml_warms_a_pool_from_the_scripts_knobs_changes_nothing_twice_and_teardown_removes_it(
+    moto: str, tmp_path: Path
+) -> None:
+    from calque.aws.acquire.scaling import policy_names
+    from calque.aws.acquire.warm_pool import LAUNCH_HOOK
+
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_SCRIPT)
+    group = {k: v for k, v in SANDBOX_GROUP.items() if k != "count"}
+    extra: dict[str, Any] = {
+        "calque_pool_workload": f"{script}::Embedder",
+        "calque_pool_group": {**group, "count": 1, "market": "on-demand"},
+        "calque_pool_warm": {"state": "Stopped", "min_size": 1},
+    }
+    rc, tasks = play(tmp_path, "pool.yml", "--diff", **extra)
+    assert rc == 0, tasks
+    knobs = tasks[KNOBS_TASK]
+    assert knobs["min_size"] == {"value": 1, "source": "script: min_containers=1 on Embedder"}
+    assert knobs["idle_s"] == {"value": 600, "source": "script: scaledown_window=600 on Embedder"}
+    assert knobs["max_size"]["source"] == "inventory (calque_pool_group.max_size)"
+    assert knobs["diff"]["after"]["min_size"] == "1 (script: min_containers=1 on Embedder)"  # --diff says whence
+    names = pool_names("sandbox/embedder")
+    asg = client("autoscaling")
+    assert asg.describe_auto_scaling_groups(AutoScalingGroupNames=[names.group])["AutoScalingGroups"][0]["MinSize"] == 1
+    idle = client("cloudwatch").describe_alarms(AlarmNames=[policy_names(names)[2]])["MetricAlarms"][0]
+    assert idle["EvaluationPeriods"] == 10  # scaledown_window 600 s in CloudWatch's 1-minute periods
+    warm = asg.describe_warm_pool(AutoScalingGroupName=names.group)["WarmPoolConfiguration"]
+    assert warm["PoolState"] == "Stopped" and warm["MinSize"] == 1
+    hooks = asg.describe_lifecycle_hooks(AutoScalingGroupName=names.group)["LifecycleHooks"]
+    assert {h["LifecycleHookName"]: h["LifecycleTransition"] for h in hooks}[LAUNCH_HOOK].endswith("LAUNCHING")
+
+    rc, tasks = play(tmp_path, "pool.yml", **extra)
+    assert rc == 0 and [name for name, t in tasks.items() if t.get("changed")] == []  # changed=0
+
+    rc, tasks = play(tmp_path, "pool.yml", "--check", "--diff", **{**extra, "calque_pool_warm": {"min_size": 2}})
+    planned = tasks[GROUP_TASK]
+    assert rc == 0 and planned["changed"] and planned["rolling"] == []  # a diff, no roll
+    assert (
+        planned["diff"]["before"]["warm_pool"]["MinSize"] == 1 and planned["diff"]["after"]["warm_pool"]["MinSize"] == 2
+    )
+    assert planned["diff"]["before"]["config"] == planned["diff"]["after"]["config"]
+
+    rc, _ = play(tmp_path, "teardown.yml", **extra)
+    assert rc == 0 and asg.describe_auto_scaling_groups(AutoScalingGroupNames=[names.group])["AutoScalingGroups"] == []

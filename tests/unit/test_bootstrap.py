@@ -44,7 +44,9 @@ def test_user_data_writes_the_same_spec_and_starts_the_worker_under_systemd() ->
     assert written == spec_yaml(spec)
     assert PoolSpec.model_validate(yaml.safe_load(written)) == spec  # the instance reads the same spec
     assert f"ExecStart=/opt/calque/venv/bin/calque pool worker --spec {SPEC_PATH_ON_INSTANCE}" in text
-    assert "systemctl enable --now calque-pool-worker.service" in text
+    assert "systemctl enable calque-pool-worker.service" in text  # started after warm_steps reached ready
+    assert "systemctl start --no-block calque-pool-worker.service" in text
+    assert text.index("warm_steps /opt/calque/venv") < text.index("systemctl start --no-block")
     assert "pip install --quiet 'calque @ https://example.invalid/calque-0.1.0-py3-none-any.whl'" in text
     assert not re.search(r"@[A-Z_0-9]+@", text)  # every placeholder filled
 

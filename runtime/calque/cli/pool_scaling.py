@@ -32,6 +32,7 @@ def _render(o: Outcome[Any]) -> str:
 @click.option(
     "--drain-timeout", "drain_timeout_s", type=WHOLE_DURATION, default=300, show_default=True, help="Drain hook wait."
 )
+@click.option("--buffer", type=click.IntRange(0, 1000), default=0, show_default=True, help="Idle instances kept.")
 @click.option("--check", is_flag=True, help="Show what would change, change nothing.")
 @aws_options
 @json_option

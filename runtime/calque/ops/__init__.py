@@ -18,6 +18,7 @@ OPERATIONS = {
     "pool_scaling": "calque.ops.pool_scaling:PoolScalingOp",
     "ec2_cohort": "calque.ops.cohort:CohortOp",
     "pool_group": "calque.ops.pool_group:PoolGroupOp",
+    "pool_knobs": "calque.ops.pool_knobs:PoolKnobsOp",
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",

@@ -36,8 +36,10 @@ from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
 from calque.models.acquire import RootVolume
 from calque.models.base import CalqueModel
+from calque.models.warmth import ScheduleEntry, WarmPoolSettings
 from calque.ops.base import Operation
 from calque.ops.outcome import Failure, Outcome
+from calque.ops.pool_warmth import WarmthPlan, apply_warmth, check_warm_request, plan_warmth, remove_warm_pool
 
 
 class PoolGroupRequest(CalqueModel):
@@ -68,6 +70,8 @@ class PoolGroupRequest(CalqueModel):
     i_understand_this_terminates_instances: bool = False
     gate_only: bool = False
     wait_timeout: int = Field(600, ge=1, le=3600)
+    warm: WarmPoolSettings | None = Field(None, description="an EC2 warm pool of bootstrapped instances")
+    schedule: list[ScheduleEntry] = Field(default_factory=list, description="windows of a raised minimum")
 
     @model_validator(mode="after")
     def _consistent(self) -> PoolGroupRequest:
@@ -85,11 +89,17 @@ class PoolGroupRequest(CalqueModel):
         reserved = sorted(k for k in self.tags if str(k).startswith("calque:"))
         if reserved:
             raise ValueError(f"tags {reserved} use the reserved calque: prefix; calque sets those itself")
+        check_warm_request(self.warm, self.market, self.instance_types)
         return self
 
     @property
     def top(self) -> int:
         return self.max_size if self.max_size is not None else int(self.count or 0)
+
+    @property
+    def priced(self) -> int:
+        """The most instances running at once: the group's top plus warmed ones bootstrapping beside it."""
+        return self.top + (self.warm.min_size if self.warm else 0)
 
     def consent(self) -> Consent:
         return Consent(spend=self.i_understand_this_spends_money, terminate=self.i_understand_this_terminates_instances)
@@ -131,6 +141,7 @@ class PoolGroupPlan:
     renew_only: bool = False
     actions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    warmth: WarmthPlan | None = None
 
     @property
     def changes(self) -> bool:
@@ -139,7 +150,9 @@ class PoolGroupPlan:
     @property
     def launches(self) -> bool:
         before = self.before.desired if self.before else 0
-        return self.request.state == "present" and (self.desired > before or (self.before is None and self.desired > 0))
+        warms = self.warmth is not None and self.warmth.launches
+        grows = self.desired > before or (self.before is None and self.desired > 0)
+        return self.request.state == "present" and (grows or warms)
 
     @property
     def ends(self) -> list[str]:
@@ -168,7 +181,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
         spend = None
         if request.state == "present":
             assert request.instance_types
-            spend = price_cohort(request.top, request.instance_types, request.max_hourly_usd)
+            spend = price_cohort(request.priced, request.instance_types, request.max_hourly_usd)
             check_spend_limit(spend)  # before anything else: a refused pool reads and makes nothing
         ec2, asg = self.aws.client("ec2"), self.aws.client("autoscaling")
         before = grp.describe_group(asg, ec2, names.group, request.pool)
@@ -176,12 +189,18 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
         plan = PoolGroupPlan(request, names, before, template)
         if spend is not None:
             plan.spend, plan.hourly_usd = spend.sentence(), spend.hourly_usd
+        if not request.gate_only:
+            plan.warmth = plan_warmth(
+                asg, names.group, before is not None, request.warm, request.schedule, request.min_size,
+                absent=request.state == "absent",
+            )  # fmt: skip
         if request.state == "absent":
             return self._plan_absent(plan)
         return self._plan_present(plan, ec2)
 
     def _plan_absent(self, plan: PoolGroupPlan) -> PoolGroupPlan:
         n = plan.names
+        plan.actions += plan.warmth.actions if plan.warmth else []
         if plan.before is not None:
             plan.actions.append(
                 f"drain group {n.group} to 0 ({len(plan.before.instances)} instance(s)), then delete it"
@@ -220,6 +239,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             security_groups=r.security_groups,
             key_name=r.key_name,
             tags=tags,
+            hibernate=r.warm is not None and r.warm.state == "Hibernated",
         )
         data, digest = tpl.template_data(inputs)
         tpl.dry_run(ec2, data, r.subnets[0] if r.subnets else None)
@@ -244,13 +264,14 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             spot=r.market == "spot",
             max_lifetime_s=lifetime,
             zones=[] if r.subnets else grp.default_zones(ec2),
+            mixed=r.warm is None,
         )
         if before is None:
             plan.actions.append(f"create Auto Scaling group {n.group}: {r.min_size}..{r.top}, desired {plan.desired}")
         else:
             version = None if plan.data is None else "next"
             want = {
-                **_shape_dict(plan.shape),
+                **grp.shape_dict(plan.shape),
                 "template_version": before.template_version if version is None else version,
             }
             have = grp.shape_of(before)
@@ -270,6 +291,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
                     f"roll {len(plan.roll)} instance(s) launched from an older config ({', '.join(plan.roll)}) "
                     f"to config {digest}, keeping at least {r.min_healthy_percentage}% healthy"
                 )
+        plan.actions += plan.warmth.actions if plan.warmth else []
         self._consent_warnings(plan)
         return plan
 
@@ -323,6 +345,8 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
                 grp.update_group(asg, params)
             if plan.before.desired != plan.desired:
                 grp.set_desired(asg, n.group, plan.desired)
+        if plan.warmth is not None:
+            apply_warmth(asg, plan.warmth)
         replaced = grp.replace(asg, plan.replace)
         refresh_id = None
         if plan.roll:
@@ -340,6 +364,8 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
 
     def _drain_and_delete(self, plan: PoolGroupPlan, asg: Any, ec2: Any) -> Failure | None:
         n = plan.names
+        if plan.warmth is not None:
+            remove_warm_pool(asg, plan.warmth)
         if plan.before is not None:
             asg.update_auto_scaling_group(AutoScalingGroupName=n.group, MinSize=0, DesiredCapacity=0)
             deadline = time.monotonic() + plan.request.wait_timeout
@@ -397,6 +423,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             "template_version": plan.template.version if plan.template else None,
             "desired": b.desired if b else 0,
             "instances": [i.instance_id for i in b.instances] if b else [],
+            **(plan.warmth.before() if plan.warmth else {}),
         }
         after = {
             "exists": plan.request.state == "present",
@@ -405,6 +432,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             "desired": result.desired,
             "rolls": list(plan.roll),
             "replaces": list(plan.replace),
+            **(plan.warmth.after() if plan.warmth else {}),
         }
         return Outcome[PoolGroupResult](
             resource=self.name,
@@ -417,14 +445,3 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             failure=failure,
             result=result,
         )
-
-
-def _shape_dict(shape: grp.GroupShape) -> dict[str, Any]:
-    return {
-        "min_size": shape.min_size,
-        "max_size": shape.max_size,
-        "instance_types": shape.instance_types,
-        "subnets": shape.subnets,
-        "on_demand_base": shape.on_demand_base,
-        "spot": shape.spot,
-    }

@@ -30,6 +30,7 @@ class PoolScalingRequest(CalqueModel):
     idle_s: int = Field(900, description="seconds with nothing to do before the group scales to zero")
     warmup_s: int = Field(300, description="seconds a new instance needs before it counts (boot and @enter)")
     drain_timeout_s: int = Field(300, description="seconds a terminating instance waits for its worker to drain")
+    buffer: int = Field(0, description="instances kept beyond the backlog's need while active (buffer_containers)")
 
     @model_validator(mode="after")
     def _sized_when_present(self) -> PoolScalingRequest:
@@ -41,7 +42,8 @@ class PoolScalingRequest(CalqueModel):
         return self
 
     def settings(self) -> ScalingSettings:
-        data = self.model_dump(include={"seconds_per_claim", "latency_s", "idle_s", "warmup_s", "drain_timeout_s"})
+        fields = {"seconds_per_claim", "latency_s", "idle_s", "warmup_s", "drain_timeout_s", "buffer"}
+        data = self.model_dump(include=fields)
         return validated(ScalingSettings, data, f"invalid scaling for pool {self.pool}")
 
 

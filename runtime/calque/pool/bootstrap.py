@@ -28,8 +28,10 @@ from typing import Any
 import yaml
 
 from calque import __version__
+from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import aws_errors
+from calque.aws.pool_names import pool_names
 from calque.aws.store import parse_s3_uri
 from calque.errors import UsageError
 from calque.models import PoolSpec
@@ -41,8 +43,10 @@ CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
 # Placeholders are @NAME@ so that the shell's own $ and {} need no escaping.
 _USER_DATA = r"""#!/bin/bash
 # calque pool worker bootstrap for model @MODEL@ (rendered by calque.pool.bootstrap).
-# 1. the calque runtime in /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked)
-# 2. the pool spec in @SPEC_PATH@  3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`.
+# 1. the pool spec in @SPEC_PATH@  2. up to "ready" (warm_steps): the driver check, the calque runtime in
+# /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked), `calque pool warm-up` (workload, its
+# weight steps into /var/lib/calque/cache, the calque-ready lifecycle hook: CONTINUE, or ABANDON on failure)
+# 3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`, on this and every later boot.
 # The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
 set -euo pipefail
 PY=$(command -v python3.11 || command -v python3)
@@ -51,6 +55,28 @@ RUNTIME_SHA256=@RUNTIME_SHA256@
 RUNTIME_WHEEL=@WHEEL_NAME@
 WHEELHOUSE_URL=@WHEELHOUSE_URL@  # the staged wheelhouse tar (calque + pinned deps; empty: none)
 WHEELHOUSE_SHA256=@WHEELHOUSE_SHA256@
+IMDS=${CALQUE_IMDS:-@IMDS@}
+GROUP=@GROUP@ REGION=@REGION@ ASG_ENDPOINT=@ASG_ENDPOINT@  # the pool's group (empty: none)
+HOOK_OPEN=0  # 1 while a failure must abandon the launch (before calque, which completes it itself)
+
+abandon() {  # ABANDON the calque-ready hook with the standard library: no runtime, no boto3 yet
+  local f
+  [ -n "$GROUP" ] || return 0
+  f=$(mktemp)
+  cat >"$f" <<'CALQUE_SIGNAL'
+@SIGNAL_PY@
+CALQUE_SIGNAL
+  "$PY" "$f" "$IMDS" "$REGION" "$ASG_ENDPOINT" "$GROUP" @HOOK@ ABANDON \
+    || echo "calque bootstrap: ABANDON failed; the hook's timeout abandons the launch"
+  rm -f "$f"
+}
+on_exit() {
+  local rc=$?
+  if [ "$rc" != 0 ] && [ "$HOOK_OPEN" = 1 ]; then
+    echo "calque bootstrap: a step failed (exit $rc): abandoning the launch"; abandon
+  fi
+}
+trap on_exit EXIT
 
 fetch() {  # URL DEST: a few tries, each bounded
   local i
@@ -94,22 +120,39 @@ install_runtime() {  # VENV [PIP_ARGS...]: calque into VENV (created when missin
   fi
 }
 
-# CALQUE_BOOTSTRAP_STEP=install_runtime runs only that step (the tests, against a scratch venv).
-if [ "${CALQUE_BOOTSTRAP_STEP:-}" = install_runtime ]; then
-  install_runtime "$CALQUE_BOOTSTRAP_VENV" ${CALQUE_BOOTSTRAP_PIP_ARGS:-}
-  exit 0
-fi
+check_driver() {  # a GPU image's driver answers, or the instance is no use warm
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L
+  else
+    echo "calque bootstrap: no nvidia-smi on this image: driver check skipped"
+  fi
+}
+
+warm_steps() {  # VENV SPEC [PIP_ARGS...]: up to "ready"
+  local venv=$1 spec=$2; shift 2
+  HOOK_OPEN=1
+  check_driver
+  if [ ! -x "$venv/bin/calque" ]; then
+    install_runtime "$venv" "$@"
+  fi
+  HOOK_OPEN=0
+  "$venv/bin/calque" pool warm-up --spec "$spec"
+}
+
+# CALQUE_BOOTSTRAP_STEP runs one step alone (the tests, against a scratch venv and a stand-in IMDS).
+case "${CALQUE_BOOTSTRAP_STEP:-}" in
+  install_runtime) install_runtime "$CALQUE_BOOTSTRAP_VENV" ${CALQUE_BOOTSTRAP_PIP_ARGS:-}; exit 0 ;;
+  warm) warm_steps "$CALQUE_BOOTSTRAP_VENV" "$CALQUE_BOOTSTRAP_SPEC" ${CALQUE_BOOTSTRAP_PIP_ARGS:-}; exit 0 ;;
+esac
 
 exec >>/var/log/calque-bootstrap.log 2>&1
 echo "calque bootstrap: $(date -u +%FT%TZ)"
+HOOK_OPEN=1
 if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
 fi
 install -d -m 0755 /opt/calque /etc/calque
 install -d -m 0750 /var/lib/calque
-if [ ! -x /opt/calque/venv/bin/calque ]; then
-  install_runtime /opt/calque/venv
-fi
 base64 -d >@SPEC_PATH@ <<'CALQUE_SPEC'
 @SPEC_B64@
 CALQUE_SPEC
@@ -122,8 +165,13 @@ After=network-online.target
 
 [Service]
 Type=simple
+# every boot: wait while warmed, check "ready" (a start from the warm pool repeats nothing), CONTINUE
+ExecStartPre=/opt/calque/venv/bin/calque pool warm-up --spec @SPEC_PATH@ --wait-in-service
 ExecStart=/opt/calque/venv/bin/calque pool worker --spec @SPEC_PATH@
+TimeoutStartSec=infinity
 Environment=CALQUE_WORKLOAD_CACHE=/var/lib/calque/workloads
+Environment=CALQUE_WEIGHTS_CACHE=/var/lib/calque/cache HF_HOME=/var/lib/calque/cache/huggingface
+Environment=TORCH_HOME=/var/lib/calque/cache/torch XDG_CACHE_HOME=/var/lib/calque/cache/xdg
 Restart=on-failure
 RestartSec=10
 KillMode=mixed
@@ -132,10 +180,18 @@ TimeoutStopSec=120
 [Install]
 WantedBy=multi-user.target
 CALQUE_UNIT
+warm_steps /opt/calque/venv @SPEC_PATH@
 systemctl daemon-reload
-systemctl enable --now @UNIT@
-echo "calque bootstrap: started @UNIT@"
+systemctl enable @UNIT@
+systemctl start --no-block @UNIT@  # warmed: it waits in ExecStartPre; AWS stops the instance
+echo "calque bootstrap: ready; @UNIT@ started"
 """
+
+
+def _signal_source() -> str:
+    """``lifecycle_signal.py`` as the user-data carries it: its code, without the module docstring."""
+    text = (Path(__file__).parent / "lifecycle_signal.py").read_text(encoding="utf-8")
+    return text[text.index('"""', 3) + 3 :].strip()
 
 
 def default_runtime_pip() -> str:
@@ -187,6 +243,12 @@ def worker_user_data(
         "@WHEELHOUSE_SHA256@": shlex.quote(wheelhouse_sha256 or ""),
         "@RUNTIME_PIP@": shlex.quote(runtime_pip or default_runtime_pip()),
         "@SPEC_B64@": lines,
+        "@IMDS@": shlex.quote(spec.imds_endpoint),
+        "@GROUP@": shlex.quote(pool_names(spec.pool).group if spec.pool else ""),
+        "@REGION@": shlex.quote(spec.region),
+        "@ASG_ENDPOINT@": shlex.quote(spec.endpoint_url or ""),
+        "@HOOK@": LAUNCH_HOOK,
+        "@SIGNAL_PY@": _signal_source(),
     }
     text = _USER_DATA
     for key, value in values.items():

@@ -35,8 +35,10 @@ from calque.pool.loads import load_prefix
 from calque.pool.metrics import Metrics
 from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
+from calque.pool.warmup import skip_built
 from calque.pool.worker import Worker, WorkerReport
 from calque.warm import WarmSupervisor
+from calque.warm.loader import load_workload
 
 log = logging.getLogger("calque.pool")
 
@@ -111,7 +113,10 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
         if instance_type:
             hourly_usd(instance_type)  # an unknown type is an error now, not a missing cost later
         log.info("loading %s for model %s (queue %s)", spec.workload, spec.model, pool_queue.name)
-        sup = WarmSupervisor.load(spec)
+        workload = skip_built(load_workload(spec.workload, dict(spec.parameters)))  # the bootstrap's @build
+        sup = WarmSupervisor.from_workload(
+            workload, item_timeout_s=spec.item_timeout_s, claim_deadline_s=spec.claim_deadline_s
+        )
     log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
     metrics = Metrics({"model": spec.model, "worker": worker_id})
     instance = _instance_guard(spec)

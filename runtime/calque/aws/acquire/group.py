@@ -63,7 +63,8 @@ def describe_group(asg: Any, ec2: Any, name: str, pool: str) -> GroupState | Non
         return None
     g = groups[0]
     refuse_foreign("Auto Scaling group", name, g.get("Tags"), pool)
-    spec = (g.get("MixedInstancesPolicy") or {}).get("LaunchTemplate", {}).get("LaunchTemplateSpecification", {})
+    mip = (g.get("MixedInstancesPolicy") or {}).get("LaunchTemplate", {}).get("LaunchTemplateSpecification", {})
+    spec = mip or g.get("LaunchTemplate") or {}  # a warmed pool's group names its template directly
     configs = _instance_configs(ec2, [i["InstanceId"] for i in g.get("Instances", [])])
     instances = [
         GroupInstance(
@@ -114,6 +115,7 @@ class GroupShape:
     spot: bool
     max_lifetime_s: int | None
     zones: list[str] = field(default_factory=list)  # used only without subnets (the default VPC)
+    mixed: bool = True  # False: the launch template alone (AWS refuses a warm pool beside a mixed policy)
 
 
 def group_params(name: str, shape: GroupShape, template_id: str, version: int) -> dict[str, Any]:
@@ -125,21 +127,23 @@ def group_params(name: str, shape: GroupShape, template_id: str, version: int) -
     }
     if shape.spot:
         distribution["SpotAllocationStrategy"] = "price-capacity-optimized"
+    spec = {"LaunchTemplateId": template_id, "Version": str(version)}
     params: dict[str, Any] = {
         "AutoScalingGroupName": name,
         "MinSize": shape.min_size,
         "MaxSize": shape.max_size,
-        "MixedInstancesPolicy": {
-            "LaunchTemplate": {
-                "LaunchTemplateSpecification": {"LaunchTemplateId": template_id, "Version": str(version)},
-                "Overrides": [{"InstanceType": t} for t in shape.instance_types],
-            },
-            "InstancesDistribution": distribution,
-        },
         "CapacityRebalance": shape.spot,
         "HealthCheckType": "EC2",
         "HealthCheckGracePeriod": 300,
     }
+    if shape.mixed:
+        overrides = [{"InstanceType": t} for t in shape.instance_types]
+        params["MixedInstancesPolicy"] = {
+            "LaunchTemplate": {"LaunchTemplateSpecification": spec, "Overrides": overrides},
+            "InstancesDistribution": distribution,
+        }
+    else:  # the template's own instance type (the first of instance_types), on-demand
+        params["LaunchTemplate"] = spec
     if shape.subnets:
         params["VPCZoneIdentifier"] = ",".join(shape.subnets)
     elif shape.zones:
@@ -161,7 +165,21 @@ def shape_of(state: GroupState) -> dict[str, Any]:
         "subnets": [s for s in (g.get("VPCZoneIdentifier") or "").split(",") if s],
         "on_demand_base": int(dist.get("OnDemandBaseCapacity", 0)),
         "spot": int(dist.get("OnDemandPercentageAboveBaseCapacity", 100)) < 100,
+        "mixed": bool(mip),
         "template_version": state.template_version,
+    }
+
+
+def shape_dict(shape: GroupShape) -> dict[str, Any]:
+    """What ``group_params`` sets from ``shape``, in the words of ``shape_of`` (minus the version)."""
+    return {
+        "min_size": shape.min_size,
+        "max_size": shape.max_size,
+        "instance_types": shape.instance_types if shape.mixed else [],  # plain: the template's type
+        "subnets": shape.subnets,
+        "on_demand_base": shape.on_demand_base,
+        "spot": shape.spot,
+        "mixed": shape.mixed,
     }
 
 

@@ -66,6 +66,7 @@ class ScalingSettings(CalqueModel):
     idle_s: int = Field(900, ge=60, le=86400, description="empty for this long, the group scales to zero")
     warmup_s: int = Field(300, ge=0, le=3600, description="an instance's boot and @enter, before it counts")
     drain_timeout_s: int = Field(300, ge=30, le=7200, description="the lifecycle hook's wait for a worker to drain")
+    buffer: int = Field(0, ge=0, le=1000, description="instances kept beyond the backlog's need while active")
 
     @property
     def target(self) -> int:
@@ -125,10 +126,13 @@ def desired_scaling(names: PoolNames, s: ScalingSettings) -> ScalingState:
     """Every scaling part ``names``' pool should have under ``s``."""
     backlog, wake, idle = policy_names(names)
     step = {"PolicyType": "StepScaling", "AdjustmentType": "ExactCapacity", "MetricAggregationType": "Maximum"}
+    # buffer_containers: b extra instances is b x target more claims to share, so the policy's
+    # equilibrium is backlog / target + b in service (still undefined at zero: the wake alarm's job)
+    extra = f" + {s.buffer * s.target}" if s.buffer else ""
     per_instance = {
         "Id": "backlog_per_instance",
-        "Expression": "(visible + inflight) / inservice",
-        "Label": "claims visible or in flight per in-service instance",
+        "Expression": f"(visible + inflight{extra}) / inservice",
+        "Label": "claims visible or in flight per in-service instance" + (f", plus {s.buffer} buffer" if extra else ""),
         "ReturnData": True,
     }
     policies = {

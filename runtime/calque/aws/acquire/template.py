@@ -104,6 +104,7 @@ class TemplateInputs:
     security_groups: list[str]
     key_name: str | None
     tags: dict[str, str]
+    hibernate: bool = False  # a Hibernated warm pool: RAM saved to the (encrypted) root volume on stop
 
 
 def template_data(inp: TemplateInputs) -> tuple[dict[str, Any], str]:
@@ -127,6 +128,8 @@ def template_data(inp: TemplateInputs) -> tuple[dict[str, Any], str]:
         data["SecurityGroupIds"] = list(inp.security_groups)
     if inp.key_name:
         data["KeyName"] = inp.key_name
+    if inp.hibernate:
+        data["HibernationOptions"] = {"Configured": True}
     if inp.instance_profile:
         key = "Arn" if inp.instance_profile.startswith("arn:") else "Name"
         data["IamInstanceProfile"] = {key: inp.instance_profile}

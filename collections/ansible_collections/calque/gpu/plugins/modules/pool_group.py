@@ -25,6 +25,14 @@ description:
     spot C(price-capacity-optimized) above an on-demand base of O(on_demand_base), and capacity
     rebalancing. A O(ttl) of a day or more becomes the group's C(MaxInstanceLifetime); a shorter one
     powers each instance off O(ttl) after its first boot.
+  - With O(warm), an EC2 Auto Scaling warm pool of instances that ran the bootstrap up to "ready" and then
+    stopped (or hibernated, or keep running), and the C(calque-ready) lifecycle hook on
+    C(autoscaling:EC2_INSTANCE_LAUNCHING) that the bootstrap completes CONTINUE once ready, ABANDON on failure.
+    AWS refuses a warm pool beside a mixed instances policy or Spot, so O(warm) needs O(market=on-demand) and
+    one instance type; the group then names its launch template directly. Changing O(warm) is one
+    C(PutWarmPool), never a new template version or a roll (except V(Hibernated), which the template enables).
+  - O(schedule) windows become Auto Scaling scheduled actions raising the group's minimum before a known
+    busy time and lowering it back to O(min_size) after.
   - The spend gate prices the worst case, O(max_size) instances of the dearest allowed type, against
     O(max_hourly_usd) before anything is read or made; launching needs O(i_understand_this_spends_money),
     lowering the count or rolling needs O(i_understand_this_terminates_instances).
@@ -113,6 +121,65 @@ options:
     description: Seconds V(absent) waits for the group to drain before it reports a failure.
     type: int
     default: 600
+  warm:
+    description:
+      - The pool's EC2 warm pool (C(calque_pool_warm) in pool.yml); omit for none (an existing one is deleted).
+      - Its O(warm.min_size) instances are priced by the spend gate beside O(max_size), since each runs while it bootstraps.
+    type: dict
+    suboptions:
+      state:
+        description:
+          - What a warmed instance waits as. V(Stopped) keeps the disk (the runtime, the workload, its weight
+            cache) and bills only its EBS volumes; V(Running) bills the instance; V(Hibernated) also keeps RAM
+            but only instance families AWS lists for hibernation can (no GPU family, see docs/pool.md).
+        type: str
+        choices: [Stopped, Hibernated, Running]
+        default: Stopped
+      min_size:
+        description: Instances kept warmed, whatever the group's size.
+        type: int
+        default: 1
+      max_prepared:
+        description: Most instances warmed or in service together (C(MaxGroupPreparedCapacity)); omit for O(max_size).
+        type: int
+      reuse_on_scale_in:
+        description: Scale-in returns instances to the warm pool instead of terminating them (C(ReuseOnScaleIn)).
+        type: bool
+        default: true
+      ready_timeout:
+        description: Seconds the C(calque-ready) hook waits for the bootstrap to reach ready before abandoning the launch.
+        type: int
+        default: 1800
+  schedule:
+    description: Recurring windows of warmth (C(calque_pool_schedule) in pool.yml), two scheduled actions each.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Names the window's actions (C(calque-sched-<name>-start), C(-end)); lowercase, digits, dashes.
+        type: str
+        required: true
+      at:
+        description: The window's start as a 5-field cron (C(0 10 * * 1-5)); minute and hour as numbers.
+        type: str
+        required: true
+      duration:
+        description: How long the window lasts (C(2h)), at most a day.
+        type: str
+        required: true
+      instances:
+        description: The group's minimum during the window.
+        type: int
+        default: 1
+      lead:
+        description: How early the instances are asked for (C(10m)).
+        type: str
+        default: 10m
+      timezone:
+        description: The cron's IANA time zone.
+        type: str
+        default: UTC
 extends_documentation_fragment:
   - calque.gpu.launch
   - calque.gpu.runtime
@@ -127,7 +194,9 @@ attributes:
     details: Plans, validates (AMI, profile, subnets, security groups, EC2 DryRun) and reports, calling no write API.
   diff_mode:
     support: full
-    details: Shows the config digest, template version, desired count, and the instances that will roll or be replaced.
+    details: >-
+      Shows the config digest, template version, desired count, the instances that will roll or be replaced,
+      and the warm pool, launching hook and scheduled windows before and after.
   idempotent:
     support: full
     details: A second run with the same options finds template and group unchanged and reports RV(ignore:changed=false).
@@ -144,6 +213,20 @@ EXAMPLES = r"""
     instance_profile: calque-lab-a-embedder-1a2b3c4d-worker
     user_data: "{{ spec_file.user_data }}"
     max_hourly_usd: 10
+    i_understand_this_spends_money: true
+
+- name: The same pool on demand with two warmed (stopped) instances, and a class at 10:00 on weekdays
+  calque.gpu.pool_group:
+    pool: lab-a/embedder
+    count: 0
+    max_size: 4
+    market: on-demand
+    instance_types: [g6.xlarge]
+    user_data: "{{ spec_file.user_data }}"
+    max_hourly_usd: 10
+    warm: {state: Stopped, min_size: 2}
+    schedule:
+      - {name: class, at: "0 10 * * 1-5", duration: 2h, instances: 3}
     i_understand_this_spends_money: true
 
 - name: Drain and delete it
@@ -254,6 +337,29 @@ def main():
         i_understand_this_terminates_instances=dict(type="bool", default=False),
         gate_only=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=600),
+        warm=dict(
+            type="dict",
+            options=dict(
+                state=dict(type="str", choices=["Stopped", "Hibernated", "Running"], default="Stopped"),
+                min_size=dict(type="int", default=1),
+                max_prepared=dict(type="int"),
+                reuse_on_scale_in=dict(type="bool", default=True),
+                ready_timeout=dict(type="int", default=1800),
+            ),
+        ),
+        schedule=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                name=dict(type="str", required=True),
+                at=dict(type="str", required=True),
+                duration=dict(type="str", required=True),
+                instances=dict(type="int", default=1),
+                lead=dict(type="str", default="10m"),
+                timezone=dict(type="str", default="UTC"),
+            ),
+        ),
     )
     run_op(AnsibleAWSModule, "pool_group", argument_spec, mutually_exclusive=[("ami", "ami_ssm_parameter")])
 

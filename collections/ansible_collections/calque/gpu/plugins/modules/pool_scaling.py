@@ -65,6 +65,13 @@ options:
       - Seconds the termination lifecycle hook waits for a worker to drain, C(30..7200).
     type: int
     default: 300
+  buffer:
+    description:
+      - Instances kept in service beyond what the backlog needs while the pool is active (Modal's
+        C(buffer_containers), per instance); the target tracking metric counts O(buffer) x target more claims.
+      - The idle alarm still takes the group to its minimum after O(idle_s) with nothing to do.
+    type: int
+    default: 0
 extends_documentation_fragment:
   - calque.gpu.runtime
   - calque.gpu.offline
@@ -142,6 +149,7 @@ def main():
         idle_s=dict(type="int", default=900),
         warmup_s=dict(type="int", default=300),
         drain_timeout_s=dict(type="int", default=300),
+        buffer=dict(type="int", default=0),
     )
     run_op(AnsibleAWSModule, "pool_scaling", argument_spec)
 
