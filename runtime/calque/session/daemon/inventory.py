@@ -6,14 +6,20 @@ The session service only reads GPU state (``GpuReader``); laying slices out is t
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
-from calque.errors import UsageError
+from calque.errors import CalqueError, UsageError
 from calque.gpu.backend import GpuReader
 from calque.gpu.selection import GpuSelection, open_reader
 from calque.models import GpuDevice, GpuProcess
 from calque.models.session import Slice
 from calque.session.config import SessionConfig
+from calque.session.daemon.wire import RequestError
+
+# Only for backends without a layout stamp (NVML); the simulator's layout is checked on every request.
+INVENTORY_MAX_AGE_S = 2.0
 
 
 def gpu_selection(config: SessionConfig) -> GpuSelection:
@@ -134,3 +140,40 @@ def owner_of(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+class SliceInventory:
+    """The host's slices as the GPU backend and the config say, cached: rebuilding reads and validates
+    the whole GPU state, so it happens only when the layout stamp changed (one stat), or, with no
+    stamp, when the last read is older than INVENTORY_MAX_AGE_S. The stamp is taken before the read,
+    so a change during it is seen next time."""
+
+    def __init__(self, config: SessionConfig, reader: GpuReader | None) -> None:
+        self._config = config
+        self._reader = reader
+        self._lock = threading.Lock()
+        self._slices: list[Slice] = []
+        self._at = 0.0
+        self._stamp: tuple[int, ...] | None = None
+
+    def slices(self, fresh: bool = False) -> list[Slice]:
+        with self._lock:
+            now = time.monotonic()
+            try:
+                stamp = layout_stamp(self._config)
+            except OSError:
+                stamp, fresh = None, True  # let the read itself report what is wrong
+            stale = (
+                stamp != self._stamp if stamp is not None else (not self._at or now - self._at > INVENTORY_MAX_AGE_S)
+            )
+            if fresh or stale:
+                self._stamp = None
+                try:
+                    self._slices = inventory(self._config, self._reader)
+                except CalqueError:
+                    raise
+                except Exception as exc:
+                    raise RequestError("internal", f"cannot read the GPU inventory: {exc}") from exc
+                self._at = now
+                self._stamp = stamp
+            return list(self._slices)
