@@ -14,11 +14,24 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PlainValidator, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from calque.durations import parse_duration
 from calque.models.base import CalqueModel, VersionedModel
+
+# A researcher's `calque session status` validates one or two of these models: each builds its
+# validator on first use, not when this module is imported (bench/cli_startup.py).
+_DEFERRED = ConfigDict(defer_build=True)
 
 # Bump when the socket protocol changes incompatibly; the daemon refuses other versions.
 SESSION_PROTOCOL_VERSION = 1
@@ -33,6 +46,8 @@ EndReason = Literal["checkin", "expired", "idle", "released", "vanished"]
 
 class Slice(CalqueModel):
     """One unit a user can check out."""
+
+    model_config = _DEFERRED
 
     id: str = Field(description="MIG-<uuid> for MIG; mps-gpu<N>-slot<K> for an MPS slot")
     kind: SliceKind
@@ -55,6 +70,8 @@ class Slice(CalqueModel):
 
 class Session(VersionedModel):
     """One user's hold on one slice."""
+
+    model_config = _DEFERRED
 
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
@@ -83,6 +100,8 @@ class Session(VersionedModel):
 class SliceState(CalqueModel):
     """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder."""
 
+    model_config = _DEFERRED
+
     slice: Slice
     busy: bool
     busy_until: datetime | None = None
@@ -94,6 +113,8 @@ class SliceState(CalqueModel):
 class UsageRow(CalqueModel):
     """Hours held per user and profile, from the registry's usage table."""
 
+    model_config = _DEFERRED
+
     user: str
     uid: int
     profile: str
@@ -103,6 +124,7 @@ class UsageRow(CalqueModel):
 
 
 class UsageReport(VersionedModel):
+    model_config = _DEFERRED
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
     version: StrictInt = SESSION_PROTOCOL_VERSION
@@ -114,6 +136,8 @@ class UsageReport(VersionedModel):
 class SessionRequest(VersionedModel):
     """One request on the daemon's socket: one JSON object on one line."""
 
+    model_config = _DEFERRED
+
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
     version: StrictInt = SESSION_PROTOCOL_VERSION
@@ -122,12 +146,15 @@ class SessionRequest(VersionedModel):
 
 
 class SessionErrorBody(CalqueModel):
+    model_config = _DEFERRED
     kind: ErrorKind
     message: str
 
 
 class SessionResponse(VersionedModel):
     """The daemon's answer: ``result`` when ``ok``, else ``error``."""
+
+    model_config = _DEFERRED
 
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
@@ -175,9 +202,13 @@ def positive_seconds(value: str | float, flag: str) -> float:
 class RequestArgs(CalqueModel):
     """Arguments of an operation that takes none."""
 
+    model_config = _DEFERRED
+
 
 class CheckoutArgs(RequestArgs):
     """A checkout: one rule set, checked by the client before it sends and by the daemon on receipt."""
+
+    model_config = _DEFERRED
 
     profile: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
     mps: StrictBool = False
@@ -208,10 +239,13 @@ class CheckoutArgs(RequestArgs):
 class SessionRefArgs(RequestArgs):
     """An operation on one of the caller's sessions (the only one when ``id`` is omitted)."""
 
+    model_config = _DEFERRED
+
     id: SessionId | None = None
 
 
 class ExtendArgs(SessionRefArgs):
+    model_config = _DEFERRED
     by: Duration
 
     @model_validator(mode="after")
@@ -223,12 +257,15 @@ class ExtendArgs(SessionRefArgs):
 class ReleaseArgs(RequestArgs):
     """An admin's release of anyone's session; ``reason`` goes to the audit trail."""
 
+    model_config = _DEFERRED
+
     id: SessionId
     force: StrictBool = False
     reason: Annotated[StrictStr, Field(max_length=500)] | None = None
 
 
 class ReportArgs(RequestArgs):
+    model_config = _DEFERRED
     since: Duration = "7d"
 
     @model_validator(mode="after")
@@ -238,10 +275,12 @@ class ReportArgs(RequestArgs):
 
 
 class Pong(CalqueModel):
+    model_config = _DEFERRED
     pong: bool
 
 
 class WhoAmI(CalqueModel):
+    model_config = _DEFERRED
     uid: int
     gid: int
     user: str
@@ -252,6 +291,8 @@ class WhoAmI(CalqueModel):
 class Adopted(CalqueModel):
     """``adopt``: the caller's process is in the session's cgroup; ``env`` is what it runs with."""
 
+    model_config = _DEFERRED
+
     session: Session
     env: dict[str, str]
     cgroup: str
@@ -259,6 +300,8 @@ class Adopted(CalqueModel):
 
 class MetricsText(CalqueModel):
     """``metrics``: the Prometheus exposition (holders by user for admins, counts for everyone else)."""
+
+    model_config = _DEFERRED
 
     text: str
 
