@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from calque.session.daemon import devices
-from calque.session.daemon.cgroup import CgroupError, SessionCgroups
+from calque.session.daemon.cgroup import CgroupError
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller
 from calque.session.daemon.inventory import owner_of
@@ -18,7 +18,7 @@ from calque.session.daemon.rows import Held
 from calque.session.daemon.wire import RequestError
 
 
-def adopt(host: Host, cgroups: SessionCgroups, c: Caller, held: Held) -> Any:
+def adopt(host: Host, c: Caller, held: Held) -> Any:
     if owner_of(c.pid) != c.uid:
         raise RequestError(
             "forbidden", f"pid {c.pid} is not a process of uid {c.uid} (any more); run from your own shell"
@@ -30,7 +30,7 @@ def adopt(host: Host, cgroups: SessionCgroups, c: Caller, held: Held) -> Any:
             "refused", f"cannot list the devices of {held.slice.id}: {exc}; an admin must check the MIG setup"
         ) from exc
     try:
-        where = cgroups.adopt(held.session.id, c.pid, props)
+        where = host.cgroups.adopt(held.session.id, c.pid, props)
     except CgroupError as exc:
         raise RequestError("refused", f"cannot start work inside session {held.session.id}: {exc}") from exc
     view = held.session.model_dump(mode="json")

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from calque.session.daemon import isolation
-from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.host import Host
 from calque.session.daemon.inventory import owner_of, pids_on, processes_on
 from calque.session.daemon.rows import Held
@@ -57,7 +56,7 @@ def signal_pids(pids: list[int], uid: int, sig: int) -> list[int]:
 class Cleanup:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.cgroups = SessionCgroups.from_config(host.config)
+        self.cgroups = host.cgroups
         self._queue: queue.Queue[Held | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="session-cleanup", daemon=True)
 

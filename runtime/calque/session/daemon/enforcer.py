@@ -43,9 +43,9 @@ class Enforcer:
         self.host = host
         self.cfg = host.config
         self.cleanup = cleanup
-        self.cgroups = cleanup.cgroups
+        self.cgroups = host.cgroups
         self.guard = guard
-        self.scopes = ScopeWatch(cleanup.cgroups)
+        self.scopes = ScopeWatch(host.cgroups)
         self._wake = host.timers_due
         self._stop = threading.Event()
         self._reclaiming: set[str] = set()

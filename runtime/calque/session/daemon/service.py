@@ -58,7 +58,7 @@ class Service:
     def op_adopt(self, c: Caller, args: SessionRefArgs) -> Any:
         from calque.session.daemon.adopt import adopt  # the caller's process into the session's cgroup
 
-        return adopt(self.host, self.cleanup.cgroups, c, self._own(c, args, "run in"))
+        return adopt(self.host, c, self._own(c, args, "run in"))
 
     def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
         return checkout(self.host, self.identities, c, args).model_dump(mode="json")
