@@ -362,7 +362,7 @@ def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estat
         said = _wait_for_line(f, "/tmp/esc2.out", "rc=", 60)
         assert "rc=0" in said, f"the user bus refused the move (the path was not tried): {said}"
         deadline = time.monotonic() + 5
-        while _running(f, "sleep 91[13]"):
+        while _running(f, "^(/usr/bin/)?sleep 91[13]"):
             assert time.monotonic() < deadline, "a process that left the session's scope still runs after 5 s"
             time.sleep(0.2)
         # Both ways out were taken (the moved child, and systemd-run in its own scope: ended there, maybe
@@ -371,13 +371,17 @@ def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estat
         left = [p for e in events if e["event"] == "left_scope" and e["session"] == s["id"] for p in e["pids"]]
         why = f.ssh(MIG, "cat /tmp/esc1.out /tmp/esc2.out; journalctl --no-pager -n 40 -u calque-session", check=False)
         assert len(left) >= 2, f"left_scope pids {left}: {why.stdout}"
-        assert _running(f, "sleep 91[4]") and _running(f, "sleep 91[2]")  # the rest of the job, and the other door
+        assert _running(f, "^(/usr/bin/)?sleep 91[4]") and _running(
+            f, "^(/usr/bin/)?sleep 91[2]"
+        )  # the rest of the job, and the other door
         estate.as_user("alice", "calque session checkin")
         deadline = time.monotonic() + 10
-        while _running(f, "sleep 91[4]"):
+        while _running(f, "^(/usr/bin/)?sleep 91[4]"):
             assert time.monotonic() < deadline, "the session's own work outlived its check-in"
             time.sleep(0.2)
-        assert _running(f, "sleep 91[2]")  # started by her manager, never in the session: it keeps running...
+        assert _running(
+            f, "^(/usr/bin/)?sleep 91[2]"
+        )  # started by her manager, never in the session: it keeps running...
         assert not any(estate.can_read("alice", n) for n in estate.nodes(s["slice_id"]))  # ...without the slice
     finally:
         f.ssh(MIG, "pkill -u alice -f 'sleep 91[1-4]' || true; loginctl disable-linger alice || true", check=False)
@@ -393,20 +397,17 @@ def test_concurrent_runs_join_one_session_scope(estate: Estate) -> None:
         "for i in 1 2 3; do nohup calque session run -- sleep 93$i >/tmp/run$i.out 2>&1 </dev/null & done",
     )
     deadline = time.monotonic() + 60
-    while len(_running(f, "sleep 93[123]")) < 3:
+    while len(_running(f, "^(/usr/bin/)?sleep 93[123]")) < 3:
         outs = f.ssh(MIG, "cat /tmp/run1.out /tmp/run2.out /tmp/run3.out 2>/dev/null || true").stdout
         assert "refused" not in outs, outs
         assert time.monotonic() < deadline, f"not every run started: {outs}"
         time.sleep(0.2)
-    group = f.ssh(MIG, f"systemctl show -p ControlGroup --value {scope}").stdout.strip()
-    v2 = f.ssh(
-        MIG, "test -d /sys/fs/cgroup/unified && echo /sys/fs/cgroup/unified || echo /sys/fs/cgroup"
-    ).stdout.strip()
-    in_scope = f.ssh(MIG, f"cat {v2}{group}/cgroup.procs").stdout.split()
-    assert set(_running(f, "sleep 93[123]")) <= set(in_scope)
+    for pid in _running(f, "^(/usr/bin/)?sleep 93[123]"):  # each in the session's scope, as the kernel says
+        where = f.ssh(MIG, f"sed -n 's/^0:://p' /proc/{pid}/cgroup").stdout.strip()
+        assert where.endswith(f"/calque.slice/{scope}"), f"pid {pid} is in {where}, not {scope}"
     estate.as_user("alice", "calque session checkin")
     deadline = time.monotonic() + 10
-    while _running(f, "sleep 93[123]"):
+    while _running(f, "^(/usr/bin/)?sleep 93[123]"):
         assert time.monotonic() < deadline, "runs of a checked-in session outlived it"
         time.sleep(0.2)
 
