@@ -9,8 +9,9 @@ as a researcher runs it). Measured, in one go and on this machine:
   host, and ``pool status`` against a moto server on 127.0.0.1 (when moto is installed), so the
   libraries each command really needs (the client, pydantic, boto3) are counted too.
 
-Target from issue 13: every researcher command's ``--help`` under 3x ``python -c pass``. Figures
-are printed, never asserted (tests do not time things).
+Targets: every researcher command's ``--help`` under 3x ``python -c pass`` (issue 13); ``session
+status`` and ``session list`` against a running daemon within 2x a bare ``python -c 'import click'``
+(issue 20; the ``x click`` column). Figures are printed, never asserted (tests do not time things).
 
     .venv/bin/python bench/cli_startup.py [--runs 15] [--no-calls]
 """
@@ -113,7 +114,10 @@ def main() -> None:
                 cmd = [calque, "pool", "status", "--model", "bench", "--endpoint-url", url, "--region", "us-east-1"]
                 rows.append(("calque pool status (moto, no queue)", median_ms(cmd, args.runs, env)))
     width = max(len(n) for n, _ in rows)
-    print(f"median of {args.runs} runs; baseline python -c pass: {base:.1f} ms (target: --help under 3.0x)")
+    print(
+        f"median of {args.runs} runs; baseline python -c pass: {base:.1f} ms "
+        "(targets: --help under 3.0x pass; session status/list (daemon) within 2.0x click)"
+    )
     click_ms = rows[0][1]  # on a busy machine both move together: x click is the steadier figure
     print(f"{'command':<{width}}  {'ms':>7}  {'x pass':>7}  {'x click':>7}")
     for name, ms in rows:

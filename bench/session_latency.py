@@ -62,7 +62,7 @@ def _become_client() -> None:
 
 
 def _calque_worker(sock: str, seconds: float, start: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    from calque.session.client import NoFreeSliceError, SessionClient
+    from calque.session.client.connection import NoFreeSliceError, SessionClient
 
     _become_client()
 
@@ -106,7 +106,7 @@ def start_daemon(d: Path, processes: int = 1) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=(d / "daemon.log").open("wb"),
     )
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
 
     deadline = time.time() + 30
     while time.time() < deadline:

@@ -4,7 +4,7 @@ Fills a real registry (SQLite, the daemon's schema) with ``--sessions`` ended se
 over 90 days, writes the same sessions as an audit log (a checkout and an end line each), then times
 one report over the last 7 days, for an admin (every user) and for one user:
 
-* calque: ``calque.session.usage.usage_report`` (one indexed query on the usage table);
+* calque: ``calque.session.daemon.usage.usage_report`` (one indexed query on the usage table);
 * baseline: what ``report`` did before, parse every audit line and sum per user and profile.
 
 Prints the median of ``--repeat`` calls of each and the ratio (lower is better).
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from calque.session.registry import Registry
-from calque.session.schema import INSERT_USAGE
-from calque.session.usage import usage_report
+from calque.session.daemon.registry import Registry
+from calque.session.daemon.schema import INSERT_USAGE
+from calque.session.daemon.usage import usage_report
 
 DAY = 86400.0
 

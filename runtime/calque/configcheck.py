@@ -85,7 +85,7 @@ def _session(path: str | Path, against_host: bool) -> dict[str, Any]:
 def _session_on_host(cfg: Any) -> dict[str, Any]:
     """The slices the daemon would build from ``cfg`` on this host (its ``inventory`` at start)."""
     from calque.errors import UsageError
-    from calque.session.inventory import inventory, load_reader
+    from calque.session.slices import inventory, load_reader
 
     reader = load_reader(cfg)
     try:

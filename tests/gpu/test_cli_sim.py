@@ -11,7 +11,7 @@ from calque.cli.main import run
 from calque.gpu.selection import BACKENDS, GpuSelection, open_reader
 from calque.gpu.sim import SimGpu
 from calque.session.config import SessionConfig
-from calque.session.inventory import load_reader
+from calque.session.slices import load_reader
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "collections/ansible_collections/calque/gpu/plugins"

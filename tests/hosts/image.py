@@ -25,10 +25,13 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # the calque virtualenv, python3-apt/python3-debian for ansible's apt and deb822_repository modules
 # (the nvidia_driver role's local repository), sudo and acl for become_user to unprivileged users
 # (ansible sets ACLs on its temporary files), iproute2 and procps for checks, kmod for the driver role,
-# logrotate (on every standard Debian install) for the session service's rotation of its audit trail.
+# logrotate (on every standard Debian install) for the session service's rotation of its audit trail,
+# dbus-user-session so that a user's own systemd manager has a bus (the e2e's user tries to leave
+# a session through it, as on any desktop or lingering login).
 PACKAGES: tuple[str, ...] = (
     "acl",
     "dbus",
+    "dbus-user-session",
     "iproute2",
     "kmod",
     "logrotate",

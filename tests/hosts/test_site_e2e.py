@@ -265,6 +265,154 @@ def test_a_session_is_a_systemd_scope_and_everything_started_in_it_ends_with_it(
         time.sleep(0.2)
 
 
+HOLD = "import os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\nprint('holding', flush=True)\ntime.sleep(600)\n"
+# Bob, as himself: waits for the slice to be free, checks out at once (no guard tick between), and
+# says, the moment his checkout has answered, which of the given pids still run.
+TAKE_OVER = """\
+import json, sys, time
+from pathlib import Path
+from calque.models.session import CheckoutArgs
+from calque.session.client import SessionClient
+def running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+c = SessionClient()
+print("ready", flush=True)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and any(st.busy for st in c.list_slices() if st.slice.id == sys.argv[1]):
+    pass
+s = c.checkout(CheckoutArgs(profile="1g.24gb", ttl="10m"))
+print(json.dumps({"slice": s.slice_id, "id": s.id, "running": [p for p in sys.argv[2:] if running(p)]}), flush=True)
+"""
+
+
+def _wait_for_line(f: Fleet, path: str, want: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while want not in (out := f.ssh(MIG, f"cat {path} 2>/dev/null || true").stdout):
+        assert time.monotonic() < deadline, f"{path} never said {want!r}: {out!r}"
+        time.sleep(0.2)
+    return out
+
+
+def _running(f: Fleet, pattern: str) -> list[str]:
+    """Pids whose command line matches ``pattern`` (bracket one letter, so that the shell running
+    pgrep, whose command line holds the pattern itself, does not match)."""
+    return f.ssh(MIG, f"pgrep -f '{pattern}' || true").stdout.split()
+
+
+def test_a_slice_is_handed_over_only_after_its_last_holder_lost_every_descriptor(estate: Estate) -> None:
+    f = estate.fleet
+    a = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    node = estate.nodes(a["slice_id"])[0]
+    f.ssh(MIG, "cat > /tmp/hold.py && chmod 644 /tmp/hold.py", input=HOLD)
+    f.ssh(MIG, "cat > /tmp/take.py && chmod 644 /tmp/take.py", input=TAKE_OVER)
+    # Alice keeps the node open from a process of her login, outside her session (no cgroup ends it).
+    estate.as_user("alice", f"nohup python3 /tmp/hold.py {node} >/tmp/hold.out 2>&1 </dev/null &")
+    _wait_for_line(f, "/tmp/hold.out", "holding")
+    (keeper,) = _running(f, "[h]old.py")
+    estate.as_user(
+        "bob",
+        f"nohup /opt/calque/venv/bin/python /tmp/take.py {a['slice_id']} {keeper} >/tmp/take.out 2>&1 </dev/null &",
+    )
+    _wait_for_line(f, "/tmp/take.out", "ready")
+    estate.as_user("alice", "calque session checkin")
+    got = json.loads(_wait_for_line(f, "/tmp/take.out", "running").splitlines()[-1])
+    assert got["slice"] == a["slice_id"], got  # Bob got her slice within moments of her check-in
+    assert got["running"] == [], "Alice's process still held the slice's node when Bob was given it"
+    assert estate.can_read("bob", node) and not estate.can_read("alice", node)
+    estate.as_user("bob", f"calque session checkin {got['id']}")
+
+
+def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estate: Estate) -> None:
+    f = estate.fleet
+    uid = f.ssh(MIG, "id -u alice").stdout.strip()
+    # Alice's own systemd manager and its bus, as a lingering (or desktop) login has them.
+    if f.ssh(MIG, "loginctl enable-linger alice", check=False).returncode != 0:
+        f.ssh(MIG, f"systemctl start user@{uid}.service")
+    deadline = time.monotonic() + 30
+    while f.ssh(MIG, f"test -S /run/user/{uid}/bus", check=False).returncode != 0:
+        assert time.monotonic() < deadline, "alice's user manager has no bus"
+        time.sleep(0.2)
+    s = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    bus = f"XDG_RUNTIME_DIR=/run/user/{uid} DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus"
+    # From inside the session: one child leaves through `systemd-run --user --scope`, another is moved
+    # by AttachProcessesToUnit on her user bus into a unit of her own user manager (started by it,
+    # not from the session: a way out that never was in the session, and keeps running).
+    attach = (
+        "busctl --user call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager "
+        "AttachProcessesToUnit ssau"
+    )
+    job = (
+        f"export {bus}; "
+        "systemd-run --user --unit=esc-hold -p Delegate=yes sleep 912 >/tmp/esc0.out 2>&1; "
+        "systemd-run --user --scope --unit=esc-scope sleep 911 >/tmp/esc1.out 2>&1 & "
+        "sleep 913 & victim=$!; sleep 0.5; "
+        # AttachProcessesToUnit into the unit's own cgroup, else into a sub-cgroup she makes in it (hers:
+        # the unit is delegated to her)
+        f'{attach} esc-hold.service "" 1 $victim >/tmp/esc2.out 2>&1 || '
+        "{ cg=$(systemctl --user show -p ControlGroup --value esc-hold.service); "
+        "mkdir -p /sys/fs/cgroup/unified$cg/escaped /sys/fs/cgroup$cg/escaped 2>>/tmp/esc2.out; "
+        f"{attach} esc-hold.service /escaped 1 $victim >>/tmp/esc2.out 2>&1; }}; "
+        "echo rc=$? >>/tmp/esc2.out; "
+        "exec sleep 914"
+    )
+    estate.as_user("alice", f"nohup calque session run -- bash -c '{job}' >/tmp/esc.out 2>&1 </dev/null &")
+    try:
+        said = _wait_for_line(f, "/tmp/esc2.out", "rc=", 60)
+        assert "rc=0" in said, f"the user bus refused the move (the path was not tried): {said}"
+        deadline = time.monotonic() + 5
+        while _running(f, "^(/usr/bin/)?sleep 91[13]"):
+            assert time.monotonic() < deadline, "a process that left the session's scope still runs after 5 s"
+            time.sleep(0.2)
+        # Both ways out were taken (the moved child, and systemd-run in its own scope: ended there, maybe
+        # before it ran sleep 911), and each process that left was ended by the daemon, which says so.
+        events = [json.loads(x) for x in f.ssh(MIG, "cat /var/log/calque/session-audit.jsonl").stdout.splitlines()]
+        left = [p for e in events if e["event"] == "left_scope" and e["session"] == s["id"] for p in e["pids"]]
+        why = f.ssh(MIG, "cat /tmp/esc1.out /tmp/esc2.out; journalctl --no-pager -n 40 -u calque-session", check=False)
+        assert len(left) >= 2, f"left_scope pids {left}: {why.stdout}"
+        assert _running(f, "^(/usr/bin/)?sleep 91[4]") and _running(
+            f, "^(/usr/bin/)?sleep 91[2]"
+        )  # the rest of the job, and the other door
+        estate.as_user("alice", "calque session checkin")
+        deadline = time.monotonic() + 10
+        while _running(f, "^(/usr/bin/)?sleep 91[4]"):
+            assert time.monotonic() < deadline, "the session's own work outlived its check-in"
+            time.sleep(0.2)
+        assert _running(
+            f, "^(/usr/bin/)?sleep 91[2]"
+        )  # started by her manager, never in the session: it keeps running...
+        assert not any(estate.can_read("alice", n) for n in estate.nodes(s["slice_id"]))  # ...without the slice
+    finally:
+        f.ssh(MIG, "pkill -u alice -f 'sleep 91[1-4]' || true; loginctl disable-linger alice || true", check=False)
+
+
+def test_concurrent_runs_join_one_session_scope(estate: Estate) -> None:
+    f = estate.fleet
+    s = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    scope = f"calque-{s['id']}.scope"
+    # Three runs started together as the session's first work: each is adopted, into the one scope.
+    estate.as_user(
+        "alice",
+        "for i in 1 2 3; do nohup calque session run -- sleep 93$i >/tmp/run$i.out 2>&1 </dev/null & done",
+    )
+    deadline = time.monotonic() + 60
+    while len(_running(f, "^(/usr/bin/)?sleep 93[123]")) < 3:
+        outs = f.ssh(MIG, "cat /tmp/run1.out /tmp/run2.out /tmp/run3.out 2>/dev/null || true").stdout
+        assert "refused" not in outs, outs
+        assert time.monotonic() < deadline, f"not every run started: {outs}"
+        time.sleep(0.2)
+    for pid in _running(f, "^(/usr/bin/)?sleep 93[123]"):  # each in the session's scope, as the kernel says
+        where = f.ssh(MIG, f"sed -n 's/^0:://p' /proc/{pid}/cgroup").stdout.strip()
+        assert where.endswith(f"/calque.slice/{scope}"), f"pid {pid} is in {where}, not {scope}"
+    estate.as_user("alice", "calque session checkin")
+    deadline = time.monotonic() + 10
+    while _running(f, "^(/usr/bin/)?sleep 93[123]"):
+        assert time.monotonic() < deadline, "runs of a checked-in session outlived it"
+        time.sleep(0.2)
+
+
 def test_logrotate_rotates_the_audit_trail_and_the_daemon_follows(estate: Estate) -> None:
     f = estate.fleet
     audit = "/var/log/calque/session-audit.jsonl"

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from calque.gpu.sim import SimGpu
 from calque.models import MigDevice
-from calque.session.client import SessionClient
+from calque.session.client.connection import SessionClient
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv/bin/python"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from calque.errors import UnreachableError
-from calque.session.client import SessionClient
+from calque.session.client.connection import SessionClient
 
 
 def _fill_backlog(path: Path) -> tuple[socket.socket, list[socket.socket]]:

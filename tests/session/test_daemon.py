@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from calque.errors import CalqueError
-from calque.session.client import NoFreeSliceError
+from calque.session.client.connection import NoFreeSliceError
 
 from .conftest import Host, User, wait_for
 
@@ -192,7 +192,9 @@ def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) ->
     samples = _scrape(port)
     assert samples[("calque_session_slices", (("kind", "mig"), ("profile", "1g.5gb"), ("state", "busy")))] == 1
     assert samples[("calque_session_slices", (("kind", "mig"), ("profile", "1g.5gb"), ("state", "free")))] == 6
-    assert samples[("calque_session_sessions", (("user", alice.name),))] == 1
+    assert samples[("calque_session_sessions", ())] == 1  # a count: who holds what is for admins only
+    admin = _parse(host.cli(None, "session", "metrics", check=True).stdout)
+    assert admin[("calque_session_sessions", (("user", alice.name),))] == 1
     assert samples[("calque_session_events_total", (("event", "checkout"),))] == 1
     assert samples[("calque_session_events_total", (("event", "extend"),))] == 1
     assert samples[("calque_session_trip_seconds_count", ())] == 0
@@ -244,6 +246,35 @@ def test_events_count_from_the_daemons_start_also_in_a_restarted_metrics_process
     assert checkouts_counted() == 1
 
 
+def test_non_admins_never_see_holders_on_the_metrics_endpoint(host: Host, make_user: Callable[..., User]) -> None:
+    import socket as so
+
+    with so.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    prom = host.dir / "calque_session.prom"
+    alice, bob = make_user(), make_user()
+    host.start(metrics_port=port, metrics_textfile=str(prom))
+    host.cli(alice, "session", "checkout", "--json", check=True)
+    # bob, as himself, reads every place metrics are offered to him: the port, the textfile, the op
+    scrape = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"
+    seen = {
+        "port": host.run_as(bob, [*host.python, "-c", scrape], env=host.env, check=True).stdout,
+        "op": host.cli(bob, "session", "metrics", check=True).stdout,
+    }
+    # the textfile is rewritten every 10 s (node_exporter serves it to whoever reaches its port)
+    assert wait_for(lambda: prom.exists() and "calque_session_sessions 1.0" in prom.read_text(), 25)
+    seen["textfile"] = prom.read_text()
+    for where, text in seen.items():
+        samples = _parse(text)
+        assert samples[("calque_session_sessions", ())] == 1, where  # the count is public
+        assert alice.name not in text and 'user="' not in text, f"{where} names a holder to a non-admin"
+    root = _parse(host.cli(None, "session", "metrics", check=True).stdout)
+    assert root[("calque_session_sessions", (("user", alice.name),))] == 1  # admins still see holders
+    bob_list = json.loads(host.cli(bob, "session", "list", "--json", check=True).stdout)
+    assert all(st["holder"] is None for st in bob_list)  # as `list` hides them
+
+
 def test_spot_host_warns_at_checkout_and_metrics_textfile_is_written(host: Host) -> None:
     prom = host.dir / "calque_session.prom"
     host.start(spot=True, metrics_textfile=str(prom))
@@ -289,7 +320,7 @@ def test_idle_connections_to_the_metrics_port_cannot_exhaust_the_daemon(host: Ho
         for c in idle:
             c.close()
     # once the idle clients are gone (or timed out), the endpoint serves again
-    assert wait_for(lambda: _scrape(port).get(("calque_session_sessions", (("user", alice.name),))) == 1, 30)
+    assert wait_for(lambda: _scrape(port).get(("calque_session_sessions", ())) == 1, 30)
 
 
 def _parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -309,7 +340,7 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def test_flags_and_environment_override_the_config_file(host: Host) -> None:
     import subprocess
 
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
 
     from .conftest import CLI, VENV_PY
 

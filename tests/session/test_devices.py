@@ -6,7 +6,7 @@ import fnmatch
 from pathlib import Path
 
 from calque.models.session import Slice
-from calque.session.devices import allow_list, groups_not_starting_with, scope_properties
+from calque.session.daemon.devices import allow_list, groups_not_starting_with, scope_properties
 
 # /proc/devices "Character devices:" names of a GPU host (nvidia-frontend on older branches, nvidia on newer)
 CHAR_GROUPS = [

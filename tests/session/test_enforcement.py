@@ -61,7 +61,7 @@ TIMED = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
     c = SessionClient(Path(sys.argv[1]), retry_for=0)
     t = time.monotonic()
     s = c.call("checkout", ttl="10m")

@@ -11,13 +11,17 @@ from pathlib import Path
 import pytest
 from calque.gpu.sim import SimGpu
 from calque.models import GpuProcess
-from calque.session.cgroup import SessionCgroups
 from calque.session.config import SessionConfig
-from calque.session.daemon import Daemon
-from calque.session.frontdoor import DOOR, Conn, FairQueue
-from calque.session.isolation import acl_bytes, acl_users
-from calque.session.protocol import quick_request
-from calque.session.service import Caller
+from calque.session.daemon.cgroup import SessionCgroups
+from calque.session.daemon.cleanup import Cleanup
+from calque.session.daemon.enforcer import Enforcer
+from calque.session.daemon.frontdoor import DOOR, Conn, FairQueue
+from calque.session.daemon.guard import NodeGuard
+from calque.session.daemon.host import Host
+from calque.session.daemon.identity import Caller
+from calque.session.daemon.isolation import acl_bytes, acl_users
+from calque.session.daemon.service import Service
+from calque.session.daemon.wire import quick_request
 
 
 def test_fair_queue_serves_uids_round_robin() -> None:
@@ -155,20 +159,22 @@ def test_a_failed_reclaim_is_retried_and_the_session_still_ends(tmp_path: Path) 
         sim_state=sim.state_path,
         cgroups="off",
     )
-    d = Daemon(cfg)
-    reader = _FailsOnce(d.service.reader)
-    d.service.reader = reader  # type: ignore[assignment]
-    s = d.service.handle(Caller(pid=os.getpid(), uid=0, gid=0, user="root", admin=True), "checkout", {"ttl": "1s"})
-    d.enforcer.start()
+    host = Host.build(cfg)
+    reader = _FailsOnce(host.reader)
+    host.reader = reader  # type: ignore[assignment]
+    cleanup = Cleanup(host)
+    service = Service(host, cleanup)
+    enforcer = Enforcer(host, cleanup, NodeGuard(host))
+    s = service.handle(Caller(pid=os.getpid(), uid=0, gid=0, user="root", admin=True), "checkout", {"ttl": "1s"})
+    enforcer.start()
     try:
         deadline = time.monotonic() + 10
-        while d.service.registry.live() and time.monotonic() < deadline:
+        while host.registry.live() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert d.service.registry.live() == [], "the session outlived a failed reclaim"
+        assert host.registry.live() == [], "the session outlived a failed reclaim"
         assert reader.calls >= 2  # the first attempt failed; a retry ended it
-        ended = d.service.registry.get(s["id"])
+        ended = host.registry.get(s["id"])
         assert ended is not None and ended.session.end_reason == "expired"
     finally:
-        d.enforcer.stop()
-        d.registry.close()
-        d.audit.close()
+        enforcer.stop()
+        host.close()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from calque.session.frontdoor import Conn, FrontDoor
+from calque.session.daemon.frontdoor import Conn, FrontDoor
 
 
 class Door:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from calque.session.cgroup import cgroup2_mount
-from calque.session.isolation import acl_users
+from calque.session.daemon.cgroup import cgroup2_mount
+from calque.session.daemon.isolation import acl_users
 
 from .conftest import CLI, Host, User, as_user, wait_for
 
@@ -84,6 +84,63 @@ def test_retained_node_descriptor_dies_with_the_session(host: Host, make_user: C
         if keeper.poll() is None:
             keeper.kill()
             keeper.wait()
+
+
+# Bob, as himself: waits for the slice to be free, checks out at once (no guard tick between), and
+# says, the moment his checkout has answered, which of the given pids still run.
+TAKE_OVER = """
+import json, sys, time
+from pathlib import Path
+from calque.models.session import CheckoutArgs
+from calque.session.client import SessionClient
+def running(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+c = SessionClient(Path(sys.argv[1]))
+print("ready", flush=True)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and any(st.busy for st in c.list_slices() if st.slice.id == sys.argv[2]):
+    pass
+s = c.checkout(CheckoutArgs(ttl="10m"))
+print(json.dumps({"slice": s.slice_id, "id": s.id, "running": [p for p in sys.argv[3:] if running(p)]}))
+"""
+
+
+def test_a_slice_is_handed_over_only_after_its_last_holder_lost_every_descriptor(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice, bob = make_user(), make_user()
+    host.start()
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    node = _nodes(host, s["slice_id"])[0]
+    keepers = [_hold(alice, node) for _ in range(3)]  # outside her session, where no cgroup ends them
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    args = [str(host.socket), s["slice_id"], *(str(k.pid) for k in keepers)]
+    taker = subprocess.Popen(
+        as_user(bob, [*host.python, "-c", TAKE_OVER, *args]), env=env, cwd=host.dir, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert taker.stdout is not None and taker.stdout.readline().strip() == "ready"
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        out, _ = taker.communicate(timeout=60)
+        got = json.loads(out)
+        assert got["slice"] == s["slice_id"]  # Bob got her slice within milliseconds of her check-in
+        assert got["running"] == [], "Alice's processes still held the slice's node when Bob was given it"
+        assert all(k.wait(5) == -signal.SIGKILL for k in keepers)
+        assert host.run_as(bob, ["/usr/bin/test", "-r", str(node)]).returncode == 0
+        # Bob's own descriptors are his to keep while he holds it
+        mine = _hold(bob, node)
+        time.sleep(0.6)
+        assert mine.poll() is None
+        mine.kill()
+        mine.wait()
+    finally:
+        for p in [*keepers, taker]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_holder_cannot_widen_access_to_her_nodes(host: Host, make_user: Callable[..., User]) -> None:
@@ -170,6 +227,62 @@ def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
         assert time.monotonic() - checked_in <= 1.0
         assert work.wait(5) == -signal.SIGKILL
         assert wait_for(lambda: not cg.exists(), 5)
+    finally:
+        if work.poll() is None:
+            work.kill()
+            work.wait()
+
+
+def test_concurrent_runs_join_one_session_scope(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    alice = make_user()
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct", processes=2)
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sleep", "300"]
+    # Two runs started together as the session's first work: both are adopted, into the one cgroup.
+    works = [subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir, stderr=subprocess.PIPE) for _ in range(2)]
+    cg = cgroup_parent / s["id"]
+    try:
+        assert wait_for(lambda: cg.is_dir() and len((cg / "cgroup.procs").read_text().split()) == 2, 20), [
+            w.poll() for w in works
+        ]
+        assert sorted(int(p) for p in (cg / "cgroup.procs").read_text().split()) == sorted(w.pid for w in works)
+        assert [w.poll() for w in works] == [None, None]
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        assert [w.wait(5) for w in works] == [-signal.SIGKILL, -signal.SIGKILL]
+    finally:
+        for w in works:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+
+def test_work_moved_out_of_its_session_cgroup_is_ended(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    alice = make_user()
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct")
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sh", "-c", "sleep 300 & exec sleep 301"]
+    work = subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir)
+    cg = cgroup_parent / s["id"]
+    try:
+        assert wait_for(lambda: cg.is_dir() and len((cg / "cgroup.procs").read_text().split()) == 2, 20)
+        (child,) = [int(p) for p in (cg / "cgroup.procs").read_text().split() if int(p) != work.pid]
+        time.sleep(0.6)  # the main process has seen both in the session's cgroup
+        # What systemd does when her user manager asks it to (systemd-run --user --scope, or
+        # AttachProcessesToUnit): the process moved into a cgroup of hers outside the session.
+        elsewhere = cgroup_parent / "user-manager"
+        elsewhere.mkdir()
+        (elsewhere / "cgroup.procs").write_text(f"{child}\n")
+        assert wait_for(lambda: _gone(child), 3), "a process that left its session's cgroup still runs"
+        assert work.poll() is None  # the rest of the session's work runs on
+        assert [e["pids"] for e in host.audit_events() if e["event"] == "left_scope"] == [[child]]
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        assert work.wait(5) == -signal.SIGKILL
     finally:
         if work.poll() is None:
             work.kill()

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
-from calque.models.session import SessionOp
-from calque.session.files import UnsafePathError, check_directory, open_private
-from calque.session.protocol import RequestError
-from calque.session.requests import REQUESTS, CheckoutArgs, parse_args
-from calque.session.shellenv import EXPORTED_NAMES, shell_exports
+from calque.models.session import REQUESTS, CheckoutArgs, SessionOp
+from calque.session.client.shellenv import EXPORTED_NAMES, shell_exports
+from calque.session.daemon.files import UnsafePathError, check_directory, open_private
+from calque.session.daemon.requests import parse_args
+from calque.session.daemon.wire import RequestError
 
 
 def test_every_protocol_op_has_a_typed_request() -> None:

@@ -174,3 +174,22 @@ def test_env_after_extend_shows_the_new_deadline(host: Host, make_user: Callable
     shown = datetime.fromisoformat(line.split("=", 1)[1].strip("'"))
     assert shown == datetime.fromisoformat(ext["expires_at"].replace("Z", "+00:00"))
     assert (shown - datetime.fromisoformat(s["expires_at"].replace("Z", "+00:00"))).total_seconds() == 1200
+
+
+def test_protocol_versions_are_strict_integers_and_a_huge_ttl_is_a_usage_error(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice = make_user()
+    host.start()
+    for version in ('"1"', '"2"', "1.0", "2.0", "2", "true"):
+        resp = _raw_as(host, alice, f'{{"version": {version}, "op": "ping"}}')
+        assert resp["ok"] is False and resp["error"]["kind"] == "protocol", (version, resp)  # type: ignore[index]
+    newer = _raw_as(host, alice, '{"version": 2, "op": "ping"}')
+    assert "newer" in newer["error"]["message"]  # type: ignore[index]
+    assert _raw_as(host, alice, '{"version": 1, "op": "ping"}')["ok"] is True
+    huge = "9" * 401
+    for op, arg in (("checkout", "ttl"), ("extend", "by"), ("report", "since")):
+        resp = _raw_as(host, alice, f'{{"version": 1, "op": "{op}", "args": {{"{arg}": {huge}}}}}')
+        assert resp["ok"] is False and resp["error"]["kind"] == "usage", (op, resp)  # type: ignore[index]
+        assert f"change {arg}" in resp["error"]["message"]  # type: ignore[index]
+    assert host.audit_events() == []  # nothing was checked out

@@ -18,9 +18,9 @@ from calque.errors import InfrastructureError, UsageError
 from calque.models.session import Slice
 from calque.session.assets import example_config, systemd_unit
 from calque.session.config import SessionConfig
-from calque.session.protocol import RequestError, parse_request, read_line
-from calque.session.registry import NoFreeSlice, Registry, TooManySessions
-from calque.session.usage import usage_report
+from calque.session.daemon.registry import NoFreeSlice, Registry, TooManySessions
+from calque.session.daemon.usage import usage_report
+from calque.session.daemon.wire import RequestError, parse_request, read_line
 
 
 def _slices(n: int) -> list[Slice]:
@@ -216,7 +216,7 @@ def test_no_daemon_is_exit_6_with_a_hint(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_mps_slots_on_a_mig_gpu_are_refused(tmp_path: Path) -> None:
     from calque.gpu.sim import SimGpu
-    from calque.session.inventory import inventory
+    from calque.session.slices import inventory
 
     sim = SimGpu.create(tmp_path / "gpus.json", ["A100-40GB", "L4-24GB"], mig=True, root=tmp_path / "root")
     sim.create_instances(0, ["3g.20gb"])

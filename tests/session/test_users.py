@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from calque.session.isolation import acl_users
+from calque.session.daemon.isolation import acl_users
 
 from .conftest import Host, User, wait_for
 

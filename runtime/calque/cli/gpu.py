@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
+from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import gpu_backend_options, json_option, shared_gpu_consent_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
-from calque.errors import PartialFailure, UsageError
-from calque.gpu.backend import GpuBackend
+from calque.errors import PartialFailure
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
 from calque.gpu.mps import (
@@ -22,7 +22,7 @@ from calque.gpu.mps import (
 )
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
-from calque.gpu.selection import GpuSelection, open_gpu
+from calque.gpu.selection import GpuSelection
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
 from calque.ops.mps import MpsDaemonsOp, MpsRequest
@@ -144,25 +144,6 @@ def verify(strict: bool, as_json: bool) -> None:
         raise PartialFailure(f"{len(report.differences)} difference(s) between the catalog and the cards")
 
 
-def _backend(gpu: GpuSelection) -> GpuBackend:
-    return open_gpu(gpu)
-
-
-def _request_backend(gpu: GpuSelection) -> dict[str, Any]:
-    """The GPU options of an ops request (``GpuHostRequest``), from the CLI's backend flags."""
-    if gpu.backend == "none":
-        raise UsageError("this command needs a GPU: choose --gpu-backend host, nvml or sim")
-    return {
-        "gpu_backend": gpu.backend,
-        "sim_state": str(gpu.sim_state) if gpu.sim_state is not None else None,
-        "host_config": str(gpu.host_config) if gpu.host_config is not None else None,
-    }
-
-
-def _progress(message: str) -> None:
-    click.echo(message, err=True)
-
-
 @gpu.group()
 def mps() -> None:
     """MPS control daemons for cooperative GPU sharing (no isolation between clients)."""
@@ -223,11 +204,11 @@ def _mps_run(
         per_mig=per_mig,
         pipe_root=pipe_root,
         log_root=log_root,
-        **_request_backend(gpu),
+        **request_backend(gpu),
         i_understand_shared_gpu_has_no_isolation=consent,
         **limits,
     )
-    emit_outcome(MpsDaemonsOp(progress=_progress).run(request, check_mode=check), as_json, _render_mps_daemons)
+    emit_outcome(MpsDaemonsOp(progress=progress).run(request, check_mode=check), as_json, _render_mps_daemons)
 
 
 @mps.command("status")
@@ -236,7 +217,7 @@ def mps_status(
     gpus: str | None, per_mig: bool, pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool
 ) -> None:
     """Show each MPS control daemon, its limits and the GPU's compute mode."""
-    ctl = MpsControl(_backend(gpu), pipe_root=pipe_root, log_root=log_root)
+    ctl = MpsControl(open_backend(gpu), pipe_root=pipe_root, log_root=log_root)
     emit(ctl.status(_gpu_list(gpus), per_mig), as_json, _render_mps_status)
 
 
@@ -333,7 +314,7 @@ def _render_facts(f: HostGpuFacts) -> str:
 @json_option
 def info(pipe_root: str, log_root: str, gpu: GpuSelection, as_json: bool) -> None:
     """Show GPUs, MIG instances and devices, processes, MPS daemons and each card's catalog entry."""
-    backend = _backend(gpu)
+    backend = open_backend(gpu)
     emit(gather(backend, MpsControl(backend, pipe_root=pipe_root, log_root=log_root)), as_json, _render_facts)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from calque.cli.gpu import _backend, _progress, _request_backend
+from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import gpu_backend_options, json_option, session_socket_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
@@ -58,7 +58,7 @@ def _render_layouts(o: Outcome[Any]) -> str:
 @json_option
 def mig_show(gpu: GpuSelection, as_json: bool) -> None:
     """Show every GPU's MIG mode and instances."""
-    emit(current_layout(_backend(gpu)), as_json, _render_state)
+    emit(current_layout(open_backend(gpu)), as_json, _render_state)
 
 
 config_option = click.option(
@@ -81,7 +81,7 @@ def _mig_request(
         force=force,
         allow_reset=allow_reset,
         session_socket=socket,
-        **_request_backend(gpu),
+        **request_backend(gpu),
     )
 
 
@@ -127,4 +127,4 @@ def mig_apply(
     without --force; with it, their sessions are ended first (reason layout) and their processes stopped.
     """
     request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket)
-    emit_outcome(MigLayoutOp(progress=_progress).run(request), as_json, _render_layouts)
+    emit_outcome(MigLayoutOp(progress=progress).run(request), as_json, _render_layouts)

@@ -9,6 +9,7 @@ error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,10 @@ import click
 
 from calque import __version__
 from calque.errors import EXIT_CODES, EXIT_KINDS, CalqueError, RefusedError
+
+# pydantic scans every installed distribution's entry points for plugins when it builds its first
+# model (importlib.metadata: a quarter of `calque session status`'s imports); calque uses none.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 # Verb groups load on first use: `eval "$(calque session checkout --shell)"` should not pay for boto3.
 _VERBS = {

@@ -10,13 +10,13 @@ import click
 
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
-from calque.session.paths import DEFAULT_SOCKET
+from calque.session.client.paths import DEFAULT_SOCKET
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
 # (not for --help), and the daemon's modules only for `serve`. bench/cli_startup.py measures it.
 if TYPE_CHECKING:
     from calque.models.session import Session, SliceState, UsageReport
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
 
 socket_option = click.option(
     "--socket",
@@ -30,13 +30,13 @@ socket_option = click.option(
 
 
 def _client(socket_path: Path) -> SessionClient:
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
 
     return SessionClient(socket_path)
 
 
 def _human_left(until: datetime, now: datetime) -> str:
-    from calque.session.core import human_left
+    from calque.session.client.verbs import human_left
 
     return human_left(until, now)
 
@@ -133,8 +133,8 @@ def checkout(
     socket_path: Path,
 ) -> None:
     """Check a slice out; exit 5 naming what is busy until when if none is free."""
-    from calque.session import core
-    from calque.session.shellenv import shell_exports
+    from calque.session.client import verbs as core
+    from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
@@ -169,7 +169,7 @@ def checkout(
 @socket_option
 def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
     """Give your slice back (your only session when SESSION_ID is omitted)."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.checkin(_client(socket_path), session_id), as_json, _render_session)
 
@@ -181,7 +181,7 @@ def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
 @socket_option
 def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) -> None:
     """Push your session's deadline out."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
 
@@ -191,7 +191,7 @@ def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) ->
 @socket_option
 def status(as_json: bool, socket_path: Path) -> None:
     """Your sessions, with time left."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.status(_client(socket_path)), as_json, _render_sessions)
 
@@ -203,8 +203,8 @@ def status(as_json: bool, socket_path: Path) -> None:
 @socket_option
 def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path) -> None:
     """Your session's variables as the daemon has them now (CALQUE_SESSION_EXPIRES moves with `extend`)."""
-    from calque.session import core
-    from calque.session.shellenv import shell_exports
+    from calque.session.client import verbs as core
+    from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
@@ -220,7 +220,7 @@ def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: 
 @socket_option
 def list_cmd(as_json: bool, socket_path: Path) -> None:
     """Every slice on this host: free, or busy until when (admins also see holders)."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.list_slices(_client(socket_path)), as_json, _render_slices)
 
@@ -233,9 +233,16 @@ def list_cmd(as_json: bool, socket_path: Path) -> None:
 @socket_option
 def release(session_id: str, force: bool, reason: str | None, as_json: bool, socket_path: Path) -> None:
     """End someone's session now (root or the admin group only)."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.release(_client(socket_path), session_id, force, reason), as_json, _render_session)
+
+
+@session.command()
+@socket_option
+def metrics(socket_path: Path) -> None:
+    """The daemon's Prometheus metrics (live sessions per user for root and the admin group only)."""
+    click.echo(_client(socket_path).metrics(), nl=False)
 
 
 @session.command()
@@ -244,7 +251,7 @@ def release(session_id: str, force: bool, reason: str | None, as_json: bool, soc
 @socket_option
 def report(since: str, as_json: bool, socket_path: Path) -> None:
     """GPU-hours per user and profile, from the registry's usage table (yours only unless you are an admin)."""
-    from calque.session import core
+    from calque.session.client import verbs as core
 
     emit(core.report(_client(socket_path), since), as_json, _render_report)
 
@@ -275,8 +282,10 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
 @click.option("--metrics-addr", default=None, help="The address the metrics port binds (default 127.0.0.1).")
 def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str | None, **paths: Any) -> None:
     """Run the session daemon (as root, under systemd: calque-session.service)."""
+    import os
+    import sys
+
     from calque.session.config import load_config
-    from calque.session.daemon import run_daemon
 
     cfg = load_config(config_path)
     updates = {k: v for k, v in paths.items() if v is not None}
@@ -287,7 +296,10 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
     if metrics_addr is not None:
         updates["metrics_addr"] = metrics_addr
     cfg = cfg.model_validate({**cfg.model_dump(), **updates})
-    run_daemon(cfg)
+    # The daemon is a program of its own: this process becomes it (same pid, for systemd) and never
+    # imports it, so a researcher's command and the privileged service share only the contracts.
+    env = {**os.environ, "CALQUE_SESSION_DAEMON_CONFIG": cfg.model_dump_json()}
+    os.execve(sys.executable, [sys.executable, "-m", "calque.session.daemon"], env)
 
 
 def _add_run_and_shell() -> None:

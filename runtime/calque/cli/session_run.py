@@ -23,10 +23,9 @@ session_option = click.option(
 
 
 def _enter(socket_path: Path, session_id: str | None) -> dict[str, str]:
-    from calque.session.client import SessionClient
+    from calque.session.client.connection import SessionClient
 
-    result = SessionClient(socket_path).call("adopt", id=session_id)
-    return {**os.environ, **result["env"]}
+    return {**os.environ, **SessionClient(socket_path).adopt(session_id).env}
 
 
 def _exec(argv: list[str], env: dict[str, str]) -> None:

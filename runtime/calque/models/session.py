@@ -2,23 +2,44 @@
 
 A *slice* is one MIG device (named by its MIG UUID) or one configured MPS client slot; a *session*
 binds one Unix user (as SO_PEERCRED reports them) to one slice until check-in, expiry or release.
-Everything here crosses the daemon's socket, so the envelopes carry ``version``.
+Everything here crosses the daemon's socket, so the envelopes carry ``version`` (a strict integer:
+``"2"`` and ``2.0`` are refused, not read as 2). Each operation's arguments (``CheckoutArgs`` with
+its rules as validators, so a checkout's rules exist once) and its answer are defined at the end of
+this module, which both the client (``calque.session.client``) and the daemon import.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import (
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from calque.durations import parse_duration
 from calque.models.base import CalqueModel, VersionedModel
+
+# A researcher's `calque session status` validates one or two of these models: each builds its
+# validator on first use, not when this module is imported (bench/cli_startup.py).
+_DEFERRED = ConfigDict(defer_build=True)
 
 # Bump when the socket protocol changes incompatibly; the daemon refuses other versions.
 SESSION_PROTOCOL_VERSION = 1
 
 SliceKind = Literal["mig", "mps"]
-SessionOp = Literal["checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt"]
+SessionOp = Literal[
+    "checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt", "metrics"
+]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
 EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout"]
@@ -26,6 +47,8 @@ EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layou
 
 class Slice(CalqueModel):
     """One unit a user can check out."""
+
+    model_config = _DEFERRED
 
     id: str = Field(description="MIG-<uuid> for MIG; mps-gpu<N>-slot<K> for an MPS slot")
     kind: SliceKind
@@ -49,9 +72,11 @@ class Slice(CalqueModel):
 class Session(VersionedModel):
     """One user's hold on one slice."""
 
+    model_config = _DEFERRED
+
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
-    version: int = SESSION_PROTOCOL_VERSION
+    version: StrictInt = SESSION_PROTOCOL_VERSION
     id: str
     slice_id: str
     kind: SliceKind
@@ -76,6 +101,8 @@ class Session(VersionedModel):
 class SliceState(CalqueModel):
     """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder."""
 
+    model_config = _DEFERRED
+
     slice: Slice
     busy: bool
     busy_until: datetime | None = None
@@ -87,6 +114,8 @@ class SliceState(CalqueModel):
 class UsageRow(CalqueModel):
     """Hours held per user and profile, from the registry's usage table."""
 
+    model_config = _DEFERRED
+
     user: str
     uid: int
     profile: str
@@ -96,9 +125,10 @@ class UsageRow(CalqueModel):
 
 
 class UsageReport(VersionedModel):
+    model_config = _DEFERRED
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
-    version: int = SESSION_PROTOCOL_VERSION
+    version: StrictInt = SESSION_PROTOCOL_VERSION
     since: datetime
     until: datetime
     rows: list[UsageRow]
@@ -107,14 +137,17 @@ class UsageReport(VersionedModel):
 class SessionRequest(VersionedModel):
     """One request on the daemon's socket: one JSON object on one line."""
 
+    model_config = _DEFERRED
+
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
-    version: int = SESSION_PROTOCOL_VERSION
+    version: StrictInt = SESSION_PROTOCOL_VERSION
     op: SessionOp
     args: dict[str, Any] = Field(default_factory=dict)
 
 
 class SessionErrorBody(CalqueModel):
+    model_config = _DEFERRED
     kind: ErrorKind
     message: str
 
@@ -122,9 +155,173 @@ class SessionErrorBody(CalqueModel):
 class SessionResponse(VersionedModel):
     """The daemon's answer: ``result`` when ``ok``, else ``error``."""
 
+    model_config = _DEFERRED
+
     upgrade_hint: ClassVar[str] = "upgrade calque on this host so the daemon and its clients speak the same version"
     version_label: ClassVar[str] = "protocol"
-    version: int = SESSION_PROTOCOL_VERSION
+    version: StrictInt = SESSION_PROTOCOL_VERSION
     ok: bool
     result: Any = None
     error: SessionErrorBody | None = None
+
+
+# -- each operation's arguments and answer ------------------------------------------------------
+#
+# Unknown keys are refused by name (a misspelled ``"tll"`` is an error, not the default TTL), consent
+# is a real JSON ``true``, numbers are finite and in range, strings are bounded, and no value nests:
+# every argument is a scalar. A rule broken is a ``usage`` error unless its error type says
+# ``refused`` (``error_kind``): the client and the daemon answer it the same way.
+
+MAX_SECONDS = 10 * 365 * 86400
+
+
+def _duration(v: object) -> str | float:
+    # One message for both shapes (a union would report each branch's failure separately). An int is
+    # compared as an int: a 401-digit one cannot become a float (OverflowError is no ValueError).
+    if isinstance(v, str) and len(v) <= 32:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SECONDS:
+        return float(v)
+    if isinstance(v, float) and math.isfinite(v) and 0 <= v <= MAX_SECONDS:
+        return v
+    raise ValueError("must be a duration such as 30m or 2h, or a finite number of seconds (at most 10 years)")
+
+
+# Whether it is long enough (positive, within limits) is checked where the meaning is known.
+Duration = Annotated[str | float, PlainValidator(_duration)]
+SessionId = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+
+
+def positive_seconds(value: str | float, flag: str) -> float:
+    """``value`` in seconds; ValueError (a ``usage`` error) unless it parses and is positive."""
+    seconds = parse_duration(value, what=flag)  # DurationError is a ValueError
+    if seconds <= 0:
+        raise ValueError(f"{flag} must be positive, e.g. 30m or 2h")
+    return seconds
+
+
+class RequestArgs(CalqueModel):
+    """Arguments of an operation that takes none."""
+
+    model_config = _DEFERRED
+
+
+class CheckoutArgs(RequestArgs):
+    """A checkout: one rule set, checked by the client before it sends and by the daemon on receipt."""
+
+    model_config = _DEFERRED
+
+    profile: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
+    mps: StrictBool = False
+    gpu: Annotated[StrictInt, Field(ge=0, le=1023)] | None = None
+    ttl: Duration | None = None
+    consent: StrictBool = Field(False, description="MPS only: the caller accepts a GPU shared with no isolation")
+    request_id: Annotated[StrictStr, Field(max_length=128)] | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> CheckoutArgs:
+        if self.mps and self.profile:
+            raise ValueError("give either --mps or --profile, not both")
+        if self.mps and not self.consent:
+            raise PydanticCustomError(
+                "refused",
+                "an MPS slot shares one GPU's memory and faults with other users, with no isolation; "
+                "pass --i-understand-shared-gpu-has-no-isolation to accept that",
+            )
+        if self.ttl is not None:
+            positive_seconds(self.ttl, "--ttl")
+        return self
+
+    @property
+    def kind(self) -> SliceKind:
+        return "mps" if self.mps else "mig"
+
+
+class SessionRefArgs(RequestArgs):
+    """An operation on one of the caller's sessions (the only one when ``id`` is omitted)."""
+
+    model_config = _DEFERRED
+
+    id: SessionId | None = None
+
+
+class ExtendArgs(SessionRefArgs):
+    model_config = _DEFERRED
+    by: Duration
+
+    @model_validator(mode="after")
+    def _positive(self) -> ExtendArgs:
+        positive_seconds(self.by, "--by")
+        return self
+
+
+class ReleaseArgs(RequestArgs):
+    """An admin's release of anyone's session; ``reason`` goes to the audit trail."""
+
+    model_config = _DEFERRED
+
+    id: SessionId
+    force: StrictBool = False
+    reason: Annotated[StrictStr, Field(max_length=500)] | None = None
+
+
+class ReportArgs(RequestArgs):
+    model_config = _DEFERRED
+    since: Duration = "7d"
+
+    @model_validator(mode="after")
+    def _parses(self) -> ReportArgs:
+        parse_duration(self.since, what="--since")
+        return self
+
+
+class Pong(CalqueModel):
+    model_config = _DEFERRED
+    pong: bool
+
+
+class WhoAmI(CalqueModel):
+    model_config = _DEFERRED
+    uid: int
+    gid: int
+    user: str
+    admin: bool
+    pid: int
+
+
+class Adopted(CalqueModel):
+    """``adopt``: the caller's process is in the session's cgroup; ``env`` is what it runs with."""
+
+    model_config = _DEFERRED
+
+    session: Session
+    env: dict[str, str]
+    cgroup: str
+
+
+class MetricsText(CalqueModel):
+    """``metrics``: the Prometheus exposition (holders by user for admins, counts for everyone else)."""
+
+    model_config = _DEFERRED
+
+    text: str
+
+
+REQUESTS: dict[str, type[RequestArgs]] = {
+    "checkout": CheckoutArgs,
+    "checkin": SessionRefArgs,
+    "adopt": SessionRefArgs,
+    "extend": ExtendArgs,
+    "status": RequestArgs,
+    "list": RequestArgs,
+    "release": ReleaseArgs,
+    "report": ReportArgs,
+    "ping": RequestArgs,
+    "whoami": RequestArgs,
+    "metrics": RequestArgs,
+}
+
+
+def error_kind(exc: ValidationError) -> Literal["usage", "refused"]:
+    """``refused`` when a rule that refuses (MPS without consent) was broken, else ``usage``."""
+    return "refused" if any(e["type"] == "refused" for e in exc.errors()) else "usage"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from calque.errors import RefusedError, UnreachableError
 from calque.gpu.migmodels import SliceHolder
-from calque.models.session import SliceState
 from calque.session.client import SessionClient, default_socket
 
 LAYOUT_REASON = "layout"
@@ -34,15 +33,14 @@ class SessionDaemon:
         if not self.path.exists():
             return {}, f"no session service at {self.path} (none configured or not running): no session to protect"
         try:
-            listed = self._client().call("list")
+            listed = self._client().list_slices()
         except UnreachableError as exc:
             cause = exc.__cause__
             if not isinstance(cause, OSError) or cause.errno not in (errno.ECONNREFUSED, errno.ENOENT):
                 raise  # a daemon may be there (a socket this user cannot open): never guess "no sessions"
             return {}, f"no session service answers at {self.path} (not running): no session to protect"
         out: dict[str, list[SliceHolder]] = {}
-        for raw in listed:
-            state = SliceState.model_validate(raw)
+        for state in listed:
             sl = state.slice
             if not state.busy or sl.kind != "mig" or not sl.mig_uuid:
                 continue
@@ -70,6 +68,6 @@ class SessionDaemon:
                     "run the layout change as root"
                 )
             say(f"GPU {h.gpu_index}: ending session {h.session_id} of {h.holder} (reason {LAYOUT_REASON})")
-            client.call("release", id=h.session_id, force=True, reason=LAYOUT_REASON)
+            client.release(h.session_id, reason=LAYOUT_REASON)
             ended.append(h.session_id)
         return ended

@@ -23,6 +23,7 @@ from calque.run.pools import PoolMap
 from calque.run.progress import Tally
 from calque.run.proxies import Dispatcher
 from calque.warm import modal_shim
+from calque.warm.dispatch import DISPATCH
 from calque.warm.loader import import_script
 
 
@@ -73,8 +74,8 @@ def run_script(
     path_text, _, name = script.partition("::")
     path = Path(path_text).resolve()
     dispatcher = Dispatcher()
-    previous = modal_shim._CLIENT
-    modal_shim._CLIENT = dispatcher
+    previous = DISPATCH.client
+    DISPATCH.client = dispatcher
     tally = Tally()
     try:
         module = import_script(path)
@@ -103,4 +104,4 @@ def run_script(
             backend.close()
         return RunOutcome(value, tally, backend.describe())
     finally:
-        modal_shim._CLIENT = previous
+        DISPATCH.client = previous

@@ -1,6 +1,14 @@
 """Session service (Layer 2): users check MIG slices and MPS slots out and in, as themselves.
 
-``daemon`` serves a unix socket (callers identified by SO_PEERCRED), ``service`` decides,
-``registry`` keeps sessions in SQLite, ``isolation`` hands out environments and capability nodes,
-``enforcer`` runs the timers, ``audit`` keeps the JSONL trail, ``client`` is what the CLI uses.
+Two rooms that never import each other:
+
+* ``client/``: what a researcher's ``calque session ...`` imports: the socket client
+  (``connection.py``, which checks who answers), the verbs (``verbs.py``), ``--shell`` output
+  (``shellenv.py``) and the default paths (``paths.py``).
+* ``daemon/``: the privileged service (``calque session serve``): socket, service, registry,
+  timers, node guard, cgroups, audit, metrics.
+
+Both speak the contracts of ``calque.models.session`` (each operation's arguments and answer).
+``config.py`` (the daemon's config, also read by ``calque config check``) and ``assets.py`` (the
+packaged systemd unit) belong to neither.
 """

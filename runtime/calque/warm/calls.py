@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from calque.warm.dispatch import DISPATCH, ShimError
+
 _REMOTE = threading.local()
 
 
@@ -32,17 +34,13 @@ class FunctionCall:
 
     @staticmethod
     def from_id(call_id: str, client: Any = None) -> Any:
-        from calque.warm import modal_shim  # the shim imports this module
-
-        if modal_shim._CLIENT is None:
-            raise modal_shim.ShimError("modal.FunctionCall.from_id() is not available on a calque worker")
-        return modal_shim._CLIENT.call_from_id(call_id)
+        if DISPATCH.client is None:
+            raise ShimError("modal.FunctionCall.from_id() is not available on a calque worker")
+        return DISPATCH.client.call_from_id(call_id)
 
 
 def deployed(kind: str, app_name: str, name: str) -> Any:
     """``modal.Cls.from_name(app_name, name)`` / ``modal.Function.from_name``: the dispatcher's proxy."""
-    from calque.warm import modal_shim  # the shim imports this module
-
-    if modal_shim._CLIENT is None:  # on a worker: an inert object whose use fails its item, naming it
+    if DISPATCH.client is None:  # on a worker: an inert object whose use fails its item, naming it
         return None
-    return modal_shim._CLIENT.deployed(kind, app_name, name)
+    return DISPATCH.client.deployed(kind, app_name, name)

@@ -23,17 +23,10 @@ from typing import Any
 
 from calque.warm.calls import FunctionCall as FunctionCall  # modal.FunctionCall
 from calque.warm.calls import deployed, in_remote_thread
+from calque.warm.dispatch import DISPATCH
+from calque.warm.dispatch import ShimError as ShimError  # modal-shaped errors the worker raises
 
 __calque_shim__ = True
-
-# Set only by ``calque run`` on the submitter (``calque.run.script``): the object that turns the
-# script's classes and functions into proxies whose ``.remote``/``.map``/``.spawn`` reach a pool.
-# None in a worker process, where the decorators return the script's own classes and functions.
-_CLIENT: Any = None
-
-
-class ShimError(Exception):
-    """A construct the calque worker cannot honour (raised at load, or when an inert value is used)."""
 
 
 def _caller_line() -> str:
@@ -251,8 +244,8 @@ class App:
             klass.__calque_cls__ = dict(kwargs)  # type: ignore[attr-defined]
             klass.__calque_line__ = where  # type: ignore[attr-defined]
             self.registered_classes[klass.__name__] = klass
-            if _CLIENT is not None:
-                return _CLIENT.cls_proxy(klass)  # type: ignore[no-any-return]
+            if DISPATCH.client is not None:
+                return DISPATCH.client.cls_proxy(klass)  # type: ignore[no-any-return]
             return klass
 
         return wrap
@@ -263,8 +256,8 @@ class App:
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             fn.__calque_function__ = dict(kwargs)  # type: ignore[attr-defined]
             self.registered_functions[fn.__name__] = fn
-            if _CLIENT is not None:
-                return _CLIENT.function_proxy(fn)  # type: ignore[no-any-return]
+            if DISPATCH.client is not None:
+                return DISPATCH.client.function_proxy(fn)  # type: ignore[no-any-return]
             return fn
 
         if len(args) == 1 and callable(args[0]):
@@ -299,7 +292,7 @@ _APPS: list[App] = []
 def is_local() -> bool:
     """False on a calque worker and in remote code (the script runs 'remotely', as inside a Modal
     container); True in ``calque run``'s local entrypoint and ``.local()`` calls."""
-    return _CLIENT is not None and not in_remote_thread()
+    return DISPATCH.client is not None and not in_remote_thread()
 
 
 # -- inert values -------------------------------------------------------------------------------

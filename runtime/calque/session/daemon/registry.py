@@ -16,48 +16,18 @@ import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.files import lock_path, open_private, private_directory, secure_existing
-from calque.session.hostlock import HostLock as HostLock  # where daemon.py imports it from
-from calque.session.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION, USAGE_V2_TO_V3
+from calque.session.daemon.files import lock_path, open_private, private_directory, secure_existing
+from calque.session.daemon.hostlock import HostLock
+from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
+from calque.session.daemon.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION, USAGE_V2_TO_V3
 
 T = TypeVar("T")
 MAX_BATCH = 256
-SLICE_CACHE = 4096  # parsed slice_json texts kept; a host has far fewer distinct slices
-
-
-_slice_cache: dict[str, Slice] = {}
-
-
-def _slice(text: str) -> Slice:
-    """The Slice a row's slice_json holds. Parsed once per distinct text: pydantic validation was a
-    large part of every read. Slices are never changed after they are built, so sharing one is safe."""
-    sl = _slice_cache.get(text)
-    if sl is None:
-        if len(_slice_cache) >= SLICE_CACHE:
-            _slice_cache.clear()
-        sl = _slice_cache[text] = Slice.model_validate_json(text)
-    return sl
-
-
-_slice_json_cache: dict[int, tuple[Slice, str]] = {}
-
-
-def _slice_json(sl: Slice) -> str:
-    """``sl`` as the JSON a row keeps, serialised once per Slice object (the inventory hands out the
-    same objects until the layout changes); the object is kept with its text so its id is not reused."""
-    hit = _slice_json_cache.get(id(sl))
-    if hit is None or hit[0] is not sl:
-        if len(_slice_json_cache) >= SLICE_CACHE:
-            _slice_json_cache.clear()
-        hit = _slice_json_cache[id(sl)] = (sl, sl.model_dump_json())
-    return hit[1]
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:
@@ -65,60 +35,6 @@ def _run_script(db: sqlite3.Connection, script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             db.execute(statement)
-
-
-def ts(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
-
-
-@dataclass(frozen=True)
-class Held:
-    """A session row with the slice it holds (as the slice was at checkout)."""
-
-    session: Session
-    slice: Slice
-    last_active: float
-
-    @property
-    def expires(self) -> float:
-        return self.session.expires_at.timestamp()
-
-    @property
-    def created(self) -> float:
-        return self.session.created_at.timestamp()
-
-
-@dataclass(frozen=True)
-class _Created:
-    """What a checkout's transaction inserted."""
-
-    slice: Slice
-    env: dict[str, str]
-
-
-@dataclass(frozen=True)
-class _Busy:
-    """A checkout that found no free candidate: the live sessions it saw."""
-
-    rows: list[sqlite3.Row]
-    skipped_mps: bool  # a free MPS slot was passed over: another user holds its daemon
-
-
-class NoFreeSlice(Exception):
-    def __init__(self, busy: list[Held], other_users: list[Held] | None = None) -> None:
-        super().__init__("no free slice")
-        self.busy = busy
-        self.other_users = other_users or []  # MPS slots free but on a daemon another user holds
-
-
-class TooManySessions(Exception):
-    """The caller's own limit, or (``group`` set) the limit of a group counted over all its members."""
-
-    def __init__(self, live: int, limit: int, group: str | None = None) -> None:
-        super().__init__(f"{live} live sessions, limit {limit}" + (f" for group {group}" if group else ""))
-        self.live = live
-        self.limit = limit
-        self.group = group
 
 
 class Registry:
@@ -248,7 +164,7 @@ class Registry:
 
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
-        sl = _slice(row["slice_json"])
+        sl = slice_of(row["slice_json"])
         env = json.loads(row["env_json"])
         if "CALQUE_SESSION_EXPIRES" in env:  # the deadline as it is now, after any extension
             env["CALQUE_SESSION_EXPIRES"] = ts(row["expires_at"]).isoformat()
@@ -309,7 +225,7 @@ class Registry:
 
         # Under the commit lock (every writer on the host waits on it) only SQL runs: the answer is
         # built from what the transaction saw once it has committed.
-        def op(db: sqlite3.Connection) -> sqlite3.Row | _Created | _Busy:
+        def op(db: sqlite3.Connection) -> sqlite3.Row | Created | Busy:
             if request_id:
                 row: sqlite3.Row | None = db.execute(
                     "SELECT * FROM sessions WHERE uid=? AND request_id=?", (uid, request_id)
@@ -357,7 +273,7 @@ class Registry:
                         now,
                         now + ttl,
                         now,
-                        _slice_json(sl),
+                        slice_json(sl),
                         json.dumps(env),
                         sl.pipe_directory if sl.kind == "mps" else None,
                     ),
@@ -367,14 +283,18 @@ class Registry:
                         "INSERT INTO live_group_sessions(grp, session_id) VALUES (?,?)",
                         [(g, session_id) for g in groups],
                     )
-                return _Created(sl, env)
+                prev = None
+                if sl.kind == "mig":
+                    last = db.execute("SELECT uid FROM last_holder WHERE slice_id=?", (sl.id,)).fetchone()
+                    prev = last[0] if last is not None and last[0] != uid else None
+                return Created(sl, env, prev)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            return _Busy(rows, skipped)
+            return Busy(rows, skipped)
 
         found = self._write(op)
         if isinstance(found, sqlite3.Row):
             return self._held(found), False
-        if isinstance(found, _Created):
+        if isinstance(found, Created):
             sl, env = found.slice, found.env
             # Built from what was just inserted, not read back: the same values, one query and parse fewer.
             s = Session(
@@ -390,7 +310,7 @@ class Registry:
                 expires_at=ts(now + ttl),
                 env=env,
             )
-            return Held(session=s, slice=sl, last_active=now), True
+            return Held(session=s, slice=sl, last_active=now, handed_from=found.previous_uid), True
         cand = {c.id for c in candidates}
         held = list(map(self._held, found.rows))
         daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if found.skipped_mps else set()
@@ -429,10 +349,11 @@ class Registry:
             sql, params = sql + " AND uid=?", (*params, owner)
 
         def record_usage(db: sqlite3.Connection, row: sqlite3.Row) -> None:
-            sl = _slice(row["slice_json"])
+            sl = slice_of(row["slice_json"])
             usage = (row["uid"], row["user"], sl.kind, sl.profile, sl.gpu_index, row["slice_id"], row["created_at"])
             db.execute(INSERT_USAGE, (session_id, *usage, now, reason))
             db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
+            db.execute("INSERT OR REPLACE INTO last_holder(slice_id, uid) VALUES (?,?)", (row["slice_id"], row["uid"]))
 
         return self._update(session_id, sql, params, then=record_usage)
 

@@ -149,26 +149,39 @@ class SessionCgroups:
             "/org/freedesktop/systemd1",
             "org.freedesktop.systemd1.Manager",
         ]
-        if d.is_dir():
-            cmd = [*base, "AttachProcessesToUnit", "ssau", unit, "", "1", str(pid)]
-        else:
-            # Delegate: AttachProcessesToUnit (later adoptions) is refused on non-delegated units.
-            props: list[tuple[str, ...]] = [
-                ("PIDs", "au", "1", str(pid)),
-                ("Slice", "s", SLICE),
-                ("Delegate", "b", "true"),
-                ("Description", "s", f"calque session {sid}"),
-            ]
-            props += extra
-            flat = [x for prop in props for x in prop]
-            cmd = [*base, "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", str(len(props)), *flat, "0"]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-        if res.returncode != 0:
-            raise CgroupError(f"systemd refused {unit} for pid {pid}: {res.stderr.strip()}")
+        attach = [*base, "AttachProcessesToUnit", "ssau", unit, "", "1", str(pid)]
+        # Delegate: AttachProcessesToUnit (later adoptions) is refused on non-delegated units.
+        props: list[tuple[str, ...]] = [
+            ("PIDs", "au", "1", str(pid)),
+            ("Slice", "s", SLICE),
+            ("Delegate", "b", "true"),
+            ("Description", "s", f"calque session {sid}"),
+        ]
+        props += extra
+        flat = [x for prop in props for x in prop]
+        start = [*base, "StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "fail", str(len(props)), *flat, "0"]
+        # Two adoptions into one session at once (two `session run` as its first work, in two worker
+        # processes): both may see no scope and ask to start it; systemd starts one and refuses the
+        # other ("already loaded or has a fragment file"), which then attaches to the scope the first
+        # made, once it is there. Likewise a scope that emptied and went away is started again.
+        deadline = time.monotonic() + ADOPT_WAIT_S
+        while True:
+            starting = not d.is_dir()
+            res = subprocess.run(start if starting else attach, capture_output=True, text=True, timeout=10)
+            if res.returncode == 0:
+                break
+            err = res.stderr.strip()
+            raced = (
+                any(w in err for w in ("already loaded", "already exists", "fragment file"))
+                if starting
+                else any(w in err for w in ("not loaded", "not active", "not found", "No such"))
+            )
+            if not raced or time.monotonic() >= deadline:
+                raise CgroupError(f"systemd refused {unit} for pid {pid}: {err}")
+            time.sleep(0.01)
         # systemd answers when the job is queued; reply only once the pid is in the scope, so that
         # nothing the command forks after exec starts outside it.
         # Usually milliseconds; a loaded host's systemd can take seconds to run the job.
-        deadline = time.monotonic() + ADOPT_WAIT_S
         while f"/{SLICE}/{unit}" not in _cgroup_of(pid):
             if time.monotonic() >= deadline:
                 raise CgroupError(f"pid {pid} did not reach {unit} within {ADOPT_WAIT_S:.0f} s")

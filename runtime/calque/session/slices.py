@@ -1,17 +1,17 @@
-"""The slice inventory: every MIG device the GPU backend reports, plus the configured MPS slots.
+"""The slices a session config makes on this host: every MIG device the GPU backend reports, plus
+the configured MPS slots (refused where the config names a GPU the host lacks, or one in MIG mode).
 
-The session service only reads GPU state (``GpuReader``); laying slices out is the GPU layer's job.
+Shared by the daemon (``session/daemon/inventory.py`` caches it) and ``calque config check session``
+(which checks a file against this host exactly as the daemon would start on it), so it lives beside
+``config.py``, outside both rooms.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from calque.errors import UsageError
 from calque.gpu.backend import GpuReader
 from calque.gpu.selection import GpuSelection, open_reader
-from calque.models import GpuDevice, GpuProcess
+from calque.models import GpuDevice
 from calque.models.session import Slice
 from calque.session.config import SessionConfig
 
@@ -24,14 +24,6 @@ def gpu_selection(config: SessionConfig) -> GpuSelection:
 def load_reader(config: SessionConfig) -> GpuReader | None:
     """The backend the config names; None for ``none`` (MPS slots only, no process tracking)."""
     return open_reader(gpu_selection(config))
-
-
-def host_root(config: SessionConfig, reader: GpuReader | None) -> Path:
-    """Where the capability files live: the config's ``host_root``, else the simulator's root, else /."""
-    if config.host_root is not None:
-        return config.host_root
-    root = getattr(reader, "root", None)
-    return Path(root) if isinstance(root, (str, Path)) else Path("/")
 
 
 def mig_slices(reader: GpuReader) -> list[Slice]:
@@ -86,51 +78,7 @@ def mps_slices(config: SessionConfig, gpus: list[GpuDevice]) -> list[Slice]:
     return out
 
 
-def layout_stamp(config: SessionConfig) -> tuple[int, ...] | None:
-    """A cheap fingerprint of the GPU layout, taken before reading it; None where there is none.
-
-    The simulator replaces its state file (write + rename) on every change, so (inode, mtime, size)
-    changes with the layout; without a GPU backend the slices come from the config alone. NVML has
-    no such counter: its callers fall back to re-reading after a short age.
-    """
-    if config.gpu_backend == "none":
-        return ()
-    if gpu_selection(config).effective == "sim" and config.sim_state is not None:
-        st = os.stat(config.sim_state)
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-    return None
-
-
 def inventory(config: SessionConfig, reader: GpuReader | None) -> list[Slice]:
     if reader is None:
         return mps_slices(config, [])
     return mig_slices(reader) + mps_slices(config, reader.gpus())
-
-
-def processes_on(reader: GpuReader | None, sl: Slice, uid: int | None = None) -> list[int]:
-    """Pids running on the slice (for MPS: on its GPU and owned by ``uid``), from the GPU backend."""
-    if reader is None:
-        return []
-    return pids_on(reader.processes(), sl, uid)
-
-
-def pids_on(procs: list[GpuProcess], sl: Slice, uid: int | None = None) -> list[int]:
-    """The pids of ``procs`` that run on the slice (and belong to ``uid`` when given)."""
-    if sl.kind == "mig":
-        pids = [p.pid for p in procs if p.device_uuid == sl.mig_uuid]
-    else:
-        pids = [p.pid for p in procs if p.device_uuid == sl.gpu_uuid]
-    if uid is not None:
-        pids = [p for p in pids if owner_of(p) == uid]
-    return sorted(set(pids))
-
-
-def owner_of(pid: int) -> int | None:
-    """Real uid of a live process; None when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

@@ -21,7 +21,7 @@ import stat
 from pathlib import Path
 
 from calque.models.session import Slice
-from calque.session.isolation import cap_nodes
+from calque.session.daemon.isolation import cap_nodes
 
 # Every NVIDIA driver's /proc/devices name starts with this (nvidia-frontend, nvidia-uvm,
 # nvidia-caps, nvidia-nvswitch, nvidia-nvlink, nvidia-caps-imex-channels).

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from calque.session.protocol import error, peer_credentials
+from calque.session.daemon.wire import error, peer_credentials
 
 log = logging.getLogger("calque.session")
 

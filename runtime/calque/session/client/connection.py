@@ -1,4 +1,7 @@
-"""The client side of the session socket: one request per connection, errors as CalqueError."""
+"""The client side of the session socket: one request per connection, errors as CalqueError.
+
+Each operation is a method taking its typed arguments and returning its typed answer (the contracts
+of ``calque.models.session``); ``call`` sends a raw one (tests, and the retry rules, use it)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,8 @@ import pwd
 import socket
 import struct
 import time
-import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -24,8 +26,26 @@ from calque.errors import (
     UsageError,
     format_validation_error,
 )
-from calque.models.session import SessionRequest, SessionResponse
-from calque.session.paths import DEFAULT_SOCKET
+from calque.models.session import (
+    Adopted,
+    CheckoutArgs,
+    ExtendArgs,
+    MetricsText,
+    ReleaseArgs,
+    ReportArgs,
+    RequestArgs,
+    Session,
+    SessionRefArgs,
+    SessionRequest,
+    SessionResponse,
+    SliceState,
+    WhoAmI,
+    error_kind,
+)
+from calque.session.client.paths import DEFAULT_SOCKET
+
+if TYPE_CHECKING:
+    from calque.models.session import UsageReport
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 # Ops that are safe to send twice (checkout carries a request id that makes it idempotent).
@@ -45,6 +65,19 @@ def _error_for(kind: str, message: str) -> CalqueError:
     if kind in ("forbidden", "refused"):
         return RefusedError(message)
     return InfrastructureError(f"session daemon: {message}")
+
+
+A = TypeVar("A", bound=RequestArgs)
+
+
+def typed(model: type[A], **args: Any) -> A:
+    """``model``'s arguments, checked here by the rules the daemon checks again: a broken rule is a
+    UsageError (exit 2), or a RefusedError (exit 4) for a rule that refuses (MPS without consent)."""
+    try:
+        return model.model_validate(args)
+    except ValidationError as exc:
+        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise (RefusedError if error_kind(exc) == "refused" else UsageError)(why) from exc
 
 
 def default_socket() -> Path:
@@ -87,9 +120,52 @@ class SessionClient:
         self.retry_for = retry_for
         self.trusted = trusted_server_uids()
 
+    # -- each operation, typed ----------------------------------------------------------------------
+
+    def checkout(self, args: CheckoutArgs) -> Session:
+        return Session.model_validate(self.call("checkout", **args.model_dump()))
+
+    def checkin(self, session_id: str | None = None) -> Session:
+        return Session.model_validate(self.call("checkin", **typed(SessionRefArgs, id=session_id).model_dump()))
+
+    def extend(self, session_id: str | None, by: str | float) -> Session:
+        return Session.model_validate(self.call("extend", **typed(ExtendArgs, id=session_id, by=by).model_dump()))
+
+    def status(self) -> list[Session]:
+        """The caller's live sessions."""
+        return [Session.model_validate(s) for s in self.call("status")]
+
+    def list_slices(self) -> list[SliceState]:
+        """Every slice on the host, busy or free; holders and session ids for root and admins (and the
+        caller's own): as root, every live session on the host."""
+        return [SliceState.model_validate(s) for s in self.call("list")]
+
+    def release(self, session_id: str, reason: str | None = None) -> Session:
+        """End anyone's session now (root or the admin group only); ``reason`` goes to the audit trail."""
+        args = typed(ReleaseArgs, id=session_id, force=True, reason=reason)
+        return Session.model_validate(self.call("release", **args.model_dump()))
+
+    def report(self, since: str | float = "7d") -> UsageReport:
+        from calque.models.session import UsageReport
+
+        return UsageReport.model_validate(self.call("report", **typed(ReportArgs, since=since).model_dump()))
+
+    def adopt(self, session_id: str | None = None) -> Adopted:
+        """Move this very process into the session's cgroup (``calque session run`` then execs)."""
+        return Adopted.model_validate(self.call("adopt", **typed(SessionRefArgs, id=session_id).model_dump()))
+
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self.call("whoami"))
+
+    def metrics(self) -> str:
+        """The Prometheus text (live sessions per user only in an admin's answer)."""
+        return MetricsText.model_validate(self.call("metrics")).text
+
+    # -- the wire -------------------------------------------------------------------------------------
+
     def call(self, op: str, **args: Any) -> Any:
         if op == "checkout" and not args.get("request_id"):
-            args["request_id"] = uuid.uuid4().hex
+            args["request_id"] = os.urandom(16).hex()  # not uuid: it imports platform, slow to start
         line = SessionRequest(op=op, args=args).model_dump_json().encode() + b"\n"
         start = time.monotonic()
         deadline = start + self.retry_for

@@ -18,24 +18,24 @@ import stat
 import threading
 from pathlib import Path
 
-from calque.session import holders, isolation
-from calque.session.inventory import owner_of
-from calque.session.registry import Held
-from calque.session.service import Service
-from calque.session.watch import NodeWatch
+from calque.session.daemon import holders, isolation
+from calque.session.daemon.host import Host
+from calque.session.daemon.inventory import owner_of
+from calque.session.daemon.rows import Held
+from calque.session.daemon.watch import NodeWatch
 
 log = logging.getLogger("calque.session")
 
 
 class NodeGuard:
-    def __init__(self, service: Service) -> None:
-        self.svc = service
+    def __init__(self, host: Host) -> None:
+        self.host = host
         self._lock = threading.Lock()
         self._opened: set[Path] = set()
         self._unknown = True  # until the first full walk: what was opened before we started is unknown
         self._free_before: set[str] = set()
         self._map: tuple[tuple[str, ...], dict[Path, str]] = ((), {})
-        self.watch = NodeWatch(service.host_root / "dev/nvidia-caps", self._event)
+        self.watch = NodeWatch(host.root / "dev/nvidia-caps", self._event)
         self.watching = False
 
     def start(self) -> None:
@@ -59,11 +59,11 @@ class NodeGuard:
             return
         if st.st_uid == 0 and st.st_mode & 0o007 == 0 and (st.st_mode & 0o070 == 0 or isolation.acl_users(path)):
             return  # as the daemon leaves nodes (its own changes come back here as events)
-        with self.svc.nodes_lock:
+        with self.host.nodes_lock:
             holder = None
-            for h in self.svc.registry.live():
+            for h in self.host.registry.live():
                 try:
-                    if any(n.device == path for n in isolation.cap_nodes(self.svc.host_root, h.slice)):
+                    if any(n.device == path for n in isolation.cap_nodes(self.host.root, h.slice)):
                         holder = h.session.uid
                         break
                 except (OSError, ValueError):
@@ -74,7 +74,7 @@ class NodeGuard:
     def _nodes(self) -> dict[Path, str]:
         """Node path -> MIG slice id (cached while the set of slices is the same)."""
         try:
-            slices = [sl for sl in self.svc.slices() if sl.kind == "mig"]
+            slices = [sl for sl in self.host.inventory.slices() if sl.kind == "mig"]
         except Exception as exc:
             log.error("cannot list slices to guard their nodes: %s", exc)
             return self._map[1]
@@ -83,7 +83,7 @@ class NodeGuard:
             out = {}
             for sl in slices:
                 try:
-                    for n in isolation.cap_nodes(self.svc.host_root, sl):
+                    for n in isolation.cap_nodes(self.host.root, sl):
                         out[n.device] = sl.id
                 except (OSError, ValueError):
                     continue
@@ -122,7 +122,7 @@ class NodeGuard:
 
     def secure_pipes(self, live: list[Held]) -> None:
         """Each MPS pipe directory: root's, reachable by exactly the uids holding a slot on it."""
-        cfg = self.svc.config
+        cfg = self.host.config
         pipes: dict[str, set[int]] = {
             m.pipe_directory or str(cfg.mps_pipe_root / f"gpu{m.gpu}"): set() for m in cfg.mps
         }

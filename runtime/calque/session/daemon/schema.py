@@ -48,7 +48,14 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE TABLE IF NOT EXISTS last_holder(
+  slice_id TEXT PRIMARY KEY,
+  uid INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+# ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
+# holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
+# Additive: an older calque ignores the table, so the schema version stays.
 SCHEMA_VERSION = 3
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).
 USAGE_V2_TO_V3 = f"""

@@ -7,31 +7,30 @@ is refused), and only into a session that uid holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from calque.session import devices
-from calque.session.cgroup import CgroupError, SessionCgroups
-from calque.session.inventory import owner_of
-from calque.session.protocol import RequestError
-from calque.session.registry import Held
+from calque.session.daemon import devices
+from calque.session.daemon.cgroup import CgroupError
+from calque.session.daemon.host import Host
+from calque.session.daemon.identity import Caller
+from calque.session.daemon.inventory import owner_of
+from calque.session.daemon.rows import Held
+from calque.session.daemon.wire import RequestError
 
-if TYPE_CHECKING:
-    from calque.session.service import Caller, Service
 
-
-def adopt(svc: Service, c: Caller, held: Held) -> Any:
+def adopt(host: Host, c: Caller, held: Held) -> Any:
     if owner_of(c.pid) != c.uid:
         raise RequestError(
             "forbidden", f"pid {c.pid} is not a process of uid {c.uid} (any more); run from your own shell"
         )
     try:
-        props = devices.scope_properties(svc.host_root, held.slice)
+        props = devices.scope_properties(host.root, held.slice)
     except (OSError, ValueError) as exc:  # the slice's capability nodes are gone (a layout change under it)
         raise RequestError(
             "refused", f"cannot list the devices of {held.slice.id}: {exc}; an admin must check the MIG setup"
         ) from exc
     try:
-        where = SessionCgroups.from_config(svc.config).adopt(held.session.id, c.pid, props)
+        where = host.cgroups.adopt(held.session.id, c.pid, props)
     except CgroupError as exc:
         raise RequestError("refused", f"cannot start work inside session {held.session.id}: {exc}") from exc
     view = held.session.model_dump(mode="json")

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from calque.session.inventory import owner_of
+from calque.session.daemon.inventory import owner_of
 
 
 def _write_to(path: str, uid: int, message: bytes) -> tuple[int, int] | None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from calque.session.inventory import owner_of
+from calque.session.daemon.inventory import owner_of
 
 log = logging.getLogger("calque.session")
 

@@ -1,4 +1,7 @@
-"""What the CLI verbs call: one function per verb over ``SessionClient``, returning models."""
+"""What the CLI verbs call: one function per verb over ``SessionClient``, returning models.
+
+A checkout's rules (MPS or a profile, consent, a positive TTL) are ``CheckoutArgs``'s validators in
+``calque.models.session``: checked here before anything is sent, and by the daemon again."""
 
 from __future__ import annotations
 
@@ -6,12 +9,11 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
 
-from calque.durations import format_duration, parse_duration
-from calque.errors import RefusedError, UsageError
-from calque.models.session import Session, SliceState, UsageReport
-from calque.session.client import NoFreeSliceError, SessionClient
+from calque.durations import format_duration
+from calque.errors import UsageError
+from calque.models.session import CheckoutArgs, Session, SliceState, UsageReport
+from calque.session.client.connection import NoFreeSliceError, SessionClient, typed
 
 
 def checkout(
@@ -26,22 +28,13 @@ def checkout(
     wait_timeout: float | None = None,
     progress: Callable[[str], None] = lambda m: None,
 ) -> Session:
-    if mps and profile:
-        raise UsageError("give either --mps or --profile, not both")
-    if mps and not consent:
-        raise RefusedError(
-            "an MPS slot shares one GPU's memory and faults with other users, with no isolation; "
-            "pass --i-understand-shared-gpu-has-no-isolation to accept that"
-        )
-    if ttl is not None:
-        parse_duration(ttl, what="--ttl")  # fail on a typo before talking to the daemon
-    args: dict[str, Any] = {"mps": mps, "profile": profile, "gpu": gpu, "ttl": ttl, "consent": consent}
+    args = typed(CheckoutArgs, mps=mps, profile=profile, gpu=gpu, ttl=ttl, consent=consent)
     started = time.monotonic()
     delay = 0.5
     told = False
     while True:
         try:
-            return Session.model_validate(client.call("checkout", **args))
+            return client.checkout(args)
         except NoFreeSliceError as exc:
             if not wait:
                 raise
@@ -55,16 +48,15 @@ def checkout(
 
 
 def checkin(client: SessionClient, session_id: str | None) -> Session:
-    return Session.model_validate(client.call("checkin", id=session_id))
+    return client.checkin(session_id)
 
 
 def extend(client: SessionClient, session_id: str | None, by: str) -> Session:
-    parse_duration(by, what="--by")
-    return Session.model_validate(client.call("extend", id=session_id, by=by))
+    return client.extend(session_id, by)
 
 
 def status(client: SessionClient) -> list[Session]:
-    return [Session.model_validate(s) for s in client.call("status")]
+    return client.status()
 
 
 def one_session(client: SessionClient, session_id: str | None) -> Session:
@@ -83,18 +75,17 @@ def one_session(client: SessionClient, session_id: str | None) -> Session:
 
 
 def list_slices(client: SessionClient) -> list[SliceState]:
-    return [SliceState.model_validate(s) for s in client.call("list")]
+    return client.list_slices()
 
 
 def release(client: SessionClient, session_id: str, force: bool, reason: str | None = None) -> Session:
     if not force:
         raise UsageError("release ends another user's session; pass --force")
-    return Session.model_validate(client.call("release", id=session_id, force=True, reason=reason))
+    return client.release(session_id, reason)
 
 
 def report(client: SessionClient, since: str) -> UsageReport:
-    parse_duration(since, what="--since")
-    return UsageReport.model_validate(client.call("report", since=since))
+    return client.report(since)
 
 
 def human_left(until: datetime, now: datetime | None = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from calque.models.session import UsageReport, UsageRow
-from calque.session.registry import Registry
+from calque.session.daemon.registry import Registry
 
 
 def usage_report(registry: Registry, since: datetime, until: datetime, uid: int | None) -> UsageReport:

@@ -1,0 +1,131 @@
+"""``checkout``: bind the caller to the first free slice that matches, within their limits.
+
+The request's own rules (MPS or a profile, consent, a positive TTL) are ``CheckoutArgs``'s validators
+(``calque.models.session``), checked by the client and again here on receipt; what is checked here
+needs the host: the caller's limits, the slices there are, who holds what.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+
+from calque.durations import parse_duration
+from calque.models.session import CheckoutArgs, Session, Slice
+from calque.session.daemon import isolation
+from calque.session.daemon.host import Host
+from calque.session.daemon.identity import Caller, Identities
+from calque.session.daemon.nodes import grant
+from calque.session.daemon.rows import Held, NoFreeSlice, TooManySessions, ts
+from calque.session.daemon.wire import RequestError
+
+
+def fmt_time(d: datetime) -> str:
+    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def view(host: Host, held: Held) -> Session:
+    """A session as its holder is told it (with the host's spot warning)."""
+    s = held.session.model_copy()
+    s.spot = host.config.spot
+    if host.config.spot:
+        s.warnings = [
+            "this host is a spot instance: an interruption ends every tenant's session without notice "
+            "beyond the 2-minute spot warning; save your work often"
+        ]
+    return s
+
+
+def _ttl(host: Host, c: Caller, ids: Identities, args: CheckoutArgs) -> float:
+    lim = ids.limits(c)
+    assert lim.max_ttl is not None
+    try:
+        ttl = parse_duration(args.ttl if args.ttl is not None else host.config.default_ttl, what="ttl")
+    except ValueError as exc:
+        raise RequestError("usage", str(exc)) from exc
+    if ttl <= 0:
+        raise RequestError("usage", "--ttl must be positive, e.g. 30m or 2h")
+    if ttl > lim.max_ttl:
+        raise RequestError("refused", f"--ttl {ttl:g} s is more than your limit of {lim.max_ttl:g} s; ask for less")
+    return ttl
+
+
+def _candidates(host: Host, args: CheckoutArgs) -> list[Slice]:
+    kind, profile, gpu = args.kind, args.profile, args.gpu
+    all_slices = host.inventory.slices()
+    cands = [s for s in all_slices if s.kind == kind]
+    if profile:
+        cands = [s for s in cands if s.profile == profile]
+    if gpu is not None:
+        cands = [s for s in cands if s.gpu_index == gpu]
+    if not cands:
+        have = sorted({f"{s.profile} (gpu {s.gpu_index})" for s in all_slices if s.kind == kind})
+        raise RequestError(
+            "usage",
+            f"no {kind.upper()} slice on this host matches"
+            + (f" profile {profile}" if profile else "")
+            + (f" gpu {gpu}" if gpu is not None else "")
+            + (f"; this host has: {', '.join(have)}" if have else f"; this host has no {kind.upper()} slices"),
+        )
+    return cands
+
+
+def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
+    ttl = _ttl(host, c, ids, args)
+    cands = _candidates(host, args)
+    now = time.time()
+    sid = "s-" + secrets.token_hex(5)
+    expires = ts(now + ttl)
+    lim = ids.limits(c)
+    try:
+        held, created = host.registry.checkout(
+            cands,
+            session_id=sid,
+            uid=c.uid,
+            gid=c.gid,
+            user=c.user,
+            now=now,
+            ttl=ttl,
+            max_sessions=lim.max_sessions,
+            request_id=args.request_id,
+            env_for=lambda s: isolation.environment(s, sid, expires),
+            mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
+            group_limits=host.config.policy.group_limits(c.groups),
+        )
+    except TooManySessions as exc:
+        if exc.group is not None:
+            raise RequestError(
+                "refused",
+                f"group {exc.group} holds {exc.live} session(s) among its members, its limit is {exc.limit}; "
+                "wait for one of them to check in",
+            ) from exc
+        raise RequestError(
+            "refused",
+            f"you hold {exc.live} session(s), your limit is {exc.limit}; check one in first "
+            "(`calque session status` lists them)",
+        ) from exc
+    except NoFreeSlice as exc:
+        raise RequestError("busy", _busy_message(exc)) from exc
+    if created:
+        grant(host, held, fresh=True)
+        host.audit.record("checkout", held, pid=c.pid)
+        host.timers_due.set()
+    elif held.session.ended_at is None:
+        grant(host, held, fresh=False)  # a retried request: the first answer may have been lost in a crash
+    return view(host, held)
+
+
+def _busy_message(exc: NoFreeSlice) -> str:
+    busy = "; ".join(
+        f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {fmt_time(h.session.expires_at)}"
+        for h in exc.busy
+    )
+    if exc.other_users:
+        daemons = sorted({h.slice.pipe_directory or "" for h in exc.other_users})
+        until = max(h.session.expires_at for h in exc.other_users)
+        busy += ("; " if busy else "") + (
+            f"free MPS slots on {', '.join(daemons)} are not offered to you while another user holds "
+            f"slots there (MPS serialises different users' clients), until {fmt_time(until)} at the latest"
+        )
+    return f"every matching slice is busy: {busy}; retry later or pass --wait"

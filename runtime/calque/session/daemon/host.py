@@ -1,0 +1,58 @@
+"""The host: what the components of one daemon process share, built once per process and handed to
+each of them (service, enforcer, guard, clean-up, metrics), so no component reaches into another.
+
+It holds the config, the registry, the audit log, the GPU reader with the slice inventory over it,
+the sessions' cgroups, the node lock (one writer of the capability nodes' ownership across every process) and the event
+that wakes the timers. Which process builds what is ``process.py``'s business: the main process has
+the timers and no front door, a worker the front door and no timers, the metrics process neither.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from calque.gpu.backend import GpuReader
+from calque.session.config import SessionConfig
+from calque.session.daemon.audit import AuditLog, EventTally
+from calque.session.daemon.cgroup import SessionCgroups
+from calque.session.daemon.files import lock_path
+from calque.session.daemon.hostlock import HostLock
+from calque.session.daemon.inventory import SliceInventory, host_root
+from calque.session.daemon.registry import Registry
+from calque.session.slices import load_reader
+
+
+@dataclass
+class Host:
+    config: SessionConfig
+    registry: Registry
+    audit: AuditLog
+    reader: GpuReader | None
+    root: Path  # where /dev/nvidia-caps and /proc/driver/nvidia live (the simulator's root in tests)
+    nodes_lock: HostLock
+    inventory: SliceInventory
+    cgroups: SessionCgroups  # where sessions' cgroups live on this host (``cgroups:`` in the config)
+    tally: EventTally | None = None  # audit events since the daemon's start (metrics read it)
+    # Set when a change moves a deadline (a checkout, an extension): the timers look again at once.
+    timers_due: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def build(cls, config: SessionConfig, *, events_from: int | None = None, tally: bool = False) -> Host:
+        reader = load_reader(config)
+        return cls(
+            config=config,
+            registry=Registry(config.db),
+            audit=AuditLog(config.audit_log),
+            reader=reader,
+            root=host_root(config, reader),
+            nodes_lock=HostLock(lock_path(config.db, "nodes")),
+            inventory=SliceInventory(config, reader),
+            cgroups=SessionCgroups.from_config(config),
+            tally=EventTally(config.audit_log, events_from) if tally else None,
+        )
+
+    def close(self) -> None:
+        self.registry.close()
+        self.audit.close()

@@ -1,0 +1,96 @@
+"""A registry row as the daemon uses it (``Held``: the session and the slice it holds) and what a
+checkout's transaction can answer (created, busy, too many), apart from the SQL that makes them."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from calque.models.session import Session, Slice
+
+SLICE_CACHE = 4096  # parsed slice_json texts kept; a host has far fewer distinct slices
+
+
+_slice_cache: dict[str, Slice] = {}
+
+
+def slice_of(text: str) -> Slice:
+    """The Slice a row's slice_json holds. Parsed once per distinct text: pydantic validation was a
+    large part of every read. Slices are never changed after they are built, so sharing one is safe."""
+    sl = _slice_cache.get(text)
+    if sl is None:
+        if len(_slice_cache) >= SLICE_CACHE:
+            _slice_cache.clear()
+        sl = _slice_cache[text] = Slice.model_validate_json(text)
+    return sl
+
+
+_slice_json_cache: dict[int, tuple[Slice, str]] = {}
+
+
+def slice_json(sl: Slice) -> str:
+    """``sl`` as the JSON a row keeps, serialised once per Slice object (the inventory hands out the
+    same objects until the layout changes); the object is kept with its text so its id is not reused."""
+    hit = _slice_json_cache.get(id(sl))
+    if hit is None or hit[0] is not sl:
+        if len(_slice_json_cache) >= SLICE_CACHE:
+            _slice_json_cache.clear()
+        hit = _slice_json_cache[id(sl)] = (sl, sl.model_dump_json())
+    return hit[1]
+
+
+def ts(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A session row with the slice it holds (as the slice was at checkout)."""
+
+    session: Session
+    slice: Slice
+    last_active: float
+    handed_from: int | None = None  # a fresh checkout: the slice's last holder, when another uid
+
+    @property
+    def expires(self) -> float:
+        return self.session.expires_at.timestamp()
+
+    @property
+    def created(self) -> float:
+        return self.session.created_at.timestamp()
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a checkout's transaction inserted."""
+
+    slice: Slice
+    env: dict[str, str]
+    previous_uid: int | None  # the slice's last holder, when it was someone else (its nodes may be open)
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A checkout that found no free candidate: the live sessions it saw."""
+
+    rows: list[sqlite3.Row]
+    skipped_mps: bool  # a free MPS slot was passed over: another user holds its daemon
+
+
+class NoFreeSlice(Exception):
+    def __init__(self, busy: list[Held], other_users: list[Held] | None = None) -> None:
+        super().__init__("no free slice")
+        self.busy = busy
+        self.other_users = other_users or []  # MPS slots free but on a daemon another user holds
+
+
+class TooManySessions(Exception):
+    """The caller's own limit, or (``group`` set) the limit of a group counted over all its members."""
+
+    def __init__(self, live: int, limit: int, group: str | None = None) -> None:
+        super().__init__(f"{live} live sessions, limit {limit}" + (f" for group {group}" if group else ""))
+        self.live = live
+        self.limit = limit
+        self.group = group

@@ -1,0 +1,173 @@
+"""The session service: what each request does, for a caller the kernel identified.
+
+The listener (``listener.py``) parses and authenticates; this module decides, over the host it is
+handed (``host.py``) and the clean-up that runs after a session ends (``cleanup.py``). It never calls
+AWS and never changes the GPU layout: it binds users to slices that already exist.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from calque.durations import parse_duration
+from calque.models.session import (
+    CheckoutArgs,
+    EndReason,
+    ExtendArgs,
+    ReleaseArgs,
+    ReportArgs,
+    RequestArgs,
+    SessionRefArgs,
+    SliceState,
+)
+from calque.session.daemon.checkout import checkout, view
+from calque.session.daemon.cleanup import Cleanup
+from calque.session.daemon.host import Host
+from calque.session.daemon.identity import Caller, Identities
+from calque.session.daemon.nodes import end_session
+from calque.session.daemon.notices import notify_terminals
+from calque.session.daemon.requests import parse_args
+from calque.session.daemon.rows import Held, ts
+from calque.session.daemon.usage import usage_report
+from calque.session.daemon.wire import RequestError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+
+class Service:
+    def __init__(self, host: Host, cleanup: Cleanup) -> None:
+        self.host = host
+        self.cleanup = cleanup
+        self.identities = Identities(host.config)
+        self._metrics: dict[bool, CollectorRegistry] = {}  # made on first use: holders shown or not
+
+    def caller(self, pid: int, uid: int, gid: int) -> Caller:
+        return self.identities.caller(pid, uid, gid)
+
+    def handle(self, c: Caller, op: str, args: dict[str, Any]) -> Any:
+        typed = parse_args(op, args)  # unknown ops and keys, wrong types, broken rules: refused by name
+        return getattr(self, f"op_{op}")(c, typed)
+
+    def op_ping(self, c: Caller, args: RequestArgs) -> Any:
+        return {"pong": True}
+
+    def op_whoami(self, c: Caller, args: RequestArgs) -> Any:
+        return {"uid": c.uid, "gid": c.gid, "user": c.user, "admin": c.admin, "pid": c.pid}
+
+    def op_adopt(self, c: Caller, args: SessionRefArgs) -> Any:
+        from calque.session.daemon.adopt import adopt  # the caller's process into the session's cgroup
+
+        return adopt(self.host, c, self._own(c, args, "run in"))
+
+    def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
+        return checkout(self.host, self.identities, c, args).model_dump(mode="json")
+
+    def _own(self, c: Caller, args: SessionRefArgs, verb: str) -> Held:
+        sid = args.id
+        registry = self.host.registry
+        if sid is None:
+            mine = registry.live(c.uid)
+            if len(mine) == 1:
+                return mine[0]
+            if not mine:
+                raise RequestError("not_found", "you hold no session")
+            raise RequestError(
+                "usage", f"you hold {len(mine)} sessions ({', '.join(h.session.id for h in mine)}); name one to {verb}"
+            )
+        held = registry.get(sid)
+        if held is None or held.session.ended_at is not None:
+            raise RequestError("not_found", f"no live session {sid}; `calque session status` lists yours")
+        if held.session.uid != c.uid:
+            raise RequestError("forbidden", f"session {sid} is not yours; you can only {verb} your own sessions")
+        return held
+
+    def op_checkin(self, c: Caller, args: SessionRefArgs) -> Any:
+        # A named session is ended only if it is the caller's, checked in the transaction that ends it
+        # (no read before it); when that ends nothing, _own says why.
+        sid = args.id if args.id is not None else self._own(c, args, "check in").session.id
+        ended = end_session(self.host, sid, "checkin", "checkin", c.uid, owner=c.uid)
+        if ended is None:
+            self._own(c, args, "check in")
+            raise RequestError("not_found", f"session {sid} already ended")
+        self.cleanup.after_end(ended)
+        return ended.session.model_dump(mode="json")
+
+    def op_extend(self, c: Caller, args: ExtendArgs) -> Any:
+        held = self._own(c, args, "extend")
+        if held.expires <= time.time():
+            raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
+        by = parse_duration(args.by, what="by")  # positive: checked by ExtendArgs
+        lim = self.identities.limits(c)
+        assert lim.max_ttl is not None
+        new = held.expires + by
+        cap = held.created + lim.max_ttl
+        if new > cap + 1e-6:
+            room = max(0.0, cap - held.expires)
+            raise RequestError(
+                "refused",
+                f"a session may last at most {lim.max_ttl:g} s in total; you can extend {held.session.id} "
+                f"by at most {room:.0f} s more",
+            )
+        ext = self.host.registry.extend(held.session.id, new)
+        if ext is None:
+            raise RequestError("not_found", f"session {held.session.id} already ended")
+        self.host.audit.record("extend", ext, by_seconds=by)
+        self.host.timers_due.set()
+        return view(self.host, ext).model_dump(mode="json")
+
+    def op_status(self, c: Caller, args: RequestArgs) -> Any:
+        return [view(self.host, h).model_dump(mode="json") for h in self.host.registry.live(c.uid)]
+
+    def op_list(self, c: Caller, args: RequestArgs) -> Any:
+        live = {h.session.slice_id: h for h in self.host.registry.live()}
+        out = []
+        for sl in self.host.inventory.slices():
+            h = live.get(sl.id)
+            st = SliceState(slice=sl, busy=h is not None, busy_until=h.session.expires_at if h else None)
+            if h is not None and (c.admin or h.session.uid == c.uid):
+                st.holder, st.holder_uid, st.session_id = h.session.user, h.session.uid, h.session.id
+            out.append(st.model_dump(mode="json"))
+        return out
+
+    def op_release(self, c: Caller, args: ReleaseArgs) -> Any:
+        if not c.admin:
+            ag = self.host.config.policy.admin_group
+            raise RequestError(
+                "forbidden", "only root" + (f" or members of {ag}" if ag else "") + " may force-release a session"
+            )
+        if not args.force:
+            raise RequestError("usage", "release ends another user's session; pass --force")
+        sid = args.id
+        held = self.host.registry.get(sid)
+        if held is None or held.session.ended_at is not None:
+            raise RequestError("not_found", f"no live session {sid}")
+        why = "released" + (f": {args.reason}" if args.reason else "")
+        reason: EndReason = "layout" if args.reason == "layout" else "released"  # a MIG layout change ends it first
+        ended = end_session(self.host, sid, reason, "release", c.uid, note=why)
+        if ended is None:
+            raise RequestError("not_found", f"session {sid} already ended")
+        self.cleanup.after_end(ended)
+        notify_terminals(ended.session.uid, f"an administrator ended session {sid} on {ended.slice.id} ({why})")
+        return ended.session.model_dump(mode="json")
+
+    def op_report(self, c: Caller, args: ReportArgs) -> Any:
+        since_s = parse_duration(args.since, what="since")  # parses: checked by ReportArgs
+        until = datetime.now(timezone.utc)
+        since = ts(until.timestamp() - since_s)
+        report = usage_report(self.host.registry, since, until, None if c.admin else c.uid)
+        return report.model_dump(mode="json")
+
+    def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
+        # prometheus_client only where metrics are read; holders by user for admins only
+        from calque.session.daemon.metrics import collector_registry, render
+
+        reg = self._metrics.get(c.admin)
+        if reg is None:
+            host = self.host
+            reg = self._metrics[c.admin] = collector_registry(
+                host.inventory, host.registry.live, host.tally, holders=c.admin
+            )
+        return {"text": render(reg)}

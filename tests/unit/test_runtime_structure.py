@@ -1,0 +1,134 @@
+"""The runtime's shape, read from its source: no import circle, the CLI apart from the session
+daemon, no file over the length bound. Every import counts, at module level or inside a function
+(a lazy import still ties two modules together); ``if TYPE_CHECKING:`` imports do not run, and a
+package's ``__init__`` is not counted as imported by its own modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import calque
+
+ROOT = Path(calque.__file__).resolve().parent
+MAX_LINES = 450
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_of(p): p for p in ROOT.rglob("*.py")}
+
+
+def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _resolve(name: str) -> str | None:
+    """The calque module ``name`` is (or, for ``from pkg import name``, lies in)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if _type_checking_only(node, parents):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*pkg, base] if base else pkg)
+            # ``from pkg import sub`` ties to the submodule; a parent package is not an edge of its own
+            # (it is initialised first, whoever imports one of its modules)
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        for n in names:
+            if n.startswith("calque"):
+                target = _resolve(n)
+                if target is not None and target != module:
+                    found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {m: imports_of(m) for m in MODULES}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the modules along it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return [*stack[stack.index(n) :], n]
+            if n not in state and (found := visit(n)) is not None:
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)) is not None:
+            return found
+    return None
+
+
+def _reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for n in graph.get(todo.pop(), ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def test_the_walker_sees_lazy_and_package_imports() -> None:
+    # cli/session.py imports the client inside functions; the client package from its __init__
+    assert "calque.session.client.verbs" in imports_of("calque.cli.session")
+    assert "calque.session.daemon.process" in imports_of("calque.session.daemon.__main__")
+
+
+def test_no_import_circle_anywhere_in_the_runtime() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check itself
+    cycle = _cycle(_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_cli_never_imports_the_session_daemon() -> None:
+    graph = _graph()
+    cli = {m for m in MODULES if m == "calque.cli" or m.startswith("calque.cli.")}
+    reached = _reachable(graph, cli)
+    daemon = sorted(m for m in reached if m.startswith("calque.session.daemon"))
+    assert daemon == [], f"calque.cli reaches the session daemon: {daemon}"
+    client = {m for m in MODULES if m.startswith("calque.session.client")}
+    assert not any(m.startswith("calque.session.daemon") for m in _reachable(graph, client))
+
+
+def test_no_runtime_file_is_longer_than_the_bound() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"files over {MAX_LINES} lines (split them by what they do): {long}"
