@@ -8,6 +8,7 @@ e2e tier (test_site_e2e.py) also converges the roles together through site.yml.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,16 @@ from .scenarios import MOLECULE_DIR, MoleculeRuns, roles, scenarios
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+# Roles that run only on the controller and never touch a host: a booted host would test nothing
+# of theirs; their playbook tests (named here, which must exist) run them for real instead.
+CONTROLLER_ROLES = {"preflight": "tests/ansible/test_preflight.py"}
+
+
 def test_every_role_has_a_molecule_scenario() -> None:
-    missing = sorted(set(roles()) - set(scenarios()))
+    root = Path(__file__).resolve().parents[2]
+    for role, test in CONTROLLER_ROLES.items():
+        assert role in roles() and (root / test).is_file(), f"controller-only role {role}: {test} is missing"
+    missing = sorted(set(roles()) - set(scenarios()) - set(CONTROLLER_ROLES))
     assert not missing, f"roles without a molecule scenario in {MOLECULE_DIR}: {missing}"
 
 

@@ -71,7 +71,7 @@ def test_from_name_finds_a_deployed_pool_by_its_tag(make_pool, network, capsys, 
     out, err = capsys.readouterr()
     assert code == 0, (out, err, [w.stderr() for w in workers])
     assert out == "method 42\nfunction [1, 4, 9]\n"
-    assert "on pool parity-deployed, parity-deployed-fn" in err, err
+    assert "on pools parity/deployed, parity/deployed-fn" in err, err
     # --local has no deployed pool's code: it says so
     code = run(["run", "--local", str(CORPUS / "from_name.py")])
     out, err = capsys.readouterr()
