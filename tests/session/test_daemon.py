@@ -433,3 +433,18 @@ def test_wait_timeout_waits_the_full_time_and_says_what_it_waited(host: Host) ->
     assert res.returncode == 5, res.stderr
     said = re.search(r"\(waited (\d+(?:\.\d+)?) s\)", res.stderr)
     assert said is not None and float(said.group(1)) >= 5.0, res.stderr
+
+
+def test_a_plain_checkout_on_an_mps_only_host_suggests_mps(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    for gi in host.sim.gpu_instances(0):  # GPU 0's MIG slices gone: the L4's MPS slots are all there is
+        for ci in gi.compute_instances:
+            host.sim.destroy_compute_instance(0, gi.gi_id, ci.ci_id)
+        host.sim.destroy_gpu_instance(0, gi.gi_id)
+    host.start()
+    res = host.cli(alice, "session", "checkout")
+    assert res.returncode != 0
+    assert "no MIG slices, only MPS slots: pass --mps" in res.stderr, res.stderr
+    assert "--i-understand-shared-gpu-has-no-isolation" in res.stderr
+    # What it suggests works.
+    host.cli(alice, "session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", check=True)
