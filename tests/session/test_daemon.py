@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from calque.errors import CalqueError
+from calque.session.client import verbs
 from calque.session.client.connection import NoFreeSliceError
 
 from .conftest import Host, User, wait_for
@@ -410,3 +412,39 @@ def test_inventory_follows_a_layout_change_at_once(host: Host) -> None:
     assert ids == {m.uuid for m in host.migs[1:]}
     held = [client.call("checkout", ttl="10m") for _ in range(6)]
     assert gone.uuid not in {s["slice_id"] for s in held}
+
+
+def test_wait_timeout_waits_the_full_time_and_says_what_it_waited(host: Host) -> None:
+    host.start()
+    for _ in range(7):  # every slice held
+        host.client().call("checkout", ttl="1h")
+    # The client's own wait, timed around it: no interpreter start-up in the figure.
+    started = time.monotonic()
+    with pytest.raises(NoFreeSliceError) as caught:
+        verbs.checkout(
+            host.client(), profile=None, mps=False, gpu=None, ttl=None, consent=False, wait=True, wait_timeout=5.0
+        )
+    elapsed = time.monotonic() - started
+    said = re.search(r"\(waited (\d+(?:\.\d+)?) s\)", str(caught.value))
+    assert said is not None, str(caught.value)
+    assert 5.0 <= float(said.group(1)) <= elapsed < 7.0, (said.group(1), elapsed)
+    # The command says the same.
+    res = host.cli(None, "session", "checkout", "--wait", "--wait-timeout", "5s", timeout=60)
+    assert res.returncode == 5, res.stderr
+    said = re.search(r"\(waited (\d+(?:\.\d+)?) s\)", res.stderr)
+    assert said is not None and float(said.group(1)) >= 5.0, res.stderr
+
+
+def test_a_plain_checkout_on_an_mps_only_host_suggests_mps(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    for gi in host.sim.gpu_instances(0):  # GPU 0's MIG slices gone: the L4's MPS slots are all there is
+        for ci in gi.compute_instances:
+            host.sim.destroy_compute_instance(0, gi.gi_id, ci.ci_id)
+        host.sim.destroy_gpu_instance(0, gi.gi_id)
+    host.start()
+    res = host.cli(alice, "session", "checkout")
+    assert res.returncode != 0
+    assert "no MIG slices, only MPS slots: pass --mps" in res.stderr, res.stderr
+    assert "--i-understand-shared-gpu-has-no-isolation" in res.stderr
+    # What it suggests works.
+    host.cli(alice, "session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", check=True)

@@ -357,3 +357,61 @@ def test_notices_reach_only_terminals_the_holder_owns(host: Host, make_user: Cal
             p.wait()
         for fd in (mine_m, mine_s, theirs_m, theirs_s):
             os.close(fd)
+
+
+# Work in the session's cgroup that the GPU backend does not list: one exits a second after SIGTERM,
+# the other ignores it. Each writes down when SIGTERM came and whether it left by itself.
+TRAPPER = (
+    "import signal, sys, time\n"
+    "log = open(sys.argv[1], 'a', buffering=1)\n"
+    "def on(sig, frame):\n"
+    "    log.write(f'SIGTERM {time.time()}\\n')\n"
+    "    if sys.argv[2] == 'slow-exit':\n"
+    "        time.sleep(1.0)\n"
+    "        log.write('exited\\n')\n"
+    "        sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, on)\n"
+    "log.write('started\\n')\n"
+    "while True:\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def test_expiry_gives_every_process_of_the_cgroup_kill_grace(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    alice = make_user()
+    grace = 3.0
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct", kill_grace=grace)
+    script = host.dir / "trapper.py"
+    script.write_text(TRAPPER)
+    script.chmod(0o644)
+    logs = {mode: host.dir / f"{mode}.log" for mode in ("slow-exit", "ignore-term")}
+    for log in logs.values():
+        log.touch()
+        log.chmod(0o666)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "3s", "--json", check=True).stdout)
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    run = [*host.python, "-c", CLI, "session", "run", "--", "/usr/bin/python3", str(script)]
+    works = {
+        mode: subprocess.Popen(as_user(alice, [*run, str(log), mode]), env=env, cwd=host.dir)
+        for mode, log in logs.items()
+    }
+    try:
+        assert wait_for(lambda: all("started" in log.read_text() for log in logs.values()), 15)
+        # The GPU backend lists neither: they are the session's only through its cgroup.
+        assert not {p.pid for p in host.sim.processes()} & {w.pid for w in works.values()}
+        slow, stubborn = works["slow-exit"], works["ignore-term"]
+        assert slow.wait(20) == 0  # it left by itself, a second after SIGTERM: not SIGKILLed
+        assert logs["slow-exit"].read_text().splitlines()[-1] == "exited"
+        assert stubborn.wait(20) == -signal.SIGKILL
+        killed_at = time.time()
+        term_at = float(logs["ignore-term"].read_text().splitlines()[1].split()[1])
+        assert killed_at - term_at >= grace - 0.2, f"SIGKILL {killed_at - term_at:.2f} s after SIGTERM"
+        assert wait_for(lambda: not (cgroup_parent / s["id"]).exists(), 5)
+        assert [e["event"] for e in host.audit_events() if e["session"] == s["id"]][-1] == "expiry"
+    finally:
+        for w in works.values():
+            if w.poll() is None:
+                w.kill()
+                w.wait()

@@ -207,3 +207,29 @@ def test_nodes_reset_behind_the_daemons_back_are_secured_again(host: Host, make_
         host, alice, held[0]
     )
     assert all(n.stat().st_uid == 0 and stat.S_IMODE(n.stat().st_mode) == 0o400 for n in free)
+
+
+def test_list_marks_the_mps_slots_a_caller_would_be_refused_and_why(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    host.start()
+    consent = "--i-understand-shared-gpu-has-no-isolation"
+    held = json.loads(host.cli(alice, "session", "checkout", "--mps", consent, "--json", check=True).stdout)
+
+    def free_mps(user: User) -> list[dict[str, object]]:
+        listed = json.loads(host.cli(user, "session", "list", "--json", check=True).stdout)
+        return [st for st in listed if st["slice"]["kind"] == "mps" and not st["busy"]]
+
+    # Bob: the L4's other slot is free, but not his (another user's clients are on its MPS daemon).
+    (bobs,) = free_mps(bob)
+    assert bobs["why_not"] is not None and "MPS serialises" in bobs["why_not"], bobs
+    assert alice.name not in bobs["why_not"]  # who holds it is not his to know
+    res = host.cli(bob, "session", "checkout", "--mps", consent)
+    assert res.returncode == 5, res.stderr  # the list said so, the checkout agrees
+    human = host.cli(bob, "session", "list", check=True).stdout
+    assert "WHY NOT" in human and "not yours" in human, human
+    # Alice may take it: nothing marked for her; once she is done, nothing for Bob either.
+    (alices,) = free_mps(alice)
+    assert alices["why_not"] is None
+    host.cli(alice, "session", "checkin", held["id"], check=True)
+    assert [st["why_not"] for st in free_mps(bob)] == [None, None]
+    assert "WHY NOT" not in host.cli(bob, "session", "list", check=True).stdout

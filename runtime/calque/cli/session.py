@@ -68,20 +68,24 @@ def _render_sessions(ss: list[Session]) -> str:
 def _render_slices(states: list[SliceState]) -> str:
     if not states:
         return "this host has no slices (no MIG devices and no MPS slots configured)"
+    # A free slot the daemon would refuse this caller reads "not yours", with why in its own column.
+    why = any(st.why_not for st in states)
     rows = [
         [
             st.slice.id,
             st.slice.kind,
             st.slice.profile,
             st.slice.gpu_index,
-            "busy" if st.busy else "free",
+            "busy" if st.busy else "not yours" if st.why_not else "free",
             _when(st.busy_until),
             st.holder or "",
             st.session_id or "",
+            *([st.why_not or ""] if why else []),
         ]
         for st in states
     ]
-    return table(["SLICE", "KIND", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION"], rows)
+    head = ["SLICE", "KIND", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION", *(["WHY NOT"] if why else [])]
+    return table(head, rows)
 
 
 def _render_report(r: UsageReport) -> str:

@@ -99,7 +99,8 @@ class Session(VersionedModel):
 
 
 class SliceState(CalqueModel):
-    """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder."""
+    """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder;
+    ``why_not`` on a free slice the caller would be refused (the serialised-per-user MPS rule)."""
 
     model_config = _DEFERRED
 
@@ -109,6 +110,9 @@ class SliceState(CalqueModel):
     holder: str | None = None
     holder_uid: int | None = None
     session_id: str | None = None
+    why_not: str | None = Field(
+        default=None, description="why the caller cannot check out this free slot now (None: they can)"
+    )
 
 
 class UsageRow(CalqueModel):

@@ -38,12 +38,14 @@ def checkout(
         except NoFreeSliceError as exc:
             if not wait:
                 raise
-            if wait_timeout is not None and time.monotonic() - started + delay > wait_timeout:
-                raise NoFreeSliceError(f"{exc} (waited {wait_timeout:g} s)") from exc
+            waited = time.monotonic() - started
+            if wait_timeout is not None and waited >= wait_timeout:
+                # What was really waited, measured: the last try comes at the timeout, not before it.
+                raise NoFreeSliceError(f"{exc} (waited {waited:.1f} s)") from exc
             if not told:
                 progress(f"waiting for a free slice: {exc}")
                 told = True
-            time.sleep(delay)
+            time.sleep(delay if wait_timeout is None else min(delay, wait_timeout - waited))
             delay = min(delay * 1.5, 5.0)
 
 

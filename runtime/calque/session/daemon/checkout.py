@@ -66,9 +66,22 @@ def _candidates(host: Host, args: CheckoutArgs) -> list[Slice]:
             f"no {kind.upper()} slice on this host matches"
             + (f" profile {profile}" if profile else "")
             + (f" gpu {gpu}" if gpu is not None else "")
-            + (f"; this host has: {', '.join(have)}" if have else f"; this host has no {kind.upper()} slices"),
+            + (f"; this host has: {', '.join(have)}" if have else _other_kind_hint(kind, all_slices)),
         )
     return cands
+
+
+def _other_kind_hint(kind: str, all_slices: list[Slice]) -> str:
+    """Where the host has none of the kind asked for: what it has instead, and how to ask for it."""
+    if kind == "mig" and any(s.kind == "mps" for s in all_slices):
+        return (
+            "; this host has no MIG slices, only MPS slots: pass --mps "
+            "--i-understand-shared-gpu-has-no-isolation (an MPS slot shares its GPU, with no memory isolation)"
+        )
+    if kind == "mps" and any(s.kind == "mig" for s in all_slices):
+        profiles = sorted({s.profile for s in all_slices if s.kind == "mig"})
+        return f"; this host has no MPS slots, only MIG slices: leave out --mps (or pass --profile {profiles[0]})"
+    return f"; this host has no {kind.upper()} slices"
 
 
 def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:

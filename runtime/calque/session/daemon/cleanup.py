@@ -1,5 +1,6 @@
 """After a session ends: its cgroup killed, its MPS pipe directory's holders set again, and what its
-holder left running on the slice stopped (SIGTERM, SIGKILL after ``kill_grace``).
+holder left running on the slice stopped (SIGTERM, SIGKILL after ``kill_grace``; at expiry the
+session's cgroup too, before it is killed).
 
 Every process that ends sessions has one: a worker process for check-ins and releases (batched, off
 the request path), the main process for expiry. "On the slice" is what the GPU backend reports for
@@ -115,12 +116,16 @@ class Cleanup:
                 return
 
     def terminate(self, h: Held) -> list[int]:
-        """SIGTERM the holder's processes on the slice, SIGKILL after the grace; returns the pids hit."""
+        """SIGTERM the holder's processes on the slice and in the session's cgroup (the GPU backend
+        lists only what has a context open: a launcher or a child that has not reached the GPU is in
+        the cgroup alone), SIGKILL after the grace; returns the pids hit."""
         uid = h.session.uid
+        sid = h.session.id
         hit: set[int] = set()
         deadline = time.monotonic() + self.host.config.kill_grace
         while True:
-            pids = [p for p in processes_on(self.host.reader, h.slice, uid) if alive(p, uid)]
+            listed = processes_on(self.host.reader, h.slice, uid) + self.cgroups.pids(sid)
+            pids = [p for p in dict.fromkeys(listed) if alive(p, uid)]
             fresh = [p for p in pids if p not in hit]
             hit.update(signal_pids(fresh, uid, signal.SIGTERM))
             still = [p for p in hit if alive(p, uid)]

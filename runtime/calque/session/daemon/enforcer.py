@@ -162,8 +162,7 @@ class Enforcer:
         sid = h.session.id
         failed = False
         try:
-            self.cgroups.signal(sid, signal.SIGTERM)
-            self.cleanup.terminate(h)
+            self.cleanup.terminate(h)  # the slice's processes and the cgroup's: SIGTERM, the grace, SIGKILL
             ended = end_session(self.host, h.session.id, reason, event, 0)  # type: ignore[arg-type]
             self.cleanup.finish(ended or h)
         except Exception:

@@ -22,7 +22,7 @@ from calque.models.session import (
     SessionRefArgs,
     SliceState,
 )
-from calque.session.daemon.checkout import checkout, view
+from calque.session.daemon.checkout import checkout, fmt_time, view
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities
@@ -122,11 +122,26 @@ class Service:
         return [view(self.host, h).model_dump(mode="json") for h in self.host.registry.live(c.uid)]
 
     def op_list(self, c: Caller, args: RequestArgs) -> Any:
-        live = {h.session.slice_id: h for h in self.host.registry.live()}
+        held = self.host.registry.live()
+        live = {h.session.slice_id: h for h in held}
+        # The rule checkout applies (registry.checkout): with serialised-per-user MPS, a free slot on a
+        # control daemon another user holds a slot of is refused to this caller; say so here first.
+        foreign: dict[str, Held] = {}
+        if self.host.config.mps_user_model == "serialised-per-user":
+            for x in sorted(held, key=lambda y: y.session.expires_at):  # the last to end stays
+                pipe = x.slice.pipe_directory
+                if x.slice.kind == "mps" and pipe and x.session.uid != c.uid:
+                    foreign[pipe] = x
         out = []
         for sl in self.host.inventory.slices():
             h = live.get(sl.id)
             st = SliceState(slice=sl, busy=h is not None, busy_until=h.session.expires_at if h else None)
+            other = foreign.get(sl.pipe_directory or "") if sl.kind == "mps" and h is None else None
+            if other is not None:
+                st.why_not = (
+                    f"another user holds an MPS slot on GPU {sl.gpu_index} (MPS serialises different users' "
+                    f"clients): not yours until they check in, by {fmt_time(other.session.expires_at)} at the latest"
+                )
             if h is not None and (c.admin or h.session.uid == c.uid):
                 st.holder, st.holder_uid, st.session_id = h.session.user, h.session.uid, h.session.id
             out.append(st.model_dump(mode="json"))
