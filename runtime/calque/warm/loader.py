@@ -177,8 +177,8 @@ class ParameterSet:
     declared: bool  # modal.parameter() fields (names are checked); False: a constructor's keywords
 
 
-def parameter_set(klass: type) -> ParameterSet:
-    """What ``klass(**kw)`` takes; a call's full set is ``{**defaults, **kw}`` (what a worker builds)."""
+def _declared_parameters(klass: type) -> tuple[dict[str, modal_shim._Parameter], dict[str, Any]]:
+    """The class's ``modal.parameter()`` fields and its annotations, bases first (a subclass wins)."""
     declared: dict[str, modal_shim._Parameter] = {}
     annotations: dict[str, Any] = {}
     for base in reversed(klass.__mro__):
@@ -186,6 +186,12 @@ def parameter_set(klass: type) -> ParameterSet:
         for k, v in vars(base).items():
             if isinstance(v, modal_shim._Parameter):
                 declared[k] = v
+    return declared, annotations
+
+
+def parameter_set(klass: type) -> ParameterSet:
+    """What ``klass(**kw)`` takes; a call's full set is ``{**defaults, **kw}`` (what a worker builds)."""
+    declared, annotations = _declared_parameters(klass)
     if declared:
         return ParameterSet(
             {k: p.default for k, p in declared.items() if p.has_default},
@@ -216,13 +222,7 @@ def coerce_parameter(value: Any, annotation: Any, cls_name: str, pname: str) -> 
 
 def _instantiate(klass: type, parameters: dict[str, Any], path: Path) -> Any:
     """Build the instance as Modal does: ``__init__`` is not called; parameters are set as fields."""
-    declared: dict[str, modal_shim._Parameter] = {}
-    annotations: dict[str, Any] = {}
-    for base in reversed(klass.__mro__):
-        annotations.update(getattr(base, "__annotations__", {}))
-        for k, v in vars(base).items():
-            if isinstance(v, modal_shim._Parameter):
-                declared[k] = v
+    declared, annotations = _declared_parameters(klass)
     has_own_init = any("__init__" in vars(b) for b in klass.__mro__ if b is not object)
     if not declared and has_own_init:
         # Pre-1.0 style: a constructor with arguments; the pool's parameters are its keywords.
