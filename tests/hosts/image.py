@@ -27,7 +27,8 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # (ansible sets ACLs on its temporary files), iproute2 and procps for checks, kmod for the driver role,
 # logrotate (on every standard Debian install) for the session service's rotation of its audit trail,
 # dbus-user-session so that a user's own systemd manager has a bus (the e2e's user tries to leave
-# a session through it, as on any desktop or lingering login).
+# a session through it, as on any desktop or lingering login), munge for identity across hosts (the
+# session front door: every request that crosses a host carries a munge credential).
 PACKAGES: tuple[str, ...] = (
     "acl",
     "dbus",
@@ -35,6 +36,7 @@ PACKAGES: tuple[str, ...] = (
     "iproute2",
     "kmod",
     "logrotate",
+    "munge",
     "openssh-server",
     "procps",
     "python3",
