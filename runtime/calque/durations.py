@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
-
-from pydantic import BeforeValidator
 
 from calque.errors import UsageError
 
@@ -52,21 +49,6 @@ def parse_duration(value: str | int | float, *, what: str = "") -> float:
 def parse_seconds(value: str | int | float, *, what: str = "") -> int:
     """``parse_duration`` rounded to whole seconds, for settings AWS takes as integers."""
     return round(parse_duration(value, what=what))
-
-
-def _field(value: Any) -> Any:
-    # None and non-scalars fall through to the field's own type check and its message
-    return parse_duration(value) if isinstance(value, (str, int, float)) else value
-
-
-def _whole_field(value: Any) -> Any:
-    return parse_seconds(value) if isinstance(value, (str, int, float)) else value
-
-
-Seconds = Annotated[float, BeforeValidator(_field)]
-"""A model field in seconds that also takes the duration grammar (``idle_timeout_s: 10m``)."""
-WholeSeconds = Annotated[int, BeforeValidator(_whole_field)]
-"""As ``Seconds``, rounded to whole seconds (SQS and EC2 settings)."""
 
 
 def _checked(seconds: float, raw: object, what: str) -> float:

@@ -112,7 +112,7 @@ def test_a_bad_duration_in_a_model_names_the_field_and_gives_examples() -> None:
 def test_time_left_is_shown_in_the_grammar_people_type_back() -> None:
     from datetime import datetime, timedelta, timezone
 
-    from calque.session.client.verbs import human_left
+    from calque.session.client.views import human_left
 
     now = datetime(2026, 11, 30, tzinfo=timezone.utc)
     shown = [human_left(now + timedelta(seconds=s), now) for s in (3 * 3600 + 5 * 60 + 30, 90, 0, -5)]

@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
-from calque.cli.output import emit, table, warn
+from calque.cli.output import emit, table, to_json, warn
 from calque.session.client.paths import DEFAULT_SOCKET
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
 # (not for --help), and the daemon's modules only for `serve`. bench/cli_startup.py measures it.
 if TYPE_CHECKING:
-    from calque.models.session import Session, SliceState, UsageReport
+    from calque.models.session import Session, UsageReport
     from calque.session.client.connection import SessionClient
+    from calque.session.client.views import SessionView, SliceStateView
 
 socket_option = click.option(
     "--socket",
@@ -36,7 +37,7 @@ def _client(socket_path: Path) -> SessionClient:
 
 
 def _human_left(until: datetime, now: datetime) -> str:
-    from calque.session.client.verbs import human_left
+    from calque.session.client.views import human_left
 
     return human_left(until, now)
 
@@ -55,7 +56,7 @@ def _render_session(s: Session) -> str:
     return "\n".join(lines)
 
 
-def _render_sessions(ss: list[Session]) -> str:
+def _render_sessions(ss: list[SessionView]) -> str:
     if not ss:
         return "you hold no session"
     now = datetime.now(timezone.utc)
@@ -65,7 +66,7 @@ def _render_sessions(ss: list[Session]) -> str:
     )
 
 
-def _render_slices(states: list[SliceState]) -> str:
+def _render_slices(states: list[SliceStateView]) -> str:
     if not states:
         return "this host has no slices (no MIG devices and no MPS slots configured)"
     # A free slot the daemon would refuse this caller reads "not yours", with why in its own column.
@@ -195,9 +196,15 @@ def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) ->
 @socket_option
 def status(as_json: bool, socket_path: Path) -> None:
     """Your sessions, with time left."""
-    from calque.session.client import verbs as core
+    if as_json:  # the models' own JSON
+        from calque.session.client import verbs as core
 
-    emit(core.status(_client(socket_path)), as_json, _render_sessions)
+        click.echo(to_json(core.status(_client(socket_path))))
+        return
+    from calque.session.client import views  # the human table, read without pydantic (views.py)
+    from calque.session.client.wire import SessionSocket
+
+    click.echo(_render_sessions(views.sessions(SessionSocket(socket_path).call("status"))))
 
 
 @session.command("env")
@@ -224,9 +231,15 @@ def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: 
 @socket_option
 def list_cmd(as_json: bool, socket_path: Path) -> None:
     """Every slice on this host: free, or busy until when (admins also see holders)."""
-    from calque.session.client import verbs as core
+    if as_json:  # the models' own JSON
+        from calque.session.client import verbs as core
 
-    emit(core.list_slices(_client(socket_path)), as_json, _render_slices)
+        click.echo(to_json(core.list_slices(_client(socket_path))))
+        return
+    from calque.session.client import views  # the human table, read without pydantic (views.py)
+    from calque.session.client.wire import SessionSocket
+
+    click.echo(_render_slices(views.slice_states(SessionSocket(socket_path).call("list"))))
 
 
 @session.command()

@@ -35,7 +35,8 @@ from calque.configfile import load_model
 from calque.errors import UsageError, format_validation_error
 from calque.gpu.catalog import Card, load_catalog
 from calque.models import GpuDevice
-from calque.models.base import CalqueModel, check_version_number
+from calque.models.base import CalqueModel
+from calque.models.versions import check_version_number
 
 LAYOUT_VERSION = 1
 MIG_PARTED_VERSION = "v1"

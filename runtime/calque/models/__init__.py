@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     )
     from calque.models.poolload import LoadRecord, PoolStatus
     from calque.models.session import (
-        SESSION_PROTOCOL_VERSION,
         Session,
         SessionRequest,
         SessionResponse,
@@ -61,6 +60,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         UsageReport,
         UsageRow,
     )
+    from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 _FAMILY = {
     "CohortInstance": "calque.models.acquire",
@@ -95,7 +95,7 @@ _FAMILY = {
     "Summary": "calque.models.pool",
     "LoadRecord": "calque.models.poolload",
     "PoolStatus": "calque.models.poolload",
-    "SESSION_PROTOCOL_VERSION": "calque.models.session",
+    "SESSION_PROTOCOL_VERSION": "calque.models.versions",
     "Session": "calque.models.session",
     "SessionRequest": "calque.models.session",
     "SessionResponse": "calque.models.session",

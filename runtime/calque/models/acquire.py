@@ -12,8 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from calque.durations import WholeSeconds
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import CalqueModel, VersionedModel, WholeSeconds
 from calque.models.pool import SCHEMA_VERSION
 
 

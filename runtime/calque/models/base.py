@@ -20,7 +20,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
+
+from calque.durations import parse_duration, parse_seconds
+from calque.models.versions import check_version_number
 
 
 class CalqueModel(BaseModel):
@@ -58,18 +61,6 @@ def check_version(model: type[VersionedModel], version: Any) -> None:
     check_version_number(label, version, current_version(model), model.upgrade_hint, model.oldest_version)
 
 
-def check_version_number(label: str, version: Any, newest: int, upgrade_hint: str, oldest: int = 1) -> None:
-    """The rule for a document called ``label`` whose reader knows versions ``oldest`` to ``newest``."""
-    if not isinstance(version, int) or isinstance(version, bool):
-        return
-    if version > newest:
-        raise ValueError(
-            f"{label} version {version} is newer than this calque reads (version {newest}): {upgrade_hint}"
-        )
-    if version < oldest:
-        raise ValueError(f"{label} version {version} is not one this calque reads (versions {oldest} to {newest})")
-
-
 def _ip_address(v: str) -> str:
     try:
         return str(ipaddress.ip_address(v))
@@ -79,3 +70,18 @@ def _ip_address(v: str) -> str:
 
 # The address a metrics port binds: an IP literal, never a name a resolver could answer differently.
 BindAddress = Annotated[str, AfterValidator(_ip_address)]
+
+
+def _seconds_field(value: Any) -> Any:
+    # None and non-scalars fall through to the field's own type check and its message
+    return parse_duration(value) if isinstance(value, (str, int, float)) else value
+
+
+def _whole_seconds_field(value: Any) -> Any:
+    return parse_seconds(value) if isinstance(value, (str, int, float)) else value
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds_field)]
+"""A model field in seconds that also takes the duration grammar (``idle_timeout_s: 10m``)."""
+WholeSeconds = Annotated[int, BeforeValidator(_whole_seconds_field)]
+"""As ``Seconds``, rounded to whole seconds (SQS and EC2 settings)."""

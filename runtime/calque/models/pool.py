@@ -13,8 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from calque.aws.pool_names import PoolName, pool_names
-from calque.durations import Seconds, WholeSeconds
-from calque.models.base import BindAddress, CalqueModel, VersionedModel
+from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel, WholeSeconds
 from calque.models.ids import SafeId, check_id
 
 # Bump when a model that crosses a process boundary changes incompatibly.

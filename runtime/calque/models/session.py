@@ -28,13 +28,12 @@ from pydantic_core import PydanticCustomError
 
 from calque.durations import parse_duration
 from calque.models.base import CalqueModel, VersionedModel
+from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 # A researcher's `calque session status` validates one or two of these models: each builds its
 # validator on first use, not when this module is imported (bench/cli_startup.py).
 _DEFERRED = ConfigDict(defer_build=True)
 
-# Bump when the socket protocol changes incompatibly; the daemon refuses other versions.
-SESSION_PROTOCOL_VERSION = 1
 
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal[

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from calque.durations import WholeSeconds, parse_seconds
-from calque.models.base import CalqueModel, VersionedModel
+from calque.durations import parse_seconds
+from calque.models.base import CalqueModel, VersionedModel, WholeSeconds
 
 WarmState = Literal["Stopped", "Hibernated", "Running"]
 

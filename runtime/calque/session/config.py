@@ -14,10 +14,9 @@ from typing import ClassVar, Literal
 from pydantic import AliasChoices, Field, field_validator
 
 from calque.configfile import load_model
-from calque.durations import Seconds
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
-from calque.models.base import BindAddress, CalqueModel, VersionedModel
+from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
 from calque.session.client.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1

@@ -8,9 +8,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 
-from calque.durations import format_duration
 from calque.errors import UsageError
 from calque.models.session import CheckoutArgs, Session, SliceState, UsageReport
 from calque.session.client.connection import NoFreeSliceError, SessionClient, typed
@@ -88,11 +86,6 @@ def release(client: SessionClient, session_id: str, force: bool, reason: str | N
 
 def report(client: SessionClient, since: str) -> UsageReport:
     return client.report(since)
-
-
-def human_left(until: datetime, now: datetime | None = None) -> str:
-    secs = int(max(0.0, (until - (now or datetime.now(timezone.utc))).total_seconds()))
-    return format_duration(secs - secs % 60 if secs >= 3600 else secs)  # seconds only matter in the last hour
 
 
 def stderr(msg: str) -> None:
