@@ -12,7 +12,7 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, PlainSerializer
 
 from calque.errors import UsageError
 
@@ -52,5 +52,5 @@ def _percent_field(value: Any) -> Any:
     return parse_percent(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else value
 
 
-Percent = Annotated[float, BeforeValidator(_percent_field)]
-"""A model field stored in percent that takes ``5%`` or ``0.05``."""
+Percent = Annotated[float, BeforeValidator(_percent_field), PlainSerializer(lambda v: f"{v:g}%", return_type=str)]
+"""A model field stored in percent that takes ``5%`` or ``0.05`` and is written back as ``5%``."""

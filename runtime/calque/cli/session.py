@@ -51,6 +51,8 @@ def _render_session(s: Session) -> str:
     if s.ended_at is not None:
         return f"session {s.id} on {where} ended ({s.end_reason})"
     lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({_human_left(s.expires_at, now)} left)"]
+    if s.idle_ends_at is not None or s.idle_exempt:
+        lines.append(f"  idle: {_idle(s, now)}")
     lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
     return "\n".join(lines)
 
@@ -59,10 +61,25 @@ def _render_sessions(ss: list[Session]) -> str:
     if not ss:
         return "you hold no session"
     now = datetime.now(timezone.utc)
+    rows = [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss]
+    if not any(s.idle_ends_at or s.idle_exempt for s in ss):
+        return table(["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"], rows)
     return table(
-        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"],
-        [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss],
+        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT", "IDLE"],
+        [[*row, _idle(s, now)] for row, s in zip(rows, ss, strict=True)],
     )
+
+
+def _idle(s: Session, now: datetime) -> str:
+    """The idle clock: how long the slice has been idle, and when it ends if it stays so."""
+    if s.active_at is None or s.idle_ends_at is None:
+        return "exempt"
+    from calque.durations import format_duration
+
+    idle = max(0.0, (now - s.active_at).total_seconds())
+    if idle < 5:
+        return "active"
+    return f"{format_duration(idle)}, ends {_when(s.idle_ends_at)} unless active"
 
 
 def _render_slices(states: list[SliceState]) -> str:
