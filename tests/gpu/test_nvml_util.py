@@ -9,6 +9,7 @@ import pytest
 from calque.gpu import nvml_util
 from calque.gpu.nvml import NvmlBackend
 
+from gpu.fake_libnvml import FakeLibNvml
 from gpu.fake_pynvml import MUTATING, FakePynvml, card_from_catalog
 
 
@@ -111,3 +112,23 @@ def test_gpm_refused_on_a_gpu_falls_back_and_never_raises() -> None:
     (gpu,) = [s for s in b.utilisation() if s.kind == "gpu"]
     assert (gpu.source, gpu.graphics_percent) == ("utilization-rates", 12.0)
     assert len(fake.samples) == 0  # a refused sample was freed
+
+
+@pytest.mark.parametrize("gpm", [True, False])
+def test_a_whole_h200_through_the_real_pynvml_ctypes_layer(monkeypatch: pytest.MonkeyPatch, gpm: bool) -> None:
+    lib = FakeLibNvml("H200-141GB", mig=False)
+    lib.gpm, lib.util = gpm, 42.0
+    monkeypatch.setattr(pynvml, "nvmlLib", lib)
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+    with NvmlBackend() as b:
+        (gpu,) = b.utilisation()
+        assert gpu.kind == "gpu" and gpu.memory_used_mib == 0
+        if gpm:
+            assert (gpu.source, gpu.sm_percent, gpu.graphics_percent) == ("gpm", 42.0, 42.0)
+            assert len(lib.gpm_samples) == 1  # the newer sample is kept for the next call
+            lib.util = 7.5
+            assert b.utilisation()[0].sm_percent == 7.5
+        else:
+            assert (gpu.source, gpu.sm_percent, gpu.graphics_percent) == ("utilization-rates", None, 42.0)
+    assert lib.gpm_samples == {}
+    assert not any(n.startswith(("nvmlDeviceSet", "nvmlGpmSetStreaming")) for n in lib.looked_up)
