@@ -31,7 +31,7 @@ from calque.session.daemon.rows import Held, ts
 log = logging.getLogger("calque.session")
 
 SAMPLE_EVERY_S = 1.0  # one reading of the driver per second for every session, not one per session
-TOUCH_EVERY_S = 1.0  # an active slice's clock is written at most this often
+TOUCH_EVERY_S = 10.0  # an active slice's clock is written at most this often (or for/10 when shorter)
 
 
 def slice_activity(h: Held, pids: list[int], samples: list[DeviceSample]) -> float | None:
@@ -108,6 +108,9 @@ class IdleWatch:
             self._sampled_at = now
         p = self.policy
         ending: list[Held] = []
+        touched: list[str] = []
+        # A stale clock can only end a session early by this much, so it is small beside ``for``.
+        touch_every = min(TOUCH_EVERY_S, p.for_ / 10)
         next_due = now + SAMPLE_EVERY_S
         for h in live:
             sid = h.session.id
@@ -115,8 +118,8 @@ class IdleWatch:
             if active is None or self.exempt(h):
                 continue  # not measured yet (checked out since the last sample), or never reclaimed
             if active:
-                if now - h.last_active >= TOUCH_EVERY_S:
-                    self.host.registry.touch(sid, now)
+                if now - h.last_active >= touch_every:
+                    touched.append(sid)
                 continue
             idle_for = now - h.last_active
             if idle_for >= p.for_:
@@ -129,6 +132,7 @@ class IdleWatch:
                 else:
                     next_due = min(next_due, warn_at)
             next_due = min(next_due, h.last_active + p.for_)
+        self.host.registry.touch(touched, now)  # one transaction for every active slice
         return ending, next_due
 
     def _notice(self, h: Held, now: float) -> None:

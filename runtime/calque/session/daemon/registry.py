@@ -396,13 +396,19 @@ class Registry:
     def mark_notice(self, session_id: str) -> None:
         self._update(session_id, "UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
 
-    def touch(self, session_id: str, now: float) -> None:
-        """The slice was seen active: its idle clock starts again (and its idle notice may come again)."""
-        self._update(
-            session_id,
-            "UPDATE sessions SET last_active=?, idle_notice_sent=0 WHERE id=? AND ended_at IS NULL",
-            (now, session_id),
-        )
+    def touch(self, session_ids: Sequence[str], now: float) -> None:
+        """These slices were seen active: their idle clocks start again (and an idle notice may come
+        again), all in one transaction."""
+        if not session_ids:
+            return
+
+        def op(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE sessions SET last_active=?, idle_notice_sent=0 WHERE id=? AND ended_at IS NULL",
+                [(now, sid) for sid in session_ids],
+            )
+
+        self._write(op)
 
     def mark_idle_notice(self, session_id: str) -> None:
         self._update(session_id, "UPDATE sessions SET idle_notice_sent=1 WHERE id=?", (session_id,))
