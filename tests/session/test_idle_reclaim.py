@@ -167,3 +167,25 @@ def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_u
     assert 7.0 - 0.2 <= ended - created <= 7.0 + 3.0
     assert len(_events(host, s["id"], "idle_notice")) == 1  # not sent again after the restart
     assert _usage_reason(host, s["id"]) == "idle"
+
+
+def test_an_mps_slot_is_judged_by_its_holders_own_clients(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s"})
+    args = ["session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", "--ttl", "1h", "--json"]
+    s = json.loads(host.cli(alice, *args, check=True).stdout)
+    gpu = next(g.uuid for g in host.sim.gpus() if g.index == s["gpu_index"])
+    client = subprocess.Popen(as_user(alice, ["/bin/sleep", "600"]))
+    try:
+        host.sim.add_process(gpu, client.pid, used_memory_mib=512)
+        host.sim.set_load(gpu, 90.0)  # the GPU is busy and her own use is not reported: kept
+        time.sleep(4.0)
+        assert [x["id"] for x in _status(host, alice)] == [s["id"]]
+        host.sim.set_load(gpu, 0.0, pid=client.pid)  # her client's own use, now reported: 0 %
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 15)
+        assert client.wait(15) != 0
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait()
+    assert _usage_reason(host, s["id"]) == "idle"
