@@ -77,7 +77,8 @@ def _idle(s: Session, now: datetime) -> str:
     from calque.durations import format_duration
 
     idle = max(0.0, (now - s.active_at).total_seconds())
-    if idle < 5:
+    limit = (s.idle_ends_at - s.active_at).total_seconds()
+    if idle < min(10.0, limit / 10) + 2:  # the daemon writes an active slice's clock that often (idle.py)
         return "active"
     return f"{format_duration(idle)}, ends {_when(s.idle_ends_at)} unless active"
 

@@ -117,7 +117,11 @@ class Enforcer:
                     next_due = min(next_due, notice_at)
             next_due = min(next_due, h.expires)
         if self.idle is not None:  # idle reclaim (idle.py): the same reclaim as an expiry, reason idle
-            ending, idle_due = self.idle.tick([h for h in live if h.expires > now], now)
+            try:
+                ending, idle_due = self.idle.tick([h for h in live if h.expires > now], now)
+            except Exception:  # the nodes' re-check and the guard below still run
+                log.exception("idle reclaim tick failed; retrying")
+                ending, idle_due = [], now + 1.0
             for h in ending:
                 self._start_reclaim(h, "idle", "idle")
             next_due = min(next_due, idle_due)
