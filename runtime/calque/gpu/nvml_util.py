@@ -181,6 +181,8 @@ class NvmlSampler:
         except nv.GpuDriverError as exc:
             got = [] if exc.code == nv.NOT_FOUND else None
         sm: dict[int, float] = {}
+        # The driver's buffer holds several samples per process since ``since``: the highest is kept,
+        # so a client that ran at all in the window reads as having run (never reclaimed on an average).
         if got is not None:
             for s in got:
                 sm[int(s.pid)] = max(sm.get(int(s.pid), 0.0), _percent(s.smUtil))
