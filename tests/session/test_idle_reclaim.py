@@ -59,6 +59,17 @@ def _usage_reason(host: Host, sid: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _idle_metrics(host: Host) -> dict[str, float]:
+    """``calque_session_idle_seconds`` per slice (and the policy's ``for`` as "reclaim"), as an admin scrapes them."""
+    out: dict[str, float] = {}
+    for line in host.cli(None, "session", "metrics", check=True).stdout.splitlines():
+        if line.startswith("calque_session_idle_seconds{"):
+            out[line.split('slice="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("calque_session_idle_reclaim_seconds "):
+            out["reclaim"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def _status(host: Host, user: User) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = json.loads(host.cli(user, "session", "status", "--json", check=True).stdout)
     return got
@@ -145,6 +156,10 @@ def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, m
         (mine,) = _status(host, carol)
         assert mine["id"] == exempt["id"] and mine["active_at"] is None
         assert "exempt" in host.cli(carol, "session", "status", check=True).stdout
+        # The metrics measure every held slice, exempt or not: Carol's has been idle since her checkout.
+        idle = _idle_metrics(host)
+        assert idle["reclaim"] == 2.0
+        assert idle[exempt["slice_id"]] >= 4.0 and idle[unknown["slice_id"]] < 1.5
     assert _events(host, unknown["id"], "idle") == [] and _events(host, exempt["id"], "idle") == []
 
 

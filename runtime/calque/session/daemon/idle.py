@@ -115,12 +115,14 @@ class IdleWatch:
         for h in live:
             sid = h.session.id
             active = self._active.get(sid)
-            if active is None or self.exempt(h):
-                continue  # not measured yet (checked out since the last sample), or never reclaimed
+            if active is None:
+                continue  # not measured yet: checked out since the last sample
             if active:
                 if now - h.last_active >= touch_every:
                     touched.append(sid)
                 continue
+            if self.exempt(h):
+                continue  # measured (its clock is kept, for the metrics), never reclaimed
             idle_for = now - h.last_active
             if idle_for >= p.for_:
                 ending.append(h)
