@@ -132,3 +132,14 @@ def test_a_whole_h200_through_the_real_pynvml_ctypes_layer(monkeypatch: pytest.M
             assert (gpu.source, gpu.sm_percent, gpu.graphics_percent) == ("utilization-rates", None, 42.0)
     assert lib.gpm_samples == {}
     assert not any(n.startswith(("nvmlDeviceSet", "nvmlGpmSetStreaming")) for n in lib.looked_up)
+
+
+def test_a_failing_sample_free_never_keeps_nvml_from_shutting_down() -> None:
+    card = card_from_catalog("H100-80GB", mig=False)
+    card.gpm = True
+    fake = FakePynvml([card])
+    b = NvmlBackend(fake)
+    b.utilisation()
+    fake.fail["nvmlGpmSampleFree"] = pynvml.NVML_ERROR_UNKNOWN
+    b.close()
+    assert fake.calls[-1] == "nvmlShutdown" and not fake.initialised

@@ -13,6 +13,7 @@ Only reads: nothing here changes a GPU (streaming, MIG and MPS are left as they 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,10 @@ class NvmlSampler:
         self._proc_seen: dict[int, int] = {}  # GPU index -> last process-sample timestamp (µs)
 
     def close(self) -> None:
+        """Free every kept sample; a driver that fails here must not keep NVML from shutting down."""
         for s in self._last.values():
-            self._b.maybe("free a GPM sample", self._nv.nvmlGpmSampleFree, s, absent=_UNSUPPORTED)
+            with contextlib.suppress(nv.GpuDriverError):
+                self._b.call("free a GPM sample", self._nv.nvmlGpmSampleFree, s)
         self._last.clear()
 
     def _gpm_supported(self, index: int, h: Any) -> bool:
