@@ -164,19 +164,24 @@ def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, m
 
 
 def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_user: Callable[..., User]) -> None:
-    alice = make_user()
+    alice, bob = make_user(), make_user()
     policy = {"below": "5%", "for": "7s", "warn": "5s"}
     host.start(idle=policy)
     s = _checkout(host, alice)
+    busy = _checkout(host, bob)
     created = datetime.fromisoformat(s["created_at"]).timestamp()
-    with _on_slice(host, alice, s["slice_id"]):
+    with _on_slice(host, alice, s["slice_id"]), _on_slice(host, bob, busy["slice_id"]):
         host.sim.set_load(s["slice_id"], 0.0)
+        host.sim.set_load(busy["slice_id"], 80.0)
         assert wait_for(lambda: bool(_events(host, s["id"], "idle_notice")), 15)
         host.kill9()  # no goodbye: what is not in the registry is lost
         time.sleep(1.0)
         restarted = time.time()
         host.start(idle=policy)
         assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 20)
+        time.sleep(7.0)  # a whole `for` after the restart: the busy slice is still held
+        assert [x["id"] for x in _status(host, bob)] == [busy["id"]]
+    assert _events(host, busy["id"], "idle") == [] and _events(host, busy["id"], "idle_notice") == []
     ended = _ended_at(host, s["id"])
     assert ended - restarted < 7.0 - 0.5, "the clock started again at the restart"
     assert 7.0 - 0.2 <= ended - created <= 7.0 + 3.0
