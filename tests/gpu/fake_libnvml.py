@@ -32,6 +32,10 @@ class FakeLibNvml:
         self.overrides: dict[tuple[str, str], Any] = {}  # (profile name, field) -> value
         self.profiles_when_mig_off = False
         self.old_driver = False  # True: the v2 profile-info call answers ARGUMENT_VERSION_MISMATCH
+        self.gpm = False  # GPM (Hopper and later); read-only queries and samples, never streaming
+        self.util = 0.0  # the GPU's SM and graphics activity, %
+        self.gpm_samples: dict[int, Any] = {}  # address -> (buffer, the clock when sampled or None)
+        self.clock = 0
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith(("_", "c_")) or name in (
@@ -42,6 +46,10 @@ class FakeLibNvml:
             "looked_up",
             "overrides",
             "old_driver",
+            "gpm",
+            "util",
+            "gpm_samples",
+            "clock",
         ):
             raise AttributeError(name)
         self.looked_up.append(name)
@@ -164,4 +172,58 @@ class FakeLibNvml:
         for i, s in enumerate(starts):
             arr[i].start, arr[i].size = s, p.placements.size
         count._obj.value = len(starts)
+        return SUCCESS
+
+    # -- utilisation (reads only) ------------------------------------------------------------------
+
+    def c_nvmlDeviceGetComputeRunningProcesses_v3(self, h: Any, count: Any, procs: Any) -> int:
+        count._obj.value = 0
+        return SUCCESS  # pynvml's special case: no running processes
+
+    def c_nvmlDeviceGetUtilizationRates(self, h: Any, util: Any) -> int:
+        if self.mig:
+            return real.NVML_ERROR_NOT_SUPPORTED
+        util._obj.gpu = int(self.util)
+        return SUCCESS
+
+    def c_nvmlGpmQueryDeviceSupport(self, h: Any, support: Any) -> int:
+        assert support._obj.version == real.NVML_GPM_SUPPORT_VERSION
+        support._obj.isSupportedDevice = int(self.gpm)
+        return SUCCESS
+
+    def c_nvmlGpmSampleAlloc(self, out: Any) -> int:
+        buf = ctypes.create_string_buffer(64)  # the opaque sample the driver would allocate
+        addr = ctypes.c_void_p(ctypes.addressof(buf))
+        ctypes.memmove(ctypes.addressof(out._obj), ctypes.addressof(addr), ctypes.sizeof(addr))
+        self.gpm_samples[ctypes.addressof(buf)] = [buf, None]
+        return SUCCESS
+
+    def _sample(self, s: Any) -> Any:
+        return self.gpm_samples.get(int(ctypes.cast(s, ctypes.c_void_p).value or 0))
+
+    def c_nvmlGpmSampleFree(self, s: Any) -> int:
+        if self._sample(s) is None:
+            return real.NVML_ERROR_INVALID_ARGUMENT
+        del self.gpm_samples[int(ctypes.cast(s, ctypes.c_void_p).value or 0)]
+        return SUCCESS
+
+    def c_nvmlGpmSampleGet(self, h: Any, s: Any) -> int:
+        got = self._sample(s)
+        if got is None or not self.gpm:
+            return real.NVML_ERROR_INVALID_ARGUMENT if got is None else real.NVML_ERROR_NOT_SUPPORTED
+        self.clock += 1
+        got[1] = self.clock
+        return SUCCESS
+
+    def c_nvmlGpmMetricsGet(self, ref: Any) -> int:
+        mg = ref._obj
+        a, b = self._sample(mg.sample1), self._sample(mg.sample2)
+        if mg.version != real.NVML_GPM_METRICS_GET_VERSION:
+            return real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        if a is None or b is None or a[1] is None or b[1] is None or a[1] >= b[1]:
+            return real.NVML_ERROR_INVALID_ARGUMENT
+        for i in range(mg.numMetrics):
+            ok = mg.metrics[i].metricId in (real.NVML_GPM_METRIC_SM_UTIL, real.NVML_GPM_METRIC_GRAPHICS_UTIL)
+            mg.metrics[i].value = self.util if ok else 0.0
+            mg.metrics[i].nvmlReturn = SUCCESS if ok else real.NVML_ERROR_NOT_SUPPORTED
         return SUCCESS

@@ -8,6 +8,7 @@ Cards are built from the catalog, so a card that matches the catalog verifies wi
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,10 @@ class FakeCard:
     compute_mode: int = 0
     pci_device_id: int = 0
     processes: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    gpm: bool = False  # Hopper and later: GPM samples of the GPU and of each GPU instance
+    util: dict[str, float] = field(default_factory=dict)  # "gpu" or "gi<N>" -> activity % now
+    used_mib: dict[str, int] = field(default_factory=dict)  # device UUID -> memory used
+    process_util: dict[int, int] | None = None  # pid -> SM % (None: per-process use not supported)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class FakePynvml:
 
     NVMLError = real.NVMLError
     c_nvmlGpuInstancePlacement_t = real.c_nvmlGpuInstancePlacement_t
+    c_nvmlGpmMetricsGet_t = real.c_nvmlGpmMetricsGet_t
 
     def __init__(self, cards: list[FakeCard], driver: str = "595.91.07") -> None:
         self.cards = cards
@@ -115,6 +121,8 @@ class FakePynvml:
         self.fail: dict[str, int] = {}  # function name -> NVML error code to raise
         self.init_error: int | None = None
         self.initialised = False
+        self.clock = 0  # advances at every GPM sample, as the GPU's own counters would
+        self.samples: dict[int, tuple[int, str, int] | None] = {}  # allocated GPM samples: (index, key, time)
         for k in dir(real):
             if k.startswith("NVML_") and isinstance(getattr(real, k), int):
                 setattr(self, k, getattr(real, k))
@@ -202,8 +210,10 @@ class FakePynvml:
         self._enter("nvmlDeviceGetMemoryInfo")
         if type(h) is MigH:
             c = self.cards[h.index]
-            return SimpleNamespace(total=self._profile(c, c.gis[h.gi_id].profile_id)["mem"] << 20)
-        return SimpleNamespace(total=self._dev(h).memory_mib << 20)
+            used = c.used_mib.get(self._mig_uuid(h.index, h.gi_id, h.ci_id), 0) << 20
+            return SimpleNamespace(total=self._profile(c, c.gis[h.gi_id].profile_id)["mem"] << 20, used=used)
+        c = self._dev(h)
+        return SimpleNamespace(total=c.memory_mib << 20, used=c.used_mib.get(c.uuid, 0) << 20)
 
     def nvmlDeviceGetPciInfo(self, h: Any) -> SimpleNamespace:
         self._enter("nvmlDeviceGetPciInfo")
@@ -395,3 +405,88 @@ class FakePynvml:
     def nvmlDeviceSetComputeMode(self, h: Any, mode: int) -> None:
         self._enter("nvmlDeviceSetComputeMode")
         self._dev(h).compute_mode = mode
+
+    # -- utilisation (reads): GPM as nvidia-ml-py shapes it, utilisation rates, per-process use ------
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:
+        self._enter("nvmlGpmQueryDeviceSupport")
+        out = real.c_nvmlGpmSupport_t()
+        out.version = real.NVML_GPM_SUPPORT_VERSION
+        out.isSupportedDevice = int(self._dev(h).gpm)
+        return out
+
+    def _sample_id(self, s: Any) -> int:
+        if not isinstance(s, real.c_nvmlGpmSample_t) or not s or ctypes.addressof(s.contents) not in self.samples:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)
+        return ctypes.addressof(s.contents)
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._enter("nvmlGpmSampleAlloc")
+        s = real.c_nvmlGpmSample_t(real.struct_c_nvmlGpmSample_t())
+        self.samples[ctypes.addressof(s.contents)] = None
+        return s
+
+    def nvmlGpmSampleFree(self, s: Any) -> None:
+        self._enter("nvmlGpmSampleFree")
+        del self.samples[self._sample_id(s)]
+
+    def nvmlGpmSampleGet(self, h: Any, s: Any) -> Any:
+        self._enter("nvmlGpmSampleGet")
+        c = self._dev(h)  # a MIG device handle is refused: GPM samples a GPU, or a GI through its GPU
+        if not c.gpm:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        self.clock += 1
+        self.samples[self._sample_id(s)] = (h.index, "gpu", self.clock)
+        return s
+
+    def nvmlGpmMigSampleGet(self, h: Any, gi_id: int, s: Any) -> Any:
+        self._enter("nvmlGpmMigSampleGet")
+        c = self._dev(h)
+        self._mig_on(c)
+        if not c.gpm:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        if gi_id not in c.gis:
+            raise self._err(real.NVML_ERROR_NOT_FOUND)
+        self.clock += 1
+        self.samples[self._sample_id(s)] = (h.index, f"gi{gi_id}", self.clock)
+        return s
+
+    def nvmlGpmMetricsGet(self, mg: Any) -> Any:
+        self._enter("nvmlGpmMetricsGet")
+        if not isinstance(mg, real.c_nvmlGpmMetricsGet_t) or mg.version != real.NVML_GPM_METRICS_GET_VERSION:
+            raise self._err(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        a, b = self.samples.get(self._sample_id(mg.sample1)), self.samples.get(self._sample_id(mg.sample2))
+        if a is None or b is None or a[:2] != b[:2] or a[2] >= b[2]:
+            raise self._err(real.NVML_ERROR_INVALID_ARGUMENT)  # unfilled, different devices, or out of order
+        known = (real.NVML_GPM_METRIC_SM_UTIL, real.NVML_GPM_METRIC_GRAPHICS_UTIL)
+        for i in range(mg.numMetrics):
+            m = mg.metrics[i]
+            if m.metricId in known:
+                m.value, m.nvmlReturn = self.cards[b[0]].util.get(b[1], 0.0), real.NVML_SUCCESS
+            else:
+                m.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        return mg
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        self._enter("nvmlDeviceGetUtilizationRates")
+        c = self._dev(h)  # not on MIG devices, nor on a GPU in MIG mode
+        if c.mig is not None and c.mig[0]:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        out = real.c_nvmlUtilization_t()
+        out.gpu, out.memory = int(c.util.get("gpu", 0)), 0
+        return out
+
+    def nvmlDeviceGetProcessUtilization(self, h: Any, since: int) -> list[Any]:
+        self._enter("nvmlDeviceGetProcessUtilization")
+        c = self._dev(h)
+        if c.process_util is None or (c.mig is not None and c.mig[0]):
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        self.clock += 1
+        out = []
+        for pid, sm in sorted(c.process_util.items()):
+            x = real.c_nvmlProcessUtilizationSample_t()
+            x.pid, x.timeStamp, x.smUtil = pid, self.clock, sm
+            out.append(x)
+        if not out:
+            raise self._err(real.NVML_ERROR_NOT_FOUND)  # no sample since ``since``
+        return out

@@ -19,6 +19,7 @@ from calque.models.session import Slice
 from calque.session.assets import example_config, systemd_unit
 from calque.session.config import SessionConfig
 from calque.session.daemon.registry import NoFreeSlice, Registry, TooManySessions
+from calque.session.daemon.schema import USAGE_TABLE
 from calque.session.daemon.usage import usage_report
 from calque.session.daemon.wire import RequestError, parse_request, read_line
 
@@ -132,19 +133,26 @@ CREATE INDEX usage_by_end ON usage(ended_at);
 """
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refused(
     tmp_path: Path, version: int
 ) -> None:
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
     sl = _slices(1)[0]
     db = sqlite3.connect(tmp_path / "s.db")
-    db.executescript(_SCHEMA_1 + (_SCHEMA_2_USAGE if version == 2 else ""))
+    usage = {2: _SCHEMA_2_USAGE, 3: f"CREATE TABLE {USAGE_TABLE.format(name='usage')};"}.get(version, "")
+    db.executescript(_SCHEMA_1 + usage)
     db.execute(
         "INSERT INTO sessions VALUES ('old', ?, 1000, 1000, 'u1000', NULL, ?, ?, 0, ?, 'checkin', ?, ?, '{}', NULL)",
         (sl.id, t0, t0 + 7200, t0 + 3600, t0, sl.model_dump_json()),
     )
-    if version == 2:
+    # A live session whose slice was last seen active at t0 + 100: its idle clock survives the migration.
+    live = _slices(2)[1]
+    db.execute(
+        "INSERT INTO sessions VALUES ('live', ?, 1001, 1001, 'u1001', NULL, ?, ?, 0, NULL, NULL, ?, ?, '{}', NULL)",
+        (live.id, t0, t0 + 7200, t0 + 100, live.model_dump_json()),
+    )
+    if version >= 2:
         db.execute(
             "INSERT INTO usage VALUES ('old', 1000, 'u1000', 'mig', '1g.5gb', 0, ?, ?, ?, 'checkin')",
             (sl.id, t0, t0 + 3600),
@@ -158,16 +166,20 @@ def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refu
         ("u1000", 1, 1.0)
     ]
     reg.end("new", "checkin", t0)  # not live: nothing written, nothing fails
+    kept = reg.get("live")
+    assert kept is not None and kept.last_active == t0 + 100 and not kept.idle_notice
+    reg.mark_idle_notice("live")
+    assert reg.get("live").idle_notice  # type: ignore[union-attr]
     reg.close()
     db = sqlite3.connect(tmp_path / "s.db")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     ddl = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
     assert "WITHOUT ROWID" in ddl and "PRIMARY KEY(uid, ended_at, session_id)" in ddl
     assert db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'usage_by%'").fetchall() == []
-    db.execute("PRAGMA user_version=4")
+    db.execute("PRAGMA user_version=5")
     db.commit()
     db.close()
-    with pytest.raises(InfrastructureError, match="schema 4 registry, newer than this calque's 3"):
+    with pytest.raises(InfrastructureError, match="schema 5 registry, newer than this calque's 4"):
         Registry(tmp_path / "s.db")
 
 

@@ -11,6 +11,7 @@ KNOWN = [
     "calque_session_service_max_total_ttl",
     "calque_session_service_settings",
     "calque_session_service_user_limits",
+    "calque_session_service_idle",
     "calque_gpu_layout_mig_configs",
 ]
 
@@ -67,3 +68,15 @@ def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
         ("t2",): str(tmp_path / "group_vars/teaching.yml"),
         ("r1",): str(tmp_path / "group_vars/all/sessions.yml"),
     }
+
+
+def test_idle_reclaim_is_checked_as_the_daemon_reads_it() -> None:
+    good = {"calque_session_service_idle": {"below": "5%", "for": "30m", "warn": "10m", "exempt_groups": ["staff"]}}
+    assert _run({"a": {"variables": good}}) == []
+    assert _run({"a": {"variables": {"calque_session_service_idle": {}}}}) == []  # empty: off
+    bad = {"calque_session_service_idle": {"below": 5, "for": "10m", "warn": "20m"}}
+    found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}
+    assert "ambiguous" in found["calque_session_service_idle"]
+    late = {"calque_session_service_idle": {"for": "10m", "warn": "20m"}}
+    found = {v: m for v, m, _, _ in _run({"a": {"variables": late}})}
+    assert "must be shorter than idle.for" in found["calque_session_service_idle"]

@@ -56,9 +56,11 @@ def _sessions() -> list[Session]:
     live = Session(
         id="s1", slice_id="MIG-1", kind="mig", profile="1g.24gb", gpu_index=0, uid=1001, gid=1001, user="alice",
         created_at=NOW, expires_at=NOW + timedelta(hours=2), env={"CUDA_VISIBLE_DEVICES": "MIG-1"},
-        warnings=["spot host"], spot=True, notice_sent=True,
+        warnings=["spot host"], spot=True, notice_sent=True, active_at=NOW, idle_ends_at=NOW + timedelta(minutes=30),
     )  # fmt: skip
-    ended = live.model_copy(update={"id": "s2", "ended_at": NOW, "end_reason": "layout", "env": {}, "warnings": []})
+    ended = live.model_copy(
+        update={"id": "s2", "ended_at": NOW, "end_reason": "layout", "env": {}, "warnings": [], "idle_exempt": True}
+    )
     return [live, ended]
 
 

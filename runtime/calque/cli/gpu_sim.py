@@ -58,7 +58,18 @@ def _render_state(st: SimState) -> str:
     if st.processes:
         lines.append("")
         lines.append(table(["pid", "MiB", "device"], [[p.pid, p.used_memory_mib, p.device_uuid] for p in st.processes]))
+    if st.load:
+        lines.append("")
+        loads = [
+            [k, _pct(v.util_percent), "-" if v.memory_used_mib is None else v.memory_used_mib]
+            for k, v in st.load.items()
+        ]
+        lines.append(table(["load on", "activity", "MiB used"], sorted(loads)))
     return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:g}%"
 
 
 @sim.command("create")
@@ -117,6 +128,32 @@ def sim_add_process(device: str, pid: int, memory_mib: int, gpu: GpuSelection, a
     """
     s = _sim(gpu)
     s.add_process(_device_uuid(s, device), pid, used_memory_mib=memory_mib)
+    emit(s.state(), as_json, _render_state)
+
+
+@sim.command("load")
+@click.option("--device", required=True, help="A GPU index, a GPU-/MIG- UUID, or GPU:profile@start.")
+@click.option("--util", default=None, help="Its activity: a fraction (0.0) or a percentage (35%); 'unknown' clears it.")
+@click.option("--memory", default=None, help="Memory in use, e.g. 2GiB or 512MiB (default: its processes' memory).")
+@click.option("--pid", type=int, default=None, help="Only this process on a GPU not in MIG mode (an MPS client).")
+@gpu_backend_options
+@json_option
+def sim_load(
+    device: str, util: str | None, memory: str | None, pid: int | None, gpu: GpuSelection, as_json: bool
+) -> None:
+    """Make a device busy or idle, as NVML would measure it (`calque session` idle reclaim reads it).
+
+    A device nothing was set on reports unknown activity (as an A100's MIG devices do), and unknown
+    counts as active: `--util unknown` puts a device back to that.
+    """
+    from calque.quantities import parse_mib, parse_percent
+
+    s = _sim(gpu)
+    pct = None if util in (None, "unknown") else parse_percent(util, what="--util")
+    mib = None if memory is None else parse_mib(memory, what="--memory")
+    if util is None and memory is None:
+        raise UsageError("give --util, --memory or both (--util unknown forgets the device's load)")
+    s.set_load(_device_uuid(s, device), pct, mib, pid)
     emit(s.state(), as_json, _render_state)
 
 

@@ -52,6 +52,8 @@ def _render_session(s: Session) -> str:
     if s.ended_at is not None:
         return f"session {s.id} on {where} ended ({s.end_reason})"
     lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({_human_left(s.expires_at, now)} left)"]
+    if s.idle_ends_at is not None or s.idle_exempt:
+        lines.append(f"  idle: {_idle(s, now)}")
     lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
     return "\n".join(lines)
 
@@ -60,10 +62,26 @@ def _render_sessions(ss: list[SessionView]) -> str:
     if not ss:
         return "you hold no session"
     now = datetime.now(timezone.utc)
+    rows = [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss]
+    if not any(s.idle_ends_at or s.idle_exempt for s in ss):
+        return table(["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"], rows)
     return table(
-        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"],
-        [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss],
+        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT", "IDLE"],
+        [[*row, _idle(s, now)] for row, s in zip(rows, ss, strict=True)],
     )
+
+
+def _idle(s: Session | SessionView, now: datetime) -> str:
+    """The idle clock: how long the slice has been idle, and when it ends if it stays so."""
+    if s.active_at is None or s.idle_ends_at is None:
+        return "exempt"
+    from calque.durations import format_duration
+
+    idle = max(0.0, (now - s.active_at).total_seconds())
+    limit = (s.idle_ends_at - s.active_at).total_seconds()
+    if idle < min(10.0, limit / 10) + 2:  # the daemon writes an active slice's clock that often (idle.py)
+        return "active"
+    return f"{format_duration(idle)}, ends {_when(s.idle_ends_at)} unless active"
 
 
 def _render_slices(states: list[SliceStateView]) -> str:

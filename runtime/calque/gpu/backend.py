@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
+from calque.models import DeviceSample, GpuDevice, GpuInstance, GpuProcess, MigDevice
 
 
 @runtime_checkable
@@ -25,6 +25,12 @@ class GpuReader(Protocol):
 
     def processes(self) -> list[GpuProcess]:
         """Every compute process on every GPU and MIG device."""
+        ...
+
+    def utilisation(self) -> list[DeviceSample]:
+        """How busy each GPU, MIG device and (on a GPU not in MIG mode) compute process was since the
+        previous call (the first call measures a short interval itself). What the driver does not
+        report is None (unknown); a caller must treat unknown as active."""
         ...
 
 

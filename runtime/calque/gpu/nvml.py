@@ -17,8 +17,9 @@ from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
 from calque.gpu.nvml_types import DriverProfile, text_of
+from calque.gpu.nvml_util import NvmlSampler
 from calque.gpu.smi_reset import nvidia_smi_reset
-from calque.models import ComputeInstance, GpuDevice, GpuInstance, GpuProcess, MigDevice
+from calque.models import ComputeInstance, DeviceSample, GpuDevice, GpuInstance, GpuProcess, MigDevice
 
 __all__ = ["DriverProfile", "NvmlBackend"]
 
@@ -38,8 +39,11 @@ class NvmlBackend:
             raise nv.NoGpuDriver(nv.LIBRARY_NOT_FOUND, "the nvidia-ml-py package (pynvml) is not installed") from exc
         self._call("initialise (is the NVIDIA driver installed and loaded?)", self._nv.nvmlInit)
         self._profiles: dict[int, dict[int, DriverProfile]] = {}
+        self._sampler: NvmlSampler | None = None
 
     def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
         self._call("shut NVML down", self._nv.nvmlShutdown)
 
     def __enter__(self) -> NvmlBackend:
@@ -72,6 +76,11 @@ class NvmlBackend:
 
     def _handle(self, index: int) -> Any:
         return self._call(f"open GPU {index}", self._nv.nvmlDeviceGetHandleByIndex, index)
+
+    @property
+    def lib(self) -> Any:
+        """The pynvml module (or the tests' fake) the sampler calls through this adapter."""
+        return self._nv
 
     def _const(self, prefix: str, suffix: str) -> int:
         return int(getattr(self._nv, prefix + suffix))
@@ -112,12 +121,9 @@ class NvmlBackend:
             h = self._handle(i)
             name = text_of(self._call(f"read GPU {i}'s name", self._nv.nvmlDeviceGetName, h))
             current, pending = self.mig_mode(i)
-            pm = self._maybe(
-                f"read GPU {i}'s persistence mode", self._nv.nvmlDeviceGetPersistenceMode, h, absent=(nv.NOT_SUPPORTED,)
-            )
-            cm = self._maybe(
-                f"read GPU {i}'s compute mode", self._nv.nvmlDeviceGetComputeMode, h, absent=(nv.NOT_SUPPORTED,)
-            )
+            no = (nv.NOT_SUPPORTED,)
+            pm = self._maybe(f"read GPU {i}'s persistence mode", self._nv.nvmlDeviceGetPersistenceMode, h, absent=no)
+            cm = self._maybe(f"read GPU {i}'s compute mode", self._nv.nvmlDeviceGetComputeMode, h, absent=no)
             card = cat.find_card(name)
             out.append(
                 GpuDevice(
@@ -318,6 +324,8 @@ class NvmlBackend:
             )
         return sorted(out, key=lambda d: (d.placement_start, d.ci_id))
 
+    call, maybe, handle, mig_handles = _call, _maybe, _handle, _mig_handles  # for calque.gpu.nvml_util
+
     def mig_devices(self) -> list[MigDevice]:
         out: list[MigDevice] = []
         for i in range(self.count()):
@@ -344,6 +352,11 @@ class NvmlBackend:
             else:
                 out += self._procs(f"GPU {i}", h, text_of(self._call("read UUID", self._nv.nvmlDeviceGetUUID, h)))
         return out
+
+    def utilisation(self) -> list[DeviceSample]:
+        if self._sampler is None:  # keeps GPM samples between calls: see calque.gpu.nvml_util
+            self._sampler = NvmlSampler(self)
+        return self._sampler.take()
 
     def capability_devices(self, mig: MigDevice) -> list[str]:
         return [str(p) for p in mig_capability_devices(mig, "/")]

@@ -34,6 +34,7 @@ from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
 from calque.gpu.placement import place, problems
+from calque.gpu.simload import set_load, sim_samples
 from calque.gpu.simstate import (
     DEFAULT_DRIVER_VERSION,
     NS,
@@ -53,7 +54,7 @@ from calque.gpu.simstate import (
     profile_of,
     sync_files,
 )
-from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
+from calque.models import DeviceSample, GpuDevice, GpuInstance, GpuProcess, MigDevice
 
 __all__ = [
     "DEFAULT_DRIVER_VERSION",
@@ -217,6 +218,9 @@ class SimGpu:
 
     def processes(self) -> list[GpuProcess]:
         return list(self.state().processes)
+
+    def utilisation(self) -> list[DeviceSample]:
+        return sim_samples(self.state())
 
     # -- GpuBackend -----------------------------------------------------------------------------
 
@@ -393,6 +397,13 @@ class SimGpu:
             keep = [p for p in st.processes if not (replace and p.device_uuid == device_uuid)]
             st.processes = keep + procs
 
+    def set_load(
+        self, device_uuid: str, util_percent: float | None, memory_mib: int | None = None, pid: int | None = None
+    ) -> None:
+        """A device's (or, with ``pid``, one process's) activity and memory; None and None: unknown again."""
+        with self._change(driver_call=False) as st:
+            set_load(st, device_uuid, util_percent, memory_mib, pid)
+
     def stop_processes(self, processes: Sequence[GpuProcess]) -> None:
         """The listed processes exit (what the MIG applier's ``force`` does on a simulated host)."""
         gone = {(p.pid, p.device_uuid) for p in processes}
@@ -429,4 +440,4 @@ class SimGpu:
                 c.mig_current = c.mig_pending
                 c.gis = []
                 c.compute_mode = "DEFAULT"
-            st.processes = []
+            st.processes, st.load = [], {}

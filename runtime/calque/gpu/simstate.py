@@ -57,6 +57,13 @@ class SimCard(CalqueModel):
     gis: list[SimGpuInstance] = Field(default_factory=list)
 
 
+class SimLoad(CalqueModel):
+    """What ``calque gpu sim load`` set on one device (or one process on it): None is unknown."""
+
+    util_percent: float | None = Field(None, ge=0, le=100)
+    memory_used_mib: int | None = Field(None, ge=0)
+
+
 class SimState(CalqueModel):
     """The whole simulated host, as stored in the state file."""
 
@@ -66,6 +73,9 @@ class SimState(CalqueModel):
     privileged: bool = Field(True, description="False: changes fail with NVML_ERROR_NO_PERMISSION")
     cards: list[SimCard]
     processes: list[GpuProcess] = Field(default_factory=list)
+    load: dict[str, SimLoad] = Field(
+        default_factory=dict, description="by device UUID, or UUID/pid for one process: see calque.gpu.simload"
+    )
 
 
 def gi_id_for(card: Card, p: GiProfile, start: int) -> int:

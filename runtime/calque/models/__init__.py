@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from calque.models.base import CalqueModel
     from calque.models.gpu import (
         ComputeInstance,
+        DeviceSample,
         GpuDevice,
         GpuInstance,
         GpuProcess,
@@ -76,6 +77,7 @@ _FAMILY = {
     "SpendArithmetic": "calque.models.acquire",
     "CalqueModel": "calque.models.base",
     "ComputeInstance": "calque.models.gpu",
+    "DeviceSample": "calque.models.gpu",
     "GpuDevice": "calque.models.gpu",
     "GpuInstance": "calque.models.gpu",
     "GpuProcess": "calque.models.gpu",
@@ -126,6 +128,7 @@ __all__ = [
     "CohortResult",
     "CohortSpec",
     "ComputeInstance",
+    "DeviceSample",
     "GpuDevice",
     "GpuInstance",
     "GpuProcess",

@@ -6,6 +6,8 @@ inventory from them. Owned by the GPU layer; extend here rather than re-declarin
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from calque.models.base import CalqueModel
@@ -71,3 +73,32 @@ class GpuInstance(CalqueModel):
     placement_start: int = Field(ge=0)
     placement_size: int = Field(ge=1)
     compute_instances: list[ComputeInstance] = Field(default_factory=list)
+
+
+SampleKind = Literal["gpu", "mig", "process"]
+
+
+class DeviceSample(CalqueModel):
+    """How busy one device was over the last sampling interval, as the driver reports it.
+
+    One per whole GPU (``gpu``), per MIG device (``mig``) and per compute process of a GPU not in MIG
+    mode (``process``: an MPS client, where the driver reports per-process use). A percentage the
+    driver did not report is None, *unknown*, and unknown counts as active: nothing is reclaimed on a
+    guess (A100 MIG devices have no GPM, so their activity is always unknown).
+    """
+
+    device_uuid: str = Field(description="GPU-... or MIG-... UUID (for a process: the GPU it runs on)")
+    kind: SampleKind
+    pid: int | None = Field(None, ge=1, description="process samples only")
+    sm_percent: float | None = Field(None, ge=0, le=100, description="share of SMs busy (GPM SM_UTIL)")
+    graphics_percent: float | None = Field(
+        None, ge=0, le=100, description="share of time any kernel ran (GPM GRAPHICS_UTIL, utilisation rates' gpu)"
+    )
+    memory_used_mib: int | None = Field(None, ge=0)
+    source: str = Field(description="what measured it: gpm, utilization-rates, process-utilization, sim, none")
+
+    @property
+    def active_percent(self) -> float | None:
+        """The larger of the two activities (a kernel running on few SMs is still running); None: unknown."""
+        known = [v for v in (self.sm_percent, self.graphics_percent) if v is not None]
+        return max(known) if known else None

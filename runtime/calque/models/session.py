@@ -92,6 +92,11 @@ class Session(VersionedModel):
     env: dict[str, str] = Field(default_factory=dict, description="what `checkout --shell` exports")
     spot: bool = Field(False, description="the host is a spot instance: an interruption ends every session")
     warnings: list[str] = Field(default_factory=list)
+    # The idle clock, where the host reclaims idle slices (``idle`` in session.yaml) and the holder is
+    # not exempt: when the slice was last seen active, and when the session ends if it stays idle.
+    active_at: datetime | None = None
+    idle_ends_at: datetime | None = None
+    idle_exempt: bool = Field(False, description="the holder's group is exempt from idle reclaim")
 
     def seconds_left(self, now: datetime) -> float:
         return max(0.0, (self.expires_at - now).total_seconds())

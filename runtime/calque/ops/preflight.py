@@ -36,6 +36,7 @@ SESSION_KEYS = {
     "mps": "calque_session_service_mps",
     "mps_user_model": "calque_session_service_mps_user_model",
     "spot": "calque_session_service_spot",
+    "idle": "calque_session_service_idle",
 }
 POLICY_KEYS = {
     "admin_group": "calque_session_service_admin_group",
@@ -94,7 +95,8 @@ def _session_doc(v: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, ...
     source: dict[tuple[str, ...], str] = {}
     for key, var in SESSION_KEYS.items():
         if var in v:
-            doc[key], source[(key,)] = v[var], var
+            # an empty idle is rendered as none (idle reclaim off), as the role's vars do
+            doc[key], source[(key,)] = (None if key == "idle" and v[var] == {} else v[var]), var
     policy: dict[str, Any] = {}
     for key, var in POLICY_KEYS.items():
         if var in v:

@@ -11,12 +11,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from calque.configfile import load_model
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
+from calque.quantities import Percent
 from calque.session.client.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
@@ -57,6 +58,28 @@ class Policy(CalqueModel):
         """Session limits of the user's groups, each counted over all members together (Slurm's
         GrpTRES meaning), on top of the user's own limit."""
         return {g: lim for g in groups if g in self.groups and (lim := self.groups[g].max_sessions) is not None}
+
+
+class IdlePolicy(CalqueModel):
+    """Idle reclaim: a session whose slice stays below ``below`` for ``for`` is ended (reason ``idle``).
+
+    Idle is measured, not guessed: no process of the holder on the slice is idle; with processes, the
+    driver's activity (``calque.gpu`` utilisation samples) below the threshold is idle, and unknown
+    activity (no GPM: A100 MIG) is never idle. ``extend`` does not reset the clock; activity does.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    below: Percent = Field(5.0, description="activity under this is idle: 5% or 0.05 (SM or graphics, the larger)")
+    for_: Seconds = Field(1800.0, gt=0, alias="for", description="idle this long and the session is ended")
+    warn: Seconds = Field(600.0, ge=0, description="the holder is told this long before (0: no notice)")
+    exempt_groups: list[str] = Field(default_factory=list, description="members' sessions are never reclaimed")
+
+    @model_validator(mode="after")
+    def _warn_within(self) -> IdlePolicy:
+        if self.warn >= self.for_:
+            raise ValueError(f"idle.warn ({self.warn:g} s) must be shorter than idle.for ({self.for_:g} s)")
+        return self
 
 
 class MpsGpu(CalqueModel):
@@ -105,7 +128,10 @@ class SessionConfig(VersionedModel):
     reassert_every: Seconds = Field(
         5.0, gt=0, description="seconds between re-checks of capability node owners and modes (holders and free slices)"
     )
-    idle_expiry: Seconds | None = Field(None, description="end a session with no process on its slice this long")
+    idle_expiry: Seconds | None = Field(
+        None, description="older spelling of idle: {below: 0%, for: <this>, warn: 0} (no process this long)"
+    )
+    idle: IdlePolicy | None = Field(None, description="idle reclaim by measured utilisation (off when unset)")
     policy: Policy = Field(default_factory=Policy)
     spot: bool = Field(
         False, description="this host is a spot instance (the session_service role: calque_session_service_spot)"
@@ -140,6 +166,19 @@ class SessionConfig(VersionedModel):
         "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
     )
     metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
+
+    @model_validator(mode="after")
+    def _one_idle_rule(self) -> SessionConfig:
+        if self.idle_expiry is not None and self.idle is not None:
+            raise ValueError("give idle (below, for, warn) or the older idle_expiry, not both")
+        return self
+
+    @property
+    def idle_policy(self) -> IdlePolicy | None:
+        """The idle rule in force: ``idle``, or ``idle_expiry`` read as no process for that long."""
+        if self.idle is None and self.idle_expiry is not None:
+            return IdlePolicy(below=0.0, for_=self.idle_expiry, warn=0.0)
+        return self.idle
 
     @field_validator("notice_signal")
     @classmethod

@@ -59,6 +59,9 @@ class SessionView:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     spot: bool = False
     warnings: list[str] = dataclasses.field(default_factory=list)
+    active_at: datetime | None = None
+    idle_ends_at: datetime | None = None
+    idle_exempt: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from calque.durations import parse_duration
 from calque.models.session import CheckoutArgs, Session, Slice
 from calque.session.daemon import isolation
 from calque.session.daemon.host import Host
-from calque.session.daemon.identity import Caller, Identities
+from calque.session.daemon.identity import Caller, Identities, groups_of
+from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.nodes import grant
 from calque.session.daemon.rows import Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
@@ -26,9 +27,14 @@ def fmt_time(d: datetime) -> str:
 
 
 def view(host: Host, held: Held) -> Session:
-    """A session as its holder is told it (with the host's spot warning)."""
+    """A session as its holder is told it (with the host's spot warning and its idle clock)."""
     s = held.session.model_copy()
     s.spot = host.config.spot
+    policy = host.config.idle_policy
+    if policy is not None:
+        exempt = bool(policy.exempt_groups) and bool(set(policy.exempt_groups) & groups_of(s.user, s.gid))
+        s.active_at, s.idle_ends_at = idle_clock(policy, held, exempt)
+        s.idle_exempt = exempt
     if host.config.spot:
         s.warnings = [
             "this host is a spot instance: an interruption ends every tenant's session without notice "

@@ -6,9 +6,9 @@ the slice and those in the session's cgroup), then SIGKILL after ``kill_grace``,
 reclaimed. However a session ends, its cgroup is killed; processes outside it still holding one of
 its nodes open are ended by the node guard on the next tick (``guard.py``). Reclaims run on a fixed
 pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
-and one that fails is retried on a later tick. With ``idle_expiry`` a session whose slice has had no
-process for that long ends too. "On the slice" is what the GPU backend reports for the slice's
-device, restricted to processes the holder owns.
+and one that fails is retried on a later tick. With ``idle`` (or the older ``idle_expiry``) a session
+whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it). "On the slice" is
+what the GPU backend reports for the slice's device, restricted to processes the holder owns.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import signal
 import threading
 import time
 
-from calque.models import GpuProcess
-from calque.session.daemon.cleanup import Cleanup, alive, signal_pids
+from calque.session.daemon.cleanup import Cleanup, signal_pids
 from calque.session.daemon.escapes import ScopeWatch
 from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
-from calque.session.daemon.inventory import pids_on, processes_on
+from calque.session.daemon.idle import idle_watch
+from calque.session.daemon.inventory import processes_on
 from calque.session.daemon.nodes import end_session, reassert_nodes
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.rows import Held
@@ -58,6 +58,7 @@ class Enforcer:
             for i in range(RECLAIMERS)
         ]
         self._last_reassert = 0.0
+        self.idle = idle_watch(host)
         try:
             self._notice_sig = int(getattr(signal, self.cfg.notice_signal))
         except (AttributeError, TypeError):
@@ -103,7 +104,6 @@ class Enforcer:
             if held is not None:
                 self.host.audit.record("left_scope", held, by_uid=0, reason="left the session's cgroup", pids=pids)
         reassert = now - self._last_reassert >= self.cfg.reassert_every
-        procs: list[GpuProcess] | None = None
         for h in live:
             sid = h.session.id
             if h.expires <= now:
@@ -116,15 +116,15 @@ class Enforcer:
                 else:
                     next_due = min(next_due, notice_at)
             next_due = min(next_due, h.expires)
-            if self.cfg.idle_expiry is not None:
-                if procs is None:  # one listing from the GPU backend per tick, not one per session
-                    procs = self.host.reader.processes() if self.host.reader is not None else []
-                pids = pids_on(procs, h.slice, h.session.uid)
-                if any(alive(p, h.session.uid) for p in pids):
-                    if now - h.last_active > 1.0:
-                        self.host.registry.touch(sid, now)
-                elif now - h.last_active >= self.cfg.idle_expiry:
-                    self._start_reclaim(h, "idle", "idle")
+        if self.idle is not None:  # idle reclaim (idle.py): the same reclaim as an expiry, reason idle
+            try:
+                ending, idle_due = self.idle.tick([h for h in live if h.expires > now], now)
+            except Exception:  # the nodes' re-check and the guard below still run
+                log.exception("idle reclaim tick failed; retrying")
+                ending, idle_due = [], now + 1.0
+            for h in ending:
+                self._start_reclaim(h, "idle", "idle")
+            next_due = min(next_due, idle_due)
         if reassert:
             reassert_nodes(self.host)
             self.guard.secure_pipes(live)

@@ -35,7 +35,7 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def _groups_of(user: str, gid: int) -> set[str]:
+def groups_of(user: str, gid: int) -> set[str]:
     names = set()
     try:
         gids = os.getgrouplist(user, gid)
@@ -62,7 +62,7 @@ class Identities:
         hit = self._identities.get((uid, gid))
         if hit is None or now - hit[0] > IDENTITY_CACHE_S:
             name = user_name(uid)
-            hit = (now, name, frozenset(_groups_of(name, gid)))
+            hit = (now, name, frozenset(groups_of(name, gid)))
             self._identities[(uid, gid)] = hit
         _, name, groups = hit
         ag = self._config.policy.admin_group

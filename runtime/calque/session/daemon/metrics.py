@@ -1,8 +1,10 @@
 """The session daemon's Prometheus metrics (``prometheus_client``), computed when scraped.
 
-Slices free/busy per profile, live sessions, lifecycle events, and the trip time of ended sessions
-(checkout to end) as a histogram. Events and trips come from the audit trail, so they are exact
-across every process of the daemon. Off unless the config names a port or a textfile.
+Slices free/busy per profile, live sessions, lifecycle events, the trip time of ended sessions
+(checkout to end) as a histogram, and, where idle reclaim is on, how long each held slice has been
+idle by its idle clock (``calque_session_idle_seconds``, beside the policy's ``for``). Events and
+trips come from the audit trail, so they are exact across every process of the daemon. Off unless
+the config names a port or a textfile.
 
 Who holds what is not public: ``list`` hides holders from non-admins, and so do the metrics. The
 port and the textfile (which node_exporter serves to anyone who can reach it) carry the number of
@@ -11,6 +13,7 @@ live sessions only; live sessions per user are in the ``metrics`` op's answer to
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -34,11 +37,13 @@ class SessionCollector(Collector):
         live: Callable[[], list[Held]],
         tally: EventTally | None,
         holders: bool = False,
+        idle_for: float | None = None,
     ) -> None:
         self._slices = slices
         self._live = live
         self._tally = tally
         self._holders = holders  # sessions per user (admins only), else their number
+        self._idle_for = idle_for  # the idle policy's ``for``; None: idle reclaim is off
 
     def collect(self) -> Iterator[Metric]:
         live = self._live()
@@ -76,6 +81,22 @@ class SessionCollector(Collector):
             trips.add_metric([], [(_le(b), n) for b, n in buckets] + [("+Inf", count)], total)
         yield events
         yield trips
+        if self._idle_for is not None:
+            yield from self._idle(live)
+
+    def _idle(self, live: list[Held]) -> Iterator[Metric]:
+        # Per held slice, never per holder: a slice id says nothing of who holds it.
+        idle = GaugeMetricFamily(
+            "calque_session_idle_seconds",
+            "Seconds each held slice has been idle by its idle clock (0 while it is active).",
+            labels=["kind", "profile", "slice"],
+        )
+        now = time.time()
+        for h in sorted(live, key=lambda x: x.slice.id):
+            idle.add_metric([h.slice.kind, h.slice.profile, h.slice.id], max(0.0, now - h.last_active))
+        yield idle
+        reclaim = "Idle seconds after which a session is reclaimed."
+        yield GaugeMetricFamily("calque_session_idle_reclaim_seconds", reclaim, value=self._idle_for)
 
 
 def _le(bound: float) -> str:
@@ -83,10 +104,15 @@ def _le(bound: float) -> str:
 
 
 def collector_registry(
-    inventory: SliceInventory, live: Callable[[], list[Held]], tally: EventTally | None, holders: bool = False
+    inventory: SliceInventory,
+    live: Callable[[], list[Held]],
+    tally: EventTally | None,
+    holders: bool = False,
+    idle_for: float | None = None,
 ) -> CollectorRegistry:
     """A registry over the daemon's state: slices as the inventory knows them (none while it cannot
-    tell), live sessions (per user only with ``holders``: for admins), events and trips."""
+    tell), live sessions (per user only with ``holders``: for admins), events, trips, and (with
+    ``idle_for``, the idle policy's ``for``) each held slice's idle seconds."""
 
     def slices() -> list[Slice]:
         try:
@@ -95,7 +121,7 @@ def collector_registry(
             return []
 
     made = CollectorRegistry(auto_describe=False)
-    made.register(SessionCollector(slices, live, tally, holders))
+    made.register(SessionCollector(slices, live, tally, holders, idle_for))
     return made
 
 

@@ -167,8 +167,12 @@ def metrics_main() -> None:
 
     config, parent, events_from = _child_setup()
     registry = Registry(config.db)
+    idle = config.idle_policy
     reg = collector_registry(
-        SliceInventory(config, load_reader(config)), registry.live, EventTally(config.audit_log, events_from)
+        SliceInventory(config, load_reader(config)),
+        registry.live,
+        EventTally(config.audit_log, events_from),
+        idle_for=idle.for_ if idle is not None else None,
     )
     server = None
     if config.metrics_port is not None:

@@ -24,7 +24,14 @@ from calque.models.session import EndReason, Session, Slice
 from calque.session.daemon.files import lock_path, open_private, private_directory, secure_existing
 from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
-from calque.session.daemon.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION, USAGE_V2_TO_V3
+from calque.session.daemon.schema import (
+    BACKFILL_USAGE,
+    IDLE_NOTICE_V3_TO_V4,
+    INSERT_USAGE,
+    SCHEMA,
+    SCHEMA_VERSION,
+    USAGE_V2_TO_V3,
+)
 
 T = TypeVar("T")
 MAX_BATCH = 256
@@ -77,6 +84,9 @@ class Registry:
             if version == 2:
                 _run_script(db, USAGE_V2_TO_V3)
             _run_script(db, SCHEMA)
+            columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
+            if "idle_notice_sent" not in columns:
+                db.execute(IDLE_NOTICE_V3_TO_V4)
             if version < 2:
                 db.execute(BACKFILL_USAGE)
             if version < SCHEMA_VERSION:
@@ -184,7 +194,7 @@ class Registry:
             end_reason=row["end_reason"],
             env=env,
         )
-        return Held(session=s, slice=sl, last_active=row["last_active"])
+        return Held(session=s, slice=sl, last_active=row["last_active"], idle_notice=bool(row["idle_notice_sent"]))
 
     def live(self, uid: int | None = None) -> list[Held]:
         with self._rlock:
@@ -386,5 +396,19 @@ class Registry:
     def mark_notice(self, session_id: str) -> None:
         self._update(session_id, "UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
 
-    def touch(self, session_id: str, now: float) -> None:
-        self._update(session_id, "UPDATE sessions SET last_active=? WHERE id=? AND ended_at IS NULL", (now, session_id))
+    def touch(self, session_ids: Sequence[str], now: float) -> None:
+        """These slices were seen active: their idle clocks start again (and an idle notice may come
+        again), all in one transaction."""
+        if not session_ids:
+            return
+
+        def op(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE sessions SET last_active=?, idle_notice_sent=0 WHERE id=? AND ended_at IS NULL",
+                [(now, sid) for sid in session_ids],
+            )
+
+        self._write(op)
+
+    def mark_idle_notice(self, session_id: str) -> None:
+        self._update(session_id, "UPDATE sessions SET idle_notice_sent=1 WHERE id=?", (session_id,))

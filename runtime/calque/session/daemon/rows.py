@@ -50,7 +50,8 @@ class Held:
 
     session: Session
     slice: Slice
-    last_active: float
+    last_active: float  # the idle clock: when the slice was last seen active (a checkout starts it)
+    idle_notice: bool = False  # the idle notice went out since then
     handed_from: int | None = None  # a fresh checkout: the slice's last holder, when another uid
 
     @property

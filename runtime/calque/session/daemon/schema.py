@@ -1,5 +1,9 @@
-"""The registry's SQLite schema (version 3: usage rows clustered by uid and end time; 2 added the
-usage table and per-group live counts)."""
+"""The registry's SQLite schema (version 4: each session's idle notice beside its idle clock; 3: usage
+rows clustered by uid and end time; 2 added the usage table and per-group live counts).
+
+A session's idle clock is ``last_active`` (when its slice was last seen active; a checkout starts it)
+and ``idle_notice_sent``: both in the row, so a daemon restart keeps every clock and sends no notice
+twice."""
 
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ CREATE TABLE IF NOT EXISTS sessions(
   last_active REAL NOT NULL,
   slice_json TEXT NOT NULL,
   env_json TEXT NOT NULL,
-  daemon TEXT
+  daemon TEXT,
+  idle_notice_sent INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS one_live_session_per_slice ON sessions(slice_id) WHERE ended_at IS NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS one_session_per_request ON sessions(uid, request_id) WHERE request_id IS NOT NULL;
@@ -56,7 +61,9 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
+IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).
 USAGE_V2_TO_V3 = f"""
 CREATE TABLE {USAGE_TABLE.format(name="usage_v3")};

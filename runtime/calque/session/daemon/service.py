@@ -182,7 +182,12 @@ class Service:
         reg = self._metrics.get(c.admin)
         if reg is None:
             host = self.host
+            idle = host.config.idle_policy
             reg = self._metrics[c.admin] = collector_registry(
-                host.inventory, host.registry.live, host.tally, holders=c.admin
+                host.inventory,
+                host.registry.live,
+                host.tally,
+                holders=c.admin,
+                idle_for=idle.for_ if idle is not None else None,
             )
         return {"text": render(reg)}

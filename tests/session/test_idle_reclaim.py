@@ -1,0 +1,211 @@
+"""Idle reclaim by measured utilisation, as real second users on a simulated host with a real daemon.
+
+The slice's activity is what the simulator's driver reports (``SimGpu.set_load``, what ``calque gpu
+sim load`` does); the holder's processes are real processes of that user, listed on the slice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from .conftest import Host, User, as_user, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def _on_slice(host: Host, user: User, slice_id: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A process of ``user`` that the driver lists on the slice (a notebook kernel, say)."""
+    p = subprocess.Popen(as_user(user, ["/bin/sleep", "600"]))
+    try:
+        host.sim.add_process(slice_id, p.pid, used_memory_mib=2048)
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _checkout(host: Host, user: User) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(host.cli(user, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
+    return out
+
+
+def _events(host: Host, sid: str, event: str) -> list[dict[str, Any]]:
+    return [e for e in host.audit_events() if e["session"] == sid and e["event"] == event]
+
+
+def _ended_at(host: Host, sid: str) -> float:
+    (e,) = _events(host, sid, "idle")
+    return datetime.fromisoformat(e["ts"]).timestamp()
+
+
+def _usage_reason(host: Host, sid: str) -> str | None:
+    db = sqlite3.connect(host.dir / "state/sessions.db")
+    try:
+        row = db.execute("SELECT end_reason FROM usage WHERE session_id=?", (sid,)).fetchone()
+    finally:
+        db.close()
+    return None if row is None else str(row[0])
+
+
+def _idle_metrics(host: Host) -> dict[str, float]:
+    """``calque_session_idle_seconds`` per slice (and the policy's ``for`` as "reclaim"), as an admin scrapes them."""
+    out: dict[str, float] = {}
+    for line in host.cli(None, "session", "metrics", check=True).stdout.splitlines():
+        if line.startswith("calque_session_idle_seconds{"):
+            out[line.split('slice="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("calque_session_idle_reclaim_seconds "):
+            out["reclaim"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _status(host: Host, user: User) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = json.loads(host.cli(user, "session", "status", "--json", check=True).stdout)
+    return got
+
+
+def test_an_idle_slice_is_warned_then_ended_with_reason_idle_and_a_busy_one_never(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(idle={"below": "5%", "for": "4s", "warn": "2s"})
+    master, slave = os.openpty()  # Alice's terminal: her process on the slice has it open
+    os.chown(os.ttyname(slave), alice.uid, -1)
+    idle = _checkout(host, alice)
+    busy = _checkout(host, bob)
+    term = subprocess.Popen(as_user(alice, ["/bin/sleep", "600"]), stdin=slave)
+    try:
+        host.sim.add_process(idle["slice_id"], term.pid)
+        host.sim.set_load(idle["slice_id"], 0.0, 3000)  # a notebook holding memory, running nothing
+        with _on_slice(host, bob, busy["slice_id"]) as bobs:
+            host.sim.set_load(busy["slice_id"], 85.0)
+            assert wait_for(lambda: bool(_events(host, idle["id"], "idle_notice")), 15)
+            notice = datetime.fromisoformat(_events(host, idle["id"], "idle_notice")[0]["ts"]).timestamp()
+            assert wait_for(lambda: bool(_events(host, idle["id"], "idle")), 15)
+            created = datetime.fromisoformat(idle["created_at"]).timestamp()
+            ended = _ended_at(host, idle["id"])
+            assert 2.0 - 0.2 <= notice - created <= 2.0 + 2.5
+            assert 4.0 - 0.2 <= ended - created <= 4.0 + 2.5, ended - created
+            assert term.wait(15) != 0  # her process on the reclaimed slice was ended
+            assert _usage_reason(host, idle["id"]) == "idle"
+            os.set_blocking(master, False)
+            seen = os.read(master, 65536).decode(errors="replace")
+            assert "has been idle" in seen and idle["id"] in seen, seen
+            time.sleep(1.0)
+            assert [s["id"] for s in _status(host, bob)] == [busy["id"]]
+            assert bobs.poll() is None
+            assert _events(host, busy["id"], "idle_notice") == []
+    finally:
+        os.close(master)
+        os.close(slave)
+        if term.poll() is None:
+            term.kill()
+        term.wait()
+
+
+def test_activity_resets_the_idle_clock_and_extend_does_not(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(idle={"below": "0.05", "for": "5s", "warn": "0s"})
+    s = _checkout(host, alice)
+    created = datetime.fromisoformat(s["created_at"]).timestamp()
+    with _on_slice(host, alice, s["slice_id"]):
+        host.sim.set_load(s["slice_id"], 1.0)  # 1 %: below the threshold
+        time.sleep(2.0)
+        host.cli(alice, "session", "extend", "--by", "30m", check=True)
+        (st,) = _status(host, alice)
+        assert datetime.fromisoformat(st["active_at"]).timestamp() == pytest.approx(created, abs=0.01)
+        assert datetime.fromisoformat(st["idle_ends_at"]).timestamp() == pytest.approx(created + 5, abs=0.01)
+        host.sim.set_load(s["slice_id"], 60.0)  # it gets busy: the clock follows
+        busy_from = time.time()
+        assert wait_for(
+            lambda: datetime.fromisoformat(_status(host, alice)[0]["active_at"]).timestamp() > busy_from, 10
+        )
+        time.sleep(1.5)
+        host.sim.set_load(s["slice_id"], 0.0)
+        quiet_from = time.time()
+        assert "IDLE" in host.cli(alice, "session", "status", check=True).stdout
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 20)
+    ended = _ended_at(host, s["id"])
+    assert ended - created > 5.0 + 3.0  # the busy spell reset it: not ended at created + for
+    assert 5.0 - 1.5 <= ended - quiet_from <= 5.0 + 2.5, ended - quiet_from
+
+
+def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, make_user: Callable[..., User]) -> None:
+    group = "cqexempt" + os.urandom(3).hex()
+    carol, dave, erin = make_user([group]), make_user(), make_user()
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s", "exempt_groups": [group]})
+    exempt, unknown, idle = _checkout(host, carol), _checkout(host, dave), _checkout(host, erin)
+    with _on_slice(host, dave, unknown["slice_id"]), _on_slice(host, erin, idle["slice_id"]):
+        # Dave's slice has a process and no activity reported (an A100 MIG device has no GPM);
+        # Carol's has nothing on it at all, but her group is exempt; Erin's reports 0 %.
+        host.sim.set_load(idle["slice_id"], 0.0)
+        assert wait_for(lambda: bool(_events(host, idle["id"], "idle")), 15)
+        time.sleep(2.5)
+        assert [x["id"] for x in _status(host, dave)] == [unknown["id"]]
+        (mine,) = _status(host, carol)
+        assert mine["id"] == exempt["id"] and mine["active_at"] is None
+        assert "exempt" in host.cli(carol, "session", "status", check=True).stdout
+        # The metrics measure every held slice, exempt or not: Carol's has been idle since her checkout.
+        idle = _idle_metrics(host)
+        assert idle["reclaim"] == 2.0
+        assert idle[exempt["slice_id"]] >= 4.0 and idle[unknown["slice_id"]] < 1.5
+    assert _events(host, unknown["id"], "idle") == [] and _events(host, exempt["id"], "idle") == []
+
+
+def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_user: Callable[..., User]) -> None:
+    alice, bob = make_user(), make_user()
+    policy = {"below": "5%", "for": "7s", "warn": "5s"}
+    host.start(idle=policy)
+    s = _checkout(host, alice)
+    busy = _checkout(host, bob)
+    created = datetime.fromisoformat(s["created_at"]).timestamp()
+    with _on_slice(host, alice, s["slice_id"]), _on_slice(host, bob, busy["slice_id"]):
+        host.sim.set_load(s["slice_id"], 0.0)
+        host.sim.set_load(busy["slice_id"], 80.0)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle_notice")), 15)
+        host.kill9()  # no goodbye: what is not in the registry is lost
+        time.sleep(1.0)
+        restarted = time.time()
+        host.start(idle=policy)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 20)
+        time.sleep(7.0)  # a whole `for` after the restart: the busy slice is still held
+        assert [x["id"] for x in _status(host, bob)] == [busy["id"]]
+    assert _events(host, busy["id"], "idle") == [] and _events(host, busy["id"], "idle_notice") == []
+    ended = _ended_at(host, s["id"])
+    assert ended - restarted < 7.0 - 0.5, "the clock started again at the restart"
+    assert 7.0 - 0.2 <= ended - created <= 7.0 + 3.0
+    assert len(_events(host, s["id"], "idle_notice")) == 1  # not sent again after the restart
+    assert _usage_reason(host, s["id"]) == "idle"
+
+
+def test_an_mps_slot_is_judged_by_its_holders_own_clients(host: Host, make_user: Callable[..., User]) -> None:
+    alice = make_user()
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s"})
+    args = ["session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", "--ttl", "1h", "--json"]
+    s = json.loads(host.cli(alice, *args, check=True).stdout)
+    gpu = next(g.uuid for g in host.sim.gpus() if g.index == s["gpu_index"])
+    client = subprocess.Popen(as_user(alice, ["/bin/sleep", "600"]))
+    try:
+        host.sim.add_process(gpu, client.pid, used_memory_mib=512)
+        host.sim.set_load(gpu, 90.0)  # the GPU is busy and her own use is not reported: kept
+        time.sleep(4.0)
+        assert [x["id"] for x in _status(host, alice)] == [s["id"]]
+        host.sim.set_load(gpu, 0.0, pid=client.pid)  # her client's own use, now reported: 0 %
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 15)
+        assert client.wait(15) != 0
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait()
+    assert _usage_reason(host, s["id"]) == "idle"
