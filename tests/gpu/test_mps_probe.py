@@ -44,6 +44,9 @@ def test_the_stand_in_daemon_answers_until_it_is_killed_and_again_once_restarted
     pid = start()
     try:
         assert why_not_answering(pipe) is None
+        # Probes faster than the one-threaded daemon accepts fill its backlog: a busy daemon is waited
+        # for (within the probe's timeout), never called down.
+        assert [why_not_answering(pipe) for _ in range(200)] == [None] * 200
         # The probe sends nothing: the daemon still answers its control program afterwards.
         ctl = subprocess.run(
             [sys.executable, str(STANDIN)], input="get_server_list\n", env=env, capture_output=True, text=True
@@ -67,6 +70,32 @@ def test_a_listening_socket_answers_a_closed_one_does_not(tmp_path: Path) -> Non
         srv.listen(1)
         assert why_not_answering(tmp_path) is None
     assert "nothing listens" in (why_not_answering(tmp_path) or "")
+
+
+def test_a_listener_that_never_accepts_is_stuck_once_its_backlog_is_full(tmp_path: Path) -> None:
+    path = tmp_path / "control"
+    waiting: list[socket.socket] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
+        srv.bind(str(path))
+        srv.listen(0)
+        try:
+            for _ in range(64):  # bounded: the kernel's backlog of a listen(0) socket is one or two
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.setblocking(False)
+                waiting.append(c)
+                try:
+                    c.connect(str(path))
+                except BlockingIOError:
+                    break
+            else:
+                pytest.fail("the backlog never filled")
+            started = time.monotonic()
+            why = why_not_answering(tmp_path, timeout=0.3)
+            assert why == f"{path} accepted no connection within 0.3 s (its daemon is stuck)"
+            assert 0.25 <= time.monotonic() - started < 3.0
+        finally:
+            for c in waiting:
+                c.close()
 
 
 def test_a_fifo_answers_only_while_a_process_reads_it(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import errno
 import os
 import socket
 import stat
+import struct
 from pathlib import Path
 
 CONTROL = "control"  # the control daemon's socket (or FIFO) in its pipe directory
@@ -47,13 +48,17 @@ def why_not_answering(pipe_directory: Path | str, timeout: float = PROBE_TIMEOUT
 
 
 def _connect(path: Path, timeout: float) -> str | None:
+    # A blocking connect bounded by SO_SNDTIMEO: a unix socket whose backlog is full (a daemon busy with
+    # many clients starting at once) makes the kernel wait for room; a non-blocking one (settimeout)
+    # would fail at once with EAGAIN and call a busy daemon down. Still full after ``timeout``: stuck.
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
+        sec = int(timeout)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", sec, int((timeout - sec) * 1e6)))
         try:
             s.connect(str(path))
         except ConnectionRefusedError:
             return f"nothing listens on {path} (its daemon has exited)"
-        except TimeoutError:
+        except (BlockingIOError, TimeoutError):
             return f"{path} accepted no connection within {timeout:g} s (its daemon is stuck)"
         except OSError as exc:
             return f"cannot connect to {path}: {exc.strerror}"
