@@ -42,10 +42,15 @@ def check_config(kind: ConfigKind, path: str | Path, *, against_host: bool = Tru
         return ConfigCheck(kind=kind, path=str(path), summary=_pool(path))
     if str(path) != "-":
         return ConfigCheck(kind=kind, path=str(path), summary=_load(kind, Path(path), against_host))
+    from calque.errors import UsageError
+
     with tempfile.TemporaryDirectory(prefix="calque-config-check-") as d:
         staged = Path(d) / f"{kind}.yaml"
         staged.write_text(sys.stdin.read(), encoding="utf-8")
-        return ConfigCheck(kind=kind, path="-", summary=_load(kind, staged, against_host))
+        try:
+            return ConfigCheck(kind=kind, path="-", summary=_load(kind, staged, against_host))
+        except UsageError as exc:  # the staged copy's name means nothing to whoever piped it in
+            raise UsageError(str(exc).replace(str(staged), "(standard input)")) from exc
 
 
 def _load(kind: ConfigKind, path: Path, against_host: bool) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Everything lives in a directory under /tmp that other users can traverse (pytest
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -32,6 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv/bin/python"
 SITE = next((REPO / ".venv/lib").glob("python3*/site-packages"))
 CLI = "import sys; sys.argv[0] = 'calque'; from calque.cli.main import main; main()"
+# The stand-in control daemon the GPU tests use (a real process on a real socket), for each MPS GPU.
+MPS_CONTROL = REPO / "tests/gpu/bin/nvidia-cuda-mps-control"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="session tests create Unix users: run as root")
 
@@ -54,6 +57,7 @@ class Host:
     env: dict[str, str]
     config: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    mps_daemons: dict[int, int] = field(default_factory=dict)  # GPU index -> its control daemon's pid
 
     @property
     def socket(self) -> Path:
@@ -89,8 +93,33 @@ class Host:
         path.write_text(yaml.safe_dump(cfg))
         return path
 
-    def start(self, **overrides: Any) -> None:
+    def mps_pipe(self, gpu: int) -> Path:
+        return self.dir / "mps" / f"gpu{gpu}"
+
+    def start_mps(self, gpu: int) -> int:
+        """The GPU's MPS control daemon (the stand-in, as ``calque gpu mps start`` runs it): listening on
+        its pipe directory's ``control`` socket when this returns; its pid."""
+        pipe, logs = self.mps_pipe(gpu), self.dir / "mps-log" / f"gpu{gpu}"
+        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logs)}
+        subprocess.run([sys.executable, str(MPS_CONTROL), "-d"], env=env, check=True, capture_output=True, timeout=30)
+        pidfile = pipe / "nvidia-cuda-mps-control.pid"  # written by the daemonised child, just after
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 10), pidfile
+        self.mps_daemons[gpu] = int(pidfile.read_text())
+        return self.mps_daemons[gpu]
+
+    def kill_mps(self, gpu: int) -> None:
+        """SIGKILL the GPU's control daemon, as a crash would: its socket file stays, nothing listens."""
+        pid = self.mps_daemons.pop(gpu)
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10), pid
+
+    def start(self, mps: bool = True, **overrides: Any) -> None:
+        """Start the daemon; first, with ``mps``, a control daemon for each MPS GPU of the config."""
         path = self.write_config(**overrides)
+        if mps:
+            for m in yaml.safe_load(path.read_text()).get("mps") or []:
+                if m["gpu"] not in self.mps_daemons and "pipe_directory" not in m:
+                    self.start_mps(m["gpu"])
         log = (self.dir / "daemon.log").open("ab")
         self.proc = subprocess.Popen(
             [str(VENV_PY), "-c", CLI, "session", "serve", "--config", str(path)],
@@ -120,6 +149,11 @@ class Host:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self.proc = None
+
+    def stop_mps(self) -> None:
+        for gpu in list(self.mps_daemons):
+            with contextlib.suppress(ProcessLookupError):
+                self.kill_mps(gpu)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -231,7 +265,15 @@ def host(make_user: Callable[..., User]) -> Iterator[Host]:
         yield h
     finally:
         h.stop()
+        h.stop_mps()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> bool:

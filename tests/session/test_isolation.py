@@ -311,10 +311,8 @@ def test_expiry_ends_the_session_cgroup_after_sigterm(
 
 def test_mps_pipe_directory_opens_to_the_slot_holder_alone(host: Host, make_user: Callable[..., User]) -> None:
     alice, bob = make_user(), make_user()
-    pipe = host.dir / "mps/gpu1"
-    pipe.mkdir(parents=True, mode=0o755)
-    (pipe / "control").touch()
-    host.start(reassert_every=0.3)
+    pipe = host.mps_pipe(1)
+    host.start(reassert_every=0.3)  # the GPU's control daemon (the stand-in) listens on pipe/control
     assert wait_for(lambda: pipe.stat().st_mode & 0o777 == 0o700, 5)  # no slot held: root's alone
     s = json.loads(
         host.cli(

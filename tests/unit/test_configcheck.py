@@ -135,3 +135,18 @@ def test_standard_input_is_checked_as_the_file_would_be(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "names GPU 3" in proc.stderr, proc.stderr
+    assert "calque-config-check-" not in proc.stderr  # not the staged copy's name
+
+
+def test_a_host_configuration_from_standard_input_names_the_bad_key_not_a_staged_file() -> None:
+    text = "gpu:\n  version: 1\n  backend: sim\n  sim: {state: /var/lib/calque/gpus.json, instance_tpye: g6e.xlarge}\n"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "calque"), "config", "check", "host", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "(standard input): sim.instance_tpye='g6e.xlarge': Extra inputs are not permitted" in proc.stderr
+    assert "calque-config-check-" not in proc.stderr and "Traceback" not in proc.stderr

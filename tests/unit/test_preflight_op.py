@@ -13,6 +13,8 @@ KNOWN = [
     "calque_session_service_user_limits",
     "calque_session_service_idle",
     "calque_gpu_layout_mig_configs",
+    "calque_runtime_gpu_backend",
+    "calque_runtime_gpu_sim",
 ]
 
 
@@ -80,3 +82,28 @@ def test_idle_reclaim_is_checked_as_the_daemon_reads_it() -> None:
     late = {"calque_session_service_idle": {"for": "10m", "warn": "20m"}}
     found = {v: m for v, m, _, _ in _run({"a": {"variables": late}})}
     assert "must be shorter than idle.for" in found["calque_session_service_idle"]
+
+
+def test_the_host_configuration_is_checked_as_calque_reads_it() -> None:
+    sim = {"state": "/var/lib/calque-sim/gpus.json", "instance_type": "g6e.xlarg", "cards": None}
+    found = {
+        v: m
+        for v, m, _, _ in _run(
+            {"a": {"variables": {"calque_runtime_gpu_backend": "sim", "calque_runtime_gpu_sim": sim}}}
+        )
+    }
+    assert list(found) == ["calque_runtime_gpu_sim.instance_type"], found
+    assert found["calque_runtime_gpu_sim.instance_type"].startswith("unknown size 'xlarg' for g6e"), found
+    both = {"state": "/s.json", "instance_type": "g6e.xlarge", "cards": ["L4-24GB"]}
+    found = {
+        v: m
+        for v, m, _, _ in _run(
+            {"a": {"variables": {"calque_runtime_gpu_backend": "sim", "calque_runtime_gpu_sim": both}}}
+        )
+    }
+    why = "give sim.cards or sim.instance_type, not both (as calque reads /etc/calque/host.yaml)"
+    assert found == {"calque_runtime_gpu_sim": why}
+    # nvml (the default) renders no sim section: a leftover simulator setting is no problem there.
+    assert _run({"a": {"variables": {"calque_runtime_gpu_sim": sim}}}) == []
+    good = {"calque_runtime_gpu_backend": "sim", "calque_runtime_gpu_sim": {**sim, "instance_type": "g6e.xlarge"}}
+    assert _run({"a": {"variables": good}}) == []

@@ -64,11 +64,18 @@ def _render_sessions(ss: list[SessionView]) -> str:
     now = datetime.now(timezone.utc)
     rows = [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss]
     if not any(s.idle_ends_at or s.idle_exempt for s in ss):
-        return table(["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"], rows)
-    return table(
-        ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT", "IDLE"],
-        [[*row, _idle(s, now)] for row, s in zip(rows, ss, strict=True)],
-    )
+        out = table(["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"], rows)
+    else:
+        out = table(
+            ["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT", "IDLE"],
+            [[*row, _idle(s, now)] for row, s in zip(rows, ss, strict=True)],
+        )
+    # Each warning once (the host's spot warning concerns every session), naming the sessions it is about.
+    said = []
+    for w in dict.fromkeys(w for s in ss for w in s.warnings):
+        ids = [s.id for s in ss if w in s.warnings]
+        said.append(f"warning: {w}" + (f" [{', '.join(ids)}]" if len(ids) < len(ss) else ""))
+    return "\n".join([out, *said])
 
 
 def _idle(s: Session | SessionView, now: datetime) -> str:
@@ -87,7 +94,8 @@ def _idle(s: Session | SessionView, now: datetime) -> str:
 def _render_slices(states: list[SliceStateView]) -> str:
     if not states:
         return "this host has no slices (no MIG devices and no MPS slots configured)"
-    # A free slot the daemon would refuse this caller reads "not yours", with why in its own column.
+    # A free slot the daemon would refuse this caller reads "not yours", one whose MPS daemon is down
+    # "unavailable" (a held one stays "busy"), with why in its own column.
     why = any(st.why_not for st in states)
     rows = [
         [
@@ -95,7 +103,7 @@ def _render_slices(states: list[SliceStateView]) -> str:
             st.slice.kind,
             st.slice.profile,
             st.slice.gpu_index,
-            "busy" if st.busy else "not yours" if st.why_not else "free",
+            "busy" if st.busy else "unavailable" if st.unavailable else "not yours" if st.why_not else "free",
             _when(st.busy_until),
             st.holder or "",
             st.session_id or "",

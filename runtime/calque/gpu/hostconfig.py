@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from calque.configfile import read_mapping, validate
 from calque.errors import UsageError
@@ -36,6 +36,31 @@ class SimHostConfig(CalqueModel):
     instance_type: str | None = None
     root: Path | None = Field(None, description="directory standing in for / (default: <state>.root)")
     mig: bool = False
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, v: str | None) -> str | None:
+        """A shape the catalog lacks is refused when the file is read, not when the simulator first starts."""
+        from calque.gpu.catalog import load_catalog
+
+        if v is not None:
+            try:
+                load_catalog().for_instance_type(v)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from exc
+        return v
+
+    @field_validator("cards")
+    @classmethod
+    def _known_cards(cls, v: list[str] | None) -> list[str] | None:
+        from calque.gpu.catalog import load_catalog
+
+        for name in v or []:
+            try:
+                load_catalog().card(name)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from exc
+        return v
 
     @model_validator(mode="after")
     def _one_source(self) -> SimHostConfig:

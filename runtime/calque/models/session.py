@@ -104,7 +104,8 @@ class Session(VersionedModel):
 
 class SliceState(CalqueModel):
     """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder;
-    ``why_not`` on a free slice the caller would be refused (the serialised-per-user MPS rule)."""
+    ``why_not`` on a free slice the caller would be refused (the serialised-per-user MPS rule), and on
+    any MPS slot whose control daemon does not answer (``unavailable``: nobody can use it now)."""
 
     model_config = _DEFERRED
 
@@ -115,7 +116,10 @@ class SliceState(CalqueModel):
     holder_uid: int | None = None
     session_id: str | None = None
     why_not: str | None = Field(
-        default=None, description="why the caller cannot check out this free slot now (None: they can)"
+        default=None, description="why the caller cannot check out (or use) this slot now (None: they can)"
+    )
+    unavailable: bool = Field(
+        default=False, description="an MPS slot whose control daemon does not answer: offered to nobody"
     )
 
 

@@ -6,6 +6,9 @@ and playbook documents. This operation adds what only the runtime knows:
 
 - a name nothing documents is refused, with the closest documented name (``difflib``): a misspelled
   variable is otherwise silently ignored and its role's default used;
+- ``/etc/calque/host.yaml``'s gpu section is assembled as the runtime role renders it and validated
+  by the model calque loads it with (a simulated instance type the GPU catalog lacks is
+  ``calque_runtime_gpu_sim.instance_type``), on a host where calque is not installed yet too;
 - the session daemon's settings are assembled as the session_service role renders
   ``/etc/calque/session.yaml`` and validated by the model the daemon loads (``SessionConfig``), each
   error named by the inventory variable it came from (``default_ttl: 2hours`` is
@@ -46,6 +49,8 @@ POLICY_KEYS = {
 }
 SETTINGS = "calque_session_service_settings"
 MIG_CONFIGS = "calque_gpu_layout_mig_configs"
+GPU_BACKEND = "calque_runtime_gpu_backend"  # host.yaml's gpu.backend (the runtime role)
+GPU_SIM = "calque_runtime_gpu_sim"  # host.yaml's gpu.sim
 
 
 class HostVariables(CalqueModel):
@@ -132,6 +137,31 @@ def _message(err: Any, inner: tuple[str, ...], fields: list[str]) -> str:
     return f"{shown}{msg} (as the session daemon reads it)"
 
 
+def _host_problems(v: dict[str, Any]) -> dict[str, str]:
+    """host.yaml's gpu: section as the runtime role renders it (sim only with backend sim, unset keys
+    left out), validated by the model the GPU modules and the session daemon load."""
+    from calque.gpu.hostconfig import GpuHostConfig
+
+    if GPU_BACKEND not in v and GPU_SIM not in v:
+        return {}
+    backend = v.get(GPU_BACKEND, "nvml")
+    doc: dict[str, Any] = {"version": 1, "backend": backend}
+    sim = v.get(GPU_SIM)
+    if backend == "sim" and isinstance(sim, dict):
+        doc["sim"] = {k: x for k, x in sim.items() if x is not None}
+    out: dict[str, str] = {}
+    try:
+        GpuHostConfig.model_validate(doc)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(str(p) for p in err["loc"])
+            var = f"{GPU_SIM}.{loc[1]}" if loc[:1] == ("sim",) and len(loc) > 1 else GPU_SIM
+            var = GPU_BACKEND if loc[:1] == ("backend",) else var
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            out.setdefault(var, f"{msg} (as calque reads /etc/calque/host.yaml)")
+    return out
+
+
 def model_problems(v: dict[str, Any]) -> dict[str, str]:
     """Variable -> message for what the runtime's models refuse."""
     from calque.gpu.layout import parse_entries
@@ -148,6 +178,8 @@ def model_problems(v: dict[str, Any]) -> dict[str, str]:
             for err in exc.errors():
                 var, inner = _variable_of(tuple(str(p) for p in err["loc"]), source)
                 out.setdefault(var, _message(err, inner, fields))
+    for var, message in _host_problems(v).items():
+        out.setdefault(var, message)
     configs = v.get(MIG_CONFIGS)
     if isinstance(configs, dict):
         for name, entries in configs.items():

@@ -73,6 +73,7 @@ class SliceStateView:
     holder_uid: int | None = None
     session_id: str | None = None
     why_not: str | None = None
+    unavailable: bool = False
 
 
 class _Bad(ValueError):

@@ -27,19 +27,24 @@ def fmt_time(d: datetime) -> str:
 
 
 def view(host: Host, held: Held) -> Session:
-    """A session as its holder is told it (with the host's spot warning and its idle clock)."""
+    """A session as its holder is told it: with the host's spot warning, its idle clock, and while an
+    MPS slot's control daemon does not answer, why and what brings it back."""
     s = held.session.model_copy()
     s.spot = host.config.spot
+    s.warnings = []
     policy = host.config.idle_policy
     if policy is not None:
         exempt = bool(policy.exempt_groups) and bool(set(policy.exempt_groups) & groups_of(s.user, s.gid))
         s.active_at, s.idle_ends_at = idle_clock(policy, held, exempt)
         s.idle_exempt = exempt
     if host.config.spot:
-        s.warnings = [
+        s.warnings.append(
             "this host is a spot instance: an interruption ends every tenant's session without notice "
             "beyond the 2-minute spot warning; save your work often"
-        ]
+        )
+    down = host.mps.unavailable(held.slice) if held.session.ended_at is None else None
+    if down is not None:
+        s.warnings.append(f"{down}; CUDA programs started now do not reach MPS (the session stays yours)")
     return s
 
 
@@ -90,9 +95,25 @@ def _other_kind_hint(kind: str, all_slices: list[Slice]) -> str:
     return f"; this host has no {kind.upper()} slices"
 
 
+def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
+    """The candidates whose MPS control daemon answers (every MIG slice), and, once per GPU, why the
+    others are not offered."""
+    up: list[Slice] = []
+    down: dict[int, str] = {}
+    for sl in cands:
+        why = host.mps.unavailable(sl)
+        if why is None:
+            up.append(sl)
+        else:
+            down.setdefault(sl.gpu_index, why)
+    return up, [down[g] for g in sorted(down)]
+
+
 def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
     ttl = _ttl(host, c, ids, args)
-    cands = _candidates(host, args)
+    # Slots whose daemon is down go to the registry as no candidate at all: a retried request still
+    # gets its session, the caller's limits still apply, and the refusal below says why.
+    cands, down = _offered(host, _candidates(host, args))
     now = time.time()
     sid = "s-" + secrets.token_hex(5)
     expires = ts(now + ttl)
@@ -125,7 +146,9 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             "(`calque session status` lists them)",
         ) from exc
     except NoFreeSlice as exc:
-        raise RequestError("busy", _busy_message(exc)) from exc
+        if not cands:
+            raise RequestError("refused", "no MPS slot can be offered now: " + "; ".join(down)) from exc
+        raise RequestError("busy", _busy_message(exc, down)) from exc
     if created:
         grant(host, held, fresh=True)
         host.audit.record("checkout", held, pid=c.pid)
@@ -135,7 +158,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
     return view(host, held)
 
 
-def _busy_message(exc: NoFreeSlice) -> str:
+def _busy_message(exc: NoFreeSlice, down: list[str]) -> str:
     busy = "; ".join(
         f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {fmt_time(h.session.expires_at)}"
         for h in exc.busy
@@ -147,4 +170,5 @@ def _busy_message(exc: NoFreeSlice) -> str:
             f"free MPS slots on {', '.join(daemons)} are not offered to you while another user holds "
             f"slots there (MPS serialises different users' clients), until {fmt_time(until)} at the latest"
         )
+    busy += "".join(f"; not offered: {d}" for d in down)
     return f"every matching slice is busy: {busy}; retry later or pass --wait"

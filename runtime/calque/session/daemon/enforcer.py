@@ -3,8 +3,10 @@
 Before expiry the holder gets a notice (a line on their terminals, through their own descriptors, and
 ``notice_signal`` to their processes on the slice). At expiry their processes get SIGTERM (those on
 the slice and those in the session's cgroup), then SIGKILL after ``kill_grace``, and the slice is
-reclaimed. However a session ends, its cgroup is killed; processes outside it still holding one of
-its nodes open are ended by the node guard on the next tick (``guard.py``). Reclaims run on a fixed
+reclaimed. A live MPS session's holder is told when its control daemon stops answering, and when it
+answers again (``mpsdaemons.py``), on every ``reassert_every``. However a session ends, its cgroup is
+killed; processes outside it still holding one of its nodes open are ended by the node guard on the
+next tick (``guard.py``). Reclaims run on a fixed
 pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
 and one that fails is retried on a later tick. With ``idle`` (or the older ``idle_expiry``) a session
 whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it). "On the slice" is
@@ -25,6 +27,7 @@ from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
 from calque.session.daemon.idle import idle_watch
 from calque.session.daemon.inventory import processes_on
+from calque.session.daemon.mpsdaemons import MpsWatch
 from calque.session.daemon.nodes import end_session, reassert_nodes
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.rows import Held
@@ -46,6 +49,7 @@ class Enforcer:
         self.cgroups = host.cgroups
         self.guard = guard
         self.scopes = ScopeWatch(host.cgroups)
+        self.mps = MpsWatch(host.mps, host.audit)
         self._wake = host.timers_due
         self._stop = threading.Event()
         self._reclaiming: set[str] = set()
@@ -128,6 +132,7 @@ class Enforcer:
         if reassert:
             reassert_nodes(self.host)
             self.guard.secure_pipes(live)
+            self.mps.tick(live)  # holders told when their MPS daemon stops (or starts again) answering
             self._last_reassert = now
         self.guard.check(live, everything=reassert)
         return next_due - time.time()

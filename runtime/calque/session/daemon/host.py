@@ -1,10 +1,11 @@
 """The host: what the components of one daemon process share, built once per process and handed to
 each of them (service, enforcer, guard, clean-up, metrics), so no component reaches into another.
 
-It holds the config, the registry, the audit log, the GPU reader with the slice inventory over it,
-the sessions' cgroups, the node lock (one writer of the capability nodes' ownership across every process) and the event
-that wakes the timers. Which process builds what is ``process.py``'s business: the main process has
-the timers and no front door, a worker the front door and no timers, the metrics process neither.
+It holds the config, the registry, the audit log, the GPU reader with the slice inventory over it, the
+MPS daemons' last answers, the sessions' cgroups, the node lock (one writer of the capability nodes'
+ownership across every process) and the event that wakes the timers. Which process builds what is
+``process.py``'s business: the main process has the timers and no front door, a worker the front door
+and no timers, the metrics process neither.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.files import lock_path
 from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.inventory import SliceInventory, host_root
+from calque.session.daemon.mpsdaemons import MpsDaemons
 from calque.session.daemon.registry import Registry
 from calque.session.slices import load_reader
 
@@ -35,6 +37,8 @@ class Host:
     inventory: SliceInventory
     cgroups: SessionCgroups  # where sessions' cgroups live on this host (``cgroups:`` in the config)
     tally: EventTally | None = None  # audit events since the daemon's start (metrics read it)
+    # Whether each MPS slot's control daemon answers (a short-lived answer per pipe directory).
+    mps: MpsDaemons = field(default_factory=MpsDaemons)
     # Set when a change moves a deadline (a checkout, an extension): the timers look again at once.
     timers_due: threading.Event = field(default_factory=threading.Event)
 

@@ -137,7 +137,10 @@ class Service:
             h = live.get(sl.id)
             st = SliceState(slice=sl, busy=h is not None, busy_until=h.session.expires_at if h else None)
             other = foreign.get(sl.pipe_directory or "") if sl.kind == "mps" and h is None else None
-            if other is not None:
+            down = self.host.mps.unavailable(sl)  # None for MIG slices, and while the daemon answers
+            if down is not None:
+                st.unavailable, st.why_not = True, down
+            elif other is not None:
                 st.why_not = (
                     f"another user holds an MPS slot on GPU {sl.gpu_index} (MPS serialises different users' "
                     f"clients): not yours until they check in, by {fmt_time(other.session.expires_at)} at the latest"
