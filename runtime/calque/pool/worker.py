@@ -12,7 +12,8 @@ one role). Threads, each with one job:
 - heartbeat (the keeper): extends every live lease's visibility every VT/3; a refused extension
   makes the lease LOST, and a LOST claim is neither summarised nor deleted (another worker owns it);
 - writers (``calque.pool.writer``): results, the Summary, the delete, in that order, behind the
-  next claim's work; poison and duplicate claims too;
+  next claim's work; poison and duplicate claims too; the deletes go out on one more thread, up
+  to ten to a batch (``calque.pool.batching``);
 - spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM;
 - lifecycle watcher: on an Auto Scaling instance (``calque.pool.instance``) the worker protects it
   from scale-in while it holds a claim, and a termination (target lifecycle state ``Terminated``)
