@@ -9,9 +9,13 @@ runs with the role's credentials from STS AssumeRole (what an instance gets from
 
 Where moto is less precise than AWS: it authorizes ``sqs:GetQueueUrl`` against ``*`` (it cannot see
 the queue in a JSON-protocol request), where AWS uses the queue's ARN, which the rendered policy
-grants. The role gets one more inline policy, ``moto-only-get-queue-url``, for that call alone; every
-other call (receive, delete, visibility, attributes, send, every S3 call) is checked against calque's
-rendered policy as it is.
+grants. The role gets one more inline policy, ``moto-only-get-queue-url``, for that call alone. And
+moto checks a batch call against its own action name (``sqs:DeleteMessageBatch``), where AWS checks
+it against the single action's (``sqs:DeleteMessage`` grants ``DeleteMessageBatch``, the SQS
+Developer Guide's "Amazon SQS batch actions"): ``moto-only-batch-actions`` grants the batch name on
+exactly the resources the rendered policy grants ``sqs:DeleteMessage`` on. Every other call
+(receive, delete, visibility, attributes, send, every S3 call) is checked against calque's rendered
+policy as it is.
 """
 
 from __future__ import annotations
@@ -156,6 +160,11 @@ def world(iam_moto: str, tmp_path: Path) -> IamWorld:
     iam.put_role_policy(
         RoleName=docs.role_name, PolicyName="moto-only-get-queue-url", PolicyDocument=json.dumps(MOTO_GET_QUEUE_URL)
     )
+    deletes = [st["Resource"] for st in docs.worker_policy["Statement"] if "sqs:DeleteMessage" in st["Action"]]
+    assert deletes, "the rendered policy must let workers delete their messages"
+    allow = [{"Effect": "Allow", "Action": "sqs:DeleteMessageBatch", "Resource": r} for r in deletes]
+    batch = {"Version": "2012-10-17", "Statement": allow}
+    iam.put_role_policy(RoleName=docs.role_name, PolicyName="moto-only-batch-actions", PolicyDocument=json.dumps(batch))
     iam.create_instance_profile(InstanceProfileName=docs.instance_profile_name, Tags=tags)
     iam.add_role_to_instance_profile(InstanceProfileName=docs.instance_profile_name, RoleName=docs.role_name)
     assumed = sts.assume_role(RoleArn=docs.role_arn, RoleSessionName="i-0123456789abcdef0")["Credentials"]

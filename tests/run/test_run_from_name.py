@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acquire.conftest import AL2023, Network, ec2, network  # noqa: F401  (fixtures)
+from acquire.conftest import AL2023, Network, acquirer, ec2, network, spec_for  # noqa: F401  (fixtures)
+from calque.aws.acquire import Acquirer, Consent
 from calque.aws.clients import client
 from calque.aws.naming import pool_queue_name
 from calque.cli.main import run
@@ -76,6 +77,39 @@ def test_from_name_finds_a_deployed_pool_by_its_tag(make_pool, network, capsys, 
     code = run(["run", "--local", str(CORPUS / "from_name.py")])
     out, err = capsys.readouterr()
     assert code == 2 and "a deployed pool's code; --local runs only this script's own" in err, err
+
+
+def test_from_name_finds_a_pool_of_fixed_instances_by_their_tag(
+    make_pool,  # noqa: F811
+    acquirer: Acquirer,  # noqa: F811
+    spec_for,  # noqa: F811
+    capsys,
+) -> None:
+    """No group: a cohort launched with the pool's tag and the worker's user-data (as ec2_cohort launches one)."""
+    model = "parity-fixed"
+    s3 = client("s3")
+    if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+        s3.create_bucket(Bucket=BUCKET)
+    p = make_pool(workload="", model=model, pool="parity/fixed", queue_name=pool_queue_name(model))
+    script = p.tmp / "served.py"
+    script.write_text(SERVED)
+    p.spec["workload"] = stage_workload(s3, BUCKET, "calque", pool_queue_name(model), f"{script}::Model")
+    user_data = worker_user_data(PoolSpec.model_validate(p.spec))
+    cohort = acquirer.apply(
+        spec_for(name="fixed", count=1, pool="parity/fixed", user_data=user_data), Consent(spend=True)
+    )
+    assert len(cohort.instances) == 1
+    assert not client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"]  # no group: a cohort
+    p.start().wait_log("serving")  # moto's instance cannot run its user-data: a local worker, same spec
+    capsys.readouterr()
+    code = run(["run", "--timeout", "180", str(CORPUS / "from_name_cohort.py")])
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err, p.workers[0].stderr())
+    assert out == "fixed 8 [2, 4]\n" and "on pool parity/fixed" in err, (out, err)
+    # another pool's name is still not found, and the message names the pools that are tagged here
+    code = run(["run", str(CORPUS / "from_name.py")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "no deployed pool named 'parity/deployed'" in err and "parity/fixed" in err, err
 
 
 def test_from_name_of_a_pool_that_is_not_deployed_says_what_is(moto, capsys) -> None:

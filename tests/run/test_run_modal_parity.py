@@ -32,9 +32,9 @@ def _cli(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str,
     return code, out, err
 
 
-def _staged_pool(make_pool: Any, script: str, target: str = "", **spec: Any) -> Any:  # noqa: F811
+def _staged_pool(make_pool: Any, script: str, target: str = "", model: str = "", **spec: Any) -> Any:  # noqa: F811
     """A pool serving ``script`` (``::target``) from its S3-staged copy, as pool.yml makes one."""
-    model = f"parity/{script.removesuffix('.py').replace('_', '-')}"
+    model = model or f"parity/{script.removesuffix('.py').replace('_', '-')}"
     s3 = client("s3")
     if BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
         s3.create_bucket(Bucket=BUCKET)
@@ -142,6 +142,38 @@ def test_issue_21_scripts_print_on_an_s3_staged_pool_what_they_print_locally(poo
     # --local: remote code is not local, and .map/.starmap/.for_each return with their last result
     out = _both(capsys, pools, "local_timing.py", "--budget", "30", local_args=("--budget", "0.5"))
     assert out == "remote code is local: False [True]\nslower than the budget: []\n", out
+
+
+def test_calque_run_yml_routes_each_parameter_set_to_the_pool_of_that_set(make_pool, capsys, tmp_path) -> None:  # noqa: F811
+    script = "parameter_routing.py"
+    plain = _staged_pool(make_pool, script, "Translator", model="parity/routing-en")
+    french = _staged_pool(make_pool, script, "Translator", model="parity/routing-fr",
+                          parameters={"lang": "fr", "formal": True})  # fmt: skip
+    specs = [plain.write_spec(), french.write_spec()]
+    for w in (plain.start(), french.start()):
+        w.wait_log("serving", timeout=float(RUN_WAIT))
+    pools_file = tmp_path / "calque-run.yml"
+    pools_file.write_text(f"version: 1\npools:\n  Translator: [{specs[0]}, {specs[1]}]\n")
+    path = str(CORPUS / script)
+    code, local_out, err = _cli(capsys, ["run", "--local", f"{path}::main"])
+    assert code == 0, err
+    assert local_out == "hello Ada | bonjour Ada\n['bonjour Bo', 'bonjour Cy'] ['hello Di']\n", local_out
+    code, out, err = _cli(capsys, ["run", "--pools", str(pools_file), "--timeout", RUN_WAIT, f"{path}::main"])
+    assert (code, out) == (0, local_out), err  # each worker runs its own set: the values say which pool ran
+    assert "on pools parity/routing-en, parity/routing-fr" in err, err
+    # a set no pool runs is refused before anything is sent, with each pool's differing fields
+    code, out, err = _cli(capsys, ["run", "--pools", str(pools_file), f"{path}::formal_english"])
+    assert code == 2 and out == "", (out, err)
+    assert (
+        f"the pool of {specs[0]} runs Translator with other parameters: formal: this call True, the pool False" in err
+    )
+    assert (
+        f"the pool of {specs[1]} runs Translator with other parameters: lang: this call 'en' (its default), "
+        "the pool 'fr'" in err
+    ), err
+    assert "Nothing was sent" in err, err
+    code, out, err = _cli(capsys, ["run", "--local", f"{path}::formal_english"])
+    assert (code, out) == (0, "good day Ed\n"), err
 
 
 def test_an_entrypoint_annotation_modal_run_refuses_is_refused(capsys, tmp_path: Path) -> None:

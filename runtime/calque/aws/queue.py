@@ -332,6 +332,30 @@ class PoolQueue:
         except (ClientError, BotoCoreError) as exc:
             raise self._held_error(exc, "delete a message from") from exc
 
+    def ack_many(self, receipts: list[str]) -> dict[str, CalqueError | None]:
+        """DeleteMessageBatch for up to ten held messages: each receipt's error, None when deleted."""
+        doing = "delete a message from"
+        if len(receipts) > SEND_BATCH:
+            raise ValueError(f"DeleteMessageBatch takes at most {SEND_BATCH} messages, got {len(receipts)}")
+        entries = [{"Id": str(n), "ReceiptHandle": r} for n, r in enumerate(receipts)]
+        try:
+            resp = self.sqs.delete_message_batch(QueueUrl=self.url(), Entries=entries)
+        except (ClientError, BotoCoreError) as exc:
+            err = self._held_error(exc, doing)
+            return dict.fromkeys(receipts, err)
+        out: dict[str, CalqueError | None] = dict.fromkeys(receipts)
+        for f in resp.get("Failed", []):
+            receipt = receipts[int(f["Id"])]
+            code, message = str(f.get("Code", "")), str(f.get("Message", ""))
+            if code in _STALE_RECEIPT_CODES:
+                out[receipt] = InfrastructureError(
+                    f"cannot {doing} {self.name}: the message is no longer held by this worker ({code}: {message}); "
+                    "its visibility ran out or another worker received it"
+                )
+            else:
+                out[receipt] = InfrastructureError(f"cannot {doing} {self.name}: {code}: {message}")
+        return out
+
     def _held_error(self, exc: ClientError | BotoCoreError, doing: str) -> CalqueError:
         # SQS answers a receipt handle that is no longer ours as an invalid parameter: that is a lost
         # lease (the visibility ran out, another worker received it), not a request to fix

@@ -4,6 +4,12 @@ A named pool's Auto Scaling group carries the ``calque:pool`` tag (``calque pool
 launch template's user-data carries the pool's spec (``calque.pool.bootstrap.worker_user_data``
 writes it, base64, to ``/etc/calque/pool.yml``). ``deployed_spec`` reads that spec back: the same
 file ``playbooks/pool.yml`` wrote at ``calque_pool_spec_path``, found with nothing but the name.
+
+A pool with no group (a cohort of fixed instances launched with ``calque.gpu.ec2_cohort``'s ``pool``
+option and the worker's user-data, as ``calque ramp`` launches its instance) is found the same way
+through its instances: each carries the ``calque:pool`` tag, and its user-data (the cohort's TTL
+part, then the worker's) carries the spec; the newest running one is read. Workers with no EC2
+instance behind them (on-premises hosts) carry no tag: their spec is passed with ``--pool``.
 """
 
 from __future__ import annotations
@@ -50,14 +56,53 @@ def spec_of_user_data(user_data: str, where: str) -> PoolSpec:
         raise UsageError(f"{where}: the pool spec in its user-data cannot be read ({detail})") from None
 
 
+def _tagged_instances(ec2: Any, pool: str | None) -> list[dict[str, Any]]:
+    """Pending or running instances tagged ``calque:pool`` (``=pool`` when given), newest first."""
+    tag = {"Name": f"tag:{POOL_TAG}", "Values": [pool]} if pool else {"Name": "tag-key", "Values": [POOL_TAG]}
+    found: list[dict[str, Any]] = []
+    with aws_errors(f"describe the instances of pool {pool}" if pool else "describe the instances of pools"):
+        pages = ec2.get_paginator("describe_instances").paginate(
+            Filters=[tag, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )
+        for page in pages:
+            for res in page.get("Reservations", []):
+                found += [i for i in res.get("Instances", []) if pool is None or _pool_of(i) == pool]
+    return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]), reverse=True)
+
+
+def _pool_of(resource: dict[str, Any]) -> str | None:
+    return next((t["Value"] for t in resource.get("Tags", []) if t["Key"] == POOL_TAG), None)
+
+
+def _checked(spec: PoolSpec, pool: str, where: str) -> PoolSpec:
+    if spec.pool not in (None, pool):
+        raise UsageError(f"{where} carries the spec of pool {spec.pool}: refusing it")
+    return spec
+
+
+def _instance_spec(ec2: Any, pool: str, instance: dict[str, Any]) -> PoolSpec:
+    """The spec in the user-data of one of the pool's tagged instances (a cohort's: no group)."""
+    iid = instance["InstanceId"]
+    with aws_errors(f"read the user-data of pool {pool}'s instance {iid}"):
+        attr = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
+    text = base64.b64decode(attr.get("UserData", {}).get("Value", "")).decode("utf-8", "replace")
+    where = f"pool {pool}'s instance {iid}"
+    return _checked(spec_of_user_data(text, where), pool, where)
+
+
 def deployed_spec(pool: str, asg: Any, ec2: Any) -> PoolSpec:
-    """The spec of the deployed pool named ``pool`` (its tagged group's launch template)."""
+    """The spec of the deployed pool named ``pool``: its tagged group's launch template, else its tagged instances'."""
     groups = [g for g in pool_groups(asg) if any(t["Key"] == POOL_TAG and t["Value"] == pool for t in g["Tags"])]
     if not groups:
-        names = sorted({t["Value"] for g in pool_groups(asg) for t in g["Tags"] if t["Key"] == POOL_TAG})
+        instances = _tagged_instances(ec2, pool)
+        if instances:
+            return _instance_spec(ec2, pool, instances[0])
+        names = {t["Value"] for g in pool_groups(asg) for t in g["Tags"] if t["Key"] == POOL_TAG}
+        names |= {p for i in _tagged_instances(ec2, None) if (p := _pool_of(i))}
         raise UsageError(
-            f"no deployed pool named {pool!r} in this account and region (calque pool list shows "
-            f"{', '.join(names) or 'none'}); deploy one with playbooks/pool.yml, or pass its spec with --pool SPEC"
+            f"no deployed pool named {pool!r} in this account and region (the pools tagged here: "
+            f"{', '.join(sorted(names)) or 'none'}); deploy one with playbooks/pool.yml, or pass its spec with "
+            "--pool SPEC"
         )
     lt = _template(groups[0])
     ref = {"LaunchTemplateId": lt["LaunchTemplateId"]} if "LaunchTemplateId" in lt else {
@@ -67,7 +112,5 @@ def deployed_spec(pool: str, asg: Any, ec2: Any) -> PoolSpec:
         got = ec2.describe_launch_template_versions(**ref, Versions=[version])["LaunchTemplateVersions"]
     data = got[0].get("LaunchTemplateData", {}) if got else {}
     text = base64.b64decode(data.get("UserData", "")).decode("utf-8", "replace")
-    spec = spec_of_user_data(text, f"pool {pool}'s launch template")
-    if spec.pool not in (None, pool):
-        raise UsageError(f"pool {pool}'s launch template carries the spec of pool {spec.pool}: refusing it")
-    return spec
+    where = f"pool {pool}'s launch template"
+    return _checked(spec_of_user_data(text, where), pool, where)

@@ -6,12 +6,14 @@ one role). Threads, each with one job:
 
 - main (``serve``, the runner): takes the next claim, drains its items (CLAIMED -> WORKING ->
   WRITING) and hands it to the writers; with ``prefetch`` off it also receives (the claimer);
-- receiver (the claimer, ``prefetch``): long-polls the queue and prepares the next claim
-  (``calque.pool.claims``: parse, check, read the manifest) while the current one drains;
+- receiver (the claimer, ``prefetch``): long-polls the queue and prepares the next claims
+  (``calque.pool.claims``: parse, check, read the manifest) while the current one drains, as many
+  as the runner drains in one receive-and-prepare round trip (``calque.pool.intake``);
 - heartbeat (the keeper): extends every live lease's visibility every VT/3; a refused extension
   makes the lease LOST, and a LOST claim is neither summarised nor deleted (another worker owns it);
 - writers (``calque.pool.writer``): results, the Summary, the delete, in that order, behind the
-  next claim's work; poison and duplicate claims too;
+  next claim's work; poison and duplicate claims too; the deletes go out on one more thread, up
+  to ten to a batch (``calque.pool.batching``);
 - spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM;
 - lifecycle watcher: on an Auto Scaling instance (``calque.pool.instance``) the worker protects it
   from scale-in while it holds a claim, and a termination (target lifecycle state ``Terminated``)
@@ -41,6 +43,7 @@ from calque.models import PoolSpec
 from calque.pool.claims import ClaimChecker
 from calque.pool.crashes import CrashMarks
 from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
+from calque.pool.intake import Receiver
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
 from calque.pool.metrics import Metrics
 from calque.pool.release import release_uncounted
@@ -61,6 +64,7 @@ _WRITERS = 3
 # instead of the queue's 20 s. SQS answers a poll as soon as a message is there, so only an idle
 # worker's request rate changes (one a second: about $0.50 a month of SQS requests).
 POLL_SLICE_S = 1
+_UNSUMMARISED = frozenset({State.CLAIMED, State.WORKING, State.WRITING})
 
 
 @dataclass
@@ -103,7 +107,6 @@ class Worker:
         self.stop_reason = ""
         self._held: set[Lease] = set()
         self._held_lock = threading.Lock()
-        self._slot: queue_mod.Queue[Lease] = queue_mod.Queue(maxsize=1)
         self._enter_charged = False
         self._claims = 0
         self._threads: list[threading.Thread] = []
@@ -114,6 +117,8 @@ class Worker:
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
         self.crashes = CrashMarks(store, self.worker_id)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait)
+        self.receiver = Receiver(pool_queue, hold=self._hold, prepare=self.prepare, stop=self._stop,
+                                 wait_s=self.receive_wait)  # fmt: skip
         self.writer = ClaimWriter(
             pool_queue,
             store,
@@ -122,6 +127,7 @@ class Worker:
             extend=self._extend,
             ended=self._drop,
             warm_hit=lambda: self._enter_charged,
+            busy=self._unsummarised,
         )
         self.metrics.set("calque_pool_enter_count", supervisor.enter_count)
         self.metrics.set("calque_pool_enter_seconds", supervisor.enter_seconds)
@@ -153,6 +159,10 @@ class Worker:
             self._held.discard(lease)
             self.metrics.set("calque_pool_leases_held", len(self._held))
         self.instance.holding(self.worker_id, self._holds_any)
+
+    def _unsummarised(self) -> bool:
+        with self._held_lock:
+            return any(lease.state in _UNSUMMARISED for lease in self._held)
 
     def _holds_any(self) -> bool:
         with self._held_lock:
@@ -190,38 +200,6 @@ class Worker:
 
     # -- receiving (the claimer) --------------------------------------------------------------------
 
-    def _receive_one(self, wait_s: int) -> Lease | None:
-        try:
-            msgs = self.queue.receive(wait_s, 1)
-        except CalqueError as exc:
-            log.warning("receive failed: %s; retrying in 1s", exc)
-            self._stop.wait(1.0)
-            return None
-        if not msgs:
-            return None
-        m = msgs[0]
-        attrs = m.get("Attributes", {})
-        lease = Lease(
-            message_id=m["MessageId"],
-            receipt=m["ReceiptHandle"],
-            body=m.get("Body", ""),
-            receive_count=int(attrs.get("ApproximateReceiveCount", 1)),
-        )
-        self._hold(lease)
-        return lease
-
-    def _receiver_loop(self) -> None:
-        while not self._stop.is_set():
-            if self._slot.full():
-                self._stop.wait(0.005)
-                continue
-            lease = self._receive_one(self.receive_wait)
-            if lease is None:
-                continue
-            if not self._stop.is_set():  # stopping: the stopper releases it, unprepared, from the slot
-                self.prepare(lease)
-            self._slot.put(lease)
-
     def prepare(self, lease: Lease) -> None:
         """Check a claim and read its manifest: POISONED, DUPLICATE, ABANDONED, or ready to run."""
         self.checker.prepare(lease)
@@ -229,13 +207,13 @@ class Worker:
     def _next(self) -> Lease | None:
         if self.spec.prefetch:
             try:
-                return self._slot.get(timeout=0.2)
+                return self.receiver.ready.get(timeout=0.2)
             except queue_mod.Empty:
                 return None
-        lease = self._receive_one(self.receive_wait)
-        if lease is not None:
-            self.prepare(lease)
-        return lease
+        for lease in self.receiver.receive(self.receive_wait, 1):
+            self.receiver.prepare(lease)
+            return lease
+        return None
 
     # -- serving (the runner) -----------------------------------------------------------------------
 
@@ -271,7 +249,7 @@ class Worker:
             t.start()
             self._threads.append(t)
         if self.spec.prefetch:
-            self._receiver = threading.Thread(target=self._receiver_loop, name="calque-receiver", daemon=True)
+            self._receiver = threading.Thread(target=self.receiver.loop, name="calque-receiver", daemon=True)
             self._receiver.start()
         if self.spec.spot_watch and imds_allowed(self.spec.imds_endpoint):
             self._spot = SpotWatcher(
@@ -329,6 +307,7 @@ class Worker:
         enter_paid = 0.0 if warm_hit else self.sup.enter_seconds
         self._enter_charged = True
         claim_seconds = time.monotonic() - t0
+        self.receiver.ahead.drained(claim_seconds)
         failed = sum(1 for r in drain.results if not r.ok)
         summary = self.summaries.make(
             ref,
@@ -374,7 +353,7 @@ class Worker:
     def _release_prefetched(self) -> None:
         while True:
             try:
-                self._release(self._slot.get_nowait())
+                self._release(self.receiver.ready.get_nowait())
             except queue_mod.Empty:
                 return
 
@@ -395,6 +374,7 @@ class Worker:
         for t in self._threads:
             if t.name == "calque-writer":
                 t.join(timeout=self.spec.shutdown_grace_s)
+        self.writer.deleter.close(self.spec.shutdown_grace_s)  # what the writers summarised, deleted
         # anything still held and not being written: give it back now
         with self._held_lock:
             leftover = [lease for lease in self._held if lease.state is not State.SUMMARISED]

@@ -20,6 +20,7 @@ from calque.aws.store import RunStore, StoreError
 from calque.errors import CalqueError
 from calque.models import ItemResult, Summary
 from calque.models.ids import is_safe_id
+from calque.pool.batching import Deleter
 from calque.pool.claims import partial_ref
 from calque.pool.lease import Lease, Role, State
 from calque.pool.metrics import Metrics
@@ -50,6 +51,7 @@ class ClaimWriter:
         extend: Callable[[Lease, State | None], bool],
         ended: Callable[[Lease], None],
         warm_hit: Callable[[], bool],
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self.queue = pool_queue
         self.store = store
@@ -58,6 +60,8 @@ class ClaimWriter:
         self._extend = extend  # the keeper's extension (LOST when refused)
         self._ended = ended  # the worker stops holding a lease that reached a final state
         self._warm_hit = warm_hit
+        # deletes go out behind the writers, ten to a batch (a lease ends when its delete is decided)
+        self.deleter = Deleter(pool_queue, ended, busy)
         self.writes: queue_mod.Queue[Finished | Lease | None] = queue_mod.Queue()
 
     def loop(self, after_write: Callable[[], None]) -> None:
@@ -171,15 +175,9 @@ class ClaimWriter:
         else:
             self._ended(lease)
 
-    def delete(self, lease: Lease) -> bool:
-        """Delete the message of a SUMMARISED or DUPLICATE lease; True when deleted."""
-        try:
-            deleted = lease.delete(self.queue.ack)
-        except CalqueError as exc:
-            log.warning("could not delete message %s: %s (it will be redelivered)", lease.message_id, exc)
-            deleted = False
-        self._ended(lease)
-        return deleted
+    def delete(self, lease: Lease) -> None:
+        """Delete the message of a SUMMARISED or DUPLICATE lease (queued for the deleter)."""
+        self.deleter.put(lease)
 
     def _discard(self, uri: str | None) -> None:
         """Best effort: delete this attempt's orphaned results (unread either way; ``sweep`` finds leftovers)."""

@@ -6,10 +6,14 @@ The mapping file (``--pools FILE``, default ``calque-run.yml`` beside the script
     pools:
       Embedder: ../pools/embedder-spec.yml     # class or function name -> its pool's spec file
       generate: ../pools/llm-spec.yml
+      Translator: [../pools/translator-fr.yml, ../pools/translator-en.yml]   # one pool per parameter set
 
 A spec file is the PoolSpec that ``playbooks/pool.yml`` writes (``calque_pool_spec_path``): it names
-the pool's model (hence its queue), bucket, prefix, region and batch size. A name the mapping lacks
-goes to ``--pool``; with neither, the error says how to create a pool. Nothing is ever launched.
+the pool's model (hence its queue), bucket, prefix, region, batch size and the class's parameters.
+A class mapped to several spec files is served by the one whose parameter set is the call's (as
+Modal's parameters pick a class's containers); a call no pool's set matches is refused, naming each
+pool's differing fields. A name the mapping lacks goes to ``--pool``; with neither, the error says
+how to create a pool. Nothing is ever launched.
 """
 
 from __future__ import annotations
@@ -38,7 +42,11 @@ class RunPools(CalqueModel):
     """``calque-run.yml``: which pool spec serves each class or function of a script."""
 
     version: int = 1
-    pools: dict[str, str] = Field(default_factory=dict, description="class or function name -> pool spec file")
+    pools: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        description="class or function name -> its pool's spec file, or the spec files of its pools, one per "
+        "parameter set (a call goes to the pool whose parameters are the call's)",
+    )
 
 
 class PoolMap:
@@ -47,12 +55,14 @@ class PoolMap:
     def __init__(self, script: Path, default_spec: str | None = None, pools_file: str | None = None) -> None:
         self.script = script
         self.default_spec = default_spec
-        self.mapping: dict[str, Path] = {}
+        self.mapping: dict[str, list[Path]] = {}
         path = Path(pools_file) if pools_file else script.parent / DEFAULT_POOLS_FILE
         self.pools_file = path
         if pools_file or path.is_file():
             doc = load_model(RunPools, path, "calque run pools file")
-            self.mapping = {k: (path.parent / v) for k, v in doc.pools.items()}
+            self.mapping = {
+                k: [path.parent / f for f in ([v] if isinstance(v, str) else v)] for k, v in doc.pools.items()
+            }
         self._specs: dict[Path, PoolSpec] = {}
         self._by_name: dict[str, PoolSpec] = {}  # deployed pools found by name (Cls.from_name)
         self._lock = threading.Lock()
@@ -60,20 +70,36 @@ class PoolMap:
     def spec_for(self, target: Target) -> PoolSpec:
         if target.deployed is not None:
             return self._deployed_spec(target)
-        spec_path = self.mapping.get(target.name) or (Path(self.default_spec) if self.default_spec else None)
-        if spec_path is None:
+        paths = self.mapping.get(target.name) or ([Path(self.default_spec)] if self.default_spec else [])
+        if not paths:
             raise UsageError(self._no_pool(target))
-        spec = self._specs.get(spec_path)
-        if spec is None:
-            spec = self._specs[spec_path] = load_spec(spec_path)
-        _, _, serves = spec.workload.partition("::")
-        if serves and serves != target.name:
-            raise UsageError(
-                f"{target.label}: pool spec {spec_path} serves {serves!r} (workload {spec.workload}), not "
-                f"{target.name!r}. {self._no_pool(target)}"
-            )
-        _check_parameters(target, spec, spec_path)
-        return spec
+        refusals: list[str] = []
+        for spec_path in paths:
+            spec = self._load(spec_path)
+            _, _, serves = spec.workload.partition("::")
+            if serves and serves != target.name:
+                raise UsageError(
+                    f"{target.label}: pool spec {spec_path} serves {serves!r} (workload {spec.workload}), not "
+                    f"{target.name!r}. {self._no_pool(target)}"
+                )
+            wrong = _differences(target, spec)
+            if not wrong:
+                return spec  # the pool of this call's parameter set
+            refusals.append(f"the pool of {spec_path} runs {target.name} with other parameters: {'; '.join(wrong)}")
+        several = len(paths) > 1
+        raise UsageError(
+            f"{target.name}: {'. '.join(refusals)}. A pool serves one parameter set: call {target.name}(...) with "
+            f"{'one pool' if several else 'the pool'}'s values, or map {target.name} in {self.pools_file.name} to "
+            f"the spec of a pool that sets these parameters{' too' if several else ''} "
+            f"(pools: {{{target.name}: [SPEC, ...]}}). Nothing was sent"
+        )
+
+    def _load(self, spec_path: Path) -> PoolSpec:
+        with self._lock:
+            spec = self._specs.get(spec_path)
+            if spec is None:
+                spec = self._specs[spec_path] = load_spec(spec_path)
+            return spec
 
     def _deployed_spec(self, target: Target) -> PoolSpec:
         """``from_name(pool, name)``: the spec in the launch template of the group tagged with that pool."""
@@ -89,12 +115,21 @@ class PoolMap:
                 f"{target.label}: deployed pool {target.deployed} serves {serves!r} (workload {spec.workload}), "
                 f"not {target.name!r}"
             )
-        _check_parameters(target, spec, Path(f"pool {target.deployed}"))
+        wrong = _differences(target, spec)
+        if wrong:
+            raise UsageError(
+                f"{target.name}: the pool {target.deployed} runs {target.name} with other parameters: "
+                f"{'; '.join(wrong)}. A pool serves one parameter set: call {target.name}(...) with the pool's "
+                "values. Nothing was sent"
+            )
         return spec
 
     def known_specs(self) -> list[PoolSpec]:
         """Every pool this script may call: the mapping's, then ``--pool``'s (a bad file is skipped)."""
-        paths = [*self.mapping.values(), *([Path(self.default_spec)] if self.default_spec else [])]
+        paths = [
+            *(p for ps in self.mapping.values() for p in ps),
+            *([Path(self.default_spec)] if self.default_spec else []),
+        ]
         out: list[PoolSpec] = []
         for p in dict.fromkeys(paths):
             with contextlib.suppress(CalqueError):
@@ -115,11 +150,12 @@ class PoolMap:
         )
 
 
-def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
-    """A pool runs one parameter set (its spec's over the class's defaults), as a Modal class's
-    parameters pick its containers: a call whose full set differs in any field is refused."""
+def _differences(target: Target, spec: PoolSpec) -> list[str]:
+    """Where a call's full parameter set differs from the one the pool runs (its spec's over the class's
+    defaults), field by field; [] when the pool runs this call's set, as a Modal class's parameters
+    pick its containers."""
     if target.is_function:
-        return
+        return []
     # a deployed class (from_name) is not in this script: only the parameters given are compared
     klass = (
         None
@@ -141,12 +177,7 @@ def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
         if mine != pools or type(mine) is not type(pools):
             default = " (its default)" if k in defaults and mine == defaults[k] else ""
             wrong.append(f"{k}: this call {_show(mine)}{default}, the pool {_show(pools)}")
-    if wrong:
-        raise UsageError(
-            f"{target.name}: the pool of {spec_path} runs {target.name} with other parameters: "
-            f"{'; '.join(wrong)}. A pool serves one parameter set: call {target.name}(...) with the pool's values, "
-            "or map this class to a pool whose spec sets these parameters. Nothing was sent"
-        )
+    return wrong
 
 
 _UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "unset"})()
