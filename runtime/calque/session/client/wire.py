@@ -84,9 +84,10 @@ def check_peer(sock: socket.socket, path: Path, trusted: frozenset[int]) -> None
         )
 
 
-def decode_answer(raw: bytes) -> Any:
-    """The ``result`` of a daemon's answer line, or the CalqueError its ``error`` stands for."""
-    unreadable = "the session daemon sent a response this client cannot read"
+def decode_answer(raw: bytes, who: str = "the session daemon") -> Any:
+    """The ``result`` of a daemon's answer line, or the CalqueError its ``error`` stands for (which
+    keeps its exit code); ``who`` names the daemon in messages (another host's, for ``remote.py``)."""
+    unreadable = f"{who} sent a response this client cannot read"
     try:
         resp = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
