@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.daemon.files import lock_path, open_private, private_directory, secure_existing
-from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
 from calque.session.daemon.schema import BACKFILL_USAGE, INSERT_USAGE, SCHEMA, SCHEMA_VERSION, USAGE_V2_TO_V3
+from calque.session.files import lock_path, open_private, private_directory, secure_existing
+from calque.session.hostlock import HostLock
 
 T = TypeVar("T")
 MAX_BATCH = 256
