@@ -1,0 +1,58 @@
+"""Mail notices through the institution's SMTP relay: a queued request granted, and (from the host
+cache's deadlines) a session about to end. Sent from a thread of their own, so a slow relay never
+delays a grant; a relay that refuses is logged, never retried into a storm."""
+
+from __future__ import annotations
+
+import logging
+import smtplib
+import threading
+from email.message import EmailMessage
+
+from calque.session.broker.store import Row
+from calque.session.brokerconfig import MailSettings
+
+log = logging.getLogger("calque.broker")
+
+
+class Mailer:
+    def __init__(self, settings: MailSettings) -> None:
+        self.settings = settings
+
+    def address(self, user: str) -> str | None:
+        s = self.settings
+        return s.users.get(user) or (f"{user}@{s.domain}" if s.domain else None)
+
+    def granted(self, row: Row) -> None:
+        if not row.wait:  # a direct checkout's client has its answer on its terminal already
+            return
+        session = row.session or {}
+        ref = f"{session.get('id')}@{row.host}"
+        body = (
+            f"Your queued request {row.id} was granted: session {ref}, slice {session.get('slice_id')} "
+            f"({session.get('profile')}) until {session.get('expires_at')}.\n\n"
+            f"Use it with: ssh -t {row.host} calque session shell --session {session.get('id')}\n"
+            f"Give it back with: calque session checkin {ref}\n"
+        )
+        self.send(row.user, row.lab, f"[calque] {ref} granted", body)
+
+    def send(self, user: str, lab: str, subject: str, body: str) -> None:
+        to = self.address(user)
+        if to is None:
+            return
+        msg = EmailMessage()
+        msg["From"] = self.settings.sender
+        msg["To"] = to
+        cc = self.settings.labs.get(lab)
+        if cc:
+            msg["Cc"] = cc
+        msg["Subject"] = subject
+        msg.set_content(body)
+        threading.Thread(target=self._deliver, args=(msg,), name="broker-mail", daemon=True).start()
+
+    def _deliver(self, msg: EmailMessage) -> None:
+        try:
+            with smtplib.SMTP(self.settings.relay, self.settings.port, timeout=10) as smtp:
+                smtp.send_message(msg)
+        except (OSError, smtplib.SMTPException) as exc:
+            log.warning("mail to %s through %s failed: %s", msg["To"], self.settings.relay, exc)
