@@ -18,6 +18,7 @@ from calque.session.config import SessionConfig
 from calque.session.daemon.audit import AuditLog, EventTally
 from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.inventory import SliceInventory, host_root
+from calque.session.daemon.nudge import Nudger
 from calque.session.daemon.registry import Registry
 from calque.session.files import lock_path
 from calque.session.hostlock import HostLock
@@ -37,6 +38,13 @@ class Host:
     tally: EventTally | None = None  # audit events since the daemon's start (metrics read it)
     # Set when a change moves a deadline (a checkout, an extension): the timers look again at once.
     timers_due: threading.Event = field(default_factory=threading.Event)
+    # Tells the institution's broker that a slice here was taken or freed (None: no broker).
+    broker_nudge: Nudger | None = None
+
+    def changed(self) -> None:
+        """A slice was taken or freed: the broker (if any) lists this host at once."""
+        if self.broker_nudge is not None:
+            self.broker_nudge.send()
 
     @classmethod
     def build(cls, config: SessionConfig, *, events_from: int | None = None, tally: bool = False) -> Host:
