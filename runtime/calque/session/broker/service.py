@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from calque.errors import NothingFreeError, RefusedError, UsageError
+from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, QueueArgs, QueueEntry
 from calque.models.session import Session, positive_seconds
 from calque.session.broker.callers import Caller
@@ -128,6 +128,11 @@ class BrokerService:
                     waited = time.time() - row.enqueued_at
                     raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
                 continue
+            if not row.wait and row.state == "granting" and not self.granter.busy_with(row.id):
+                raise UnreachableError(
+                    f"host {row.host} did not answer the checkout; the broker asks it again with the same request "
+                    f"id ({row.id}) and gives back, unclaimed, what it grants there; try again"
+                )
             if not alive():
                 return None
             with self.granter.changed:
