@@ -51,6 +51,13 @@ class MailSettings(CalqueModel):
     before_end: list[Seconds] = Field(default_factory=lambda: [600.0, 60.0], description="mail this long before an end")
 
 
+class Lab(CalqueModel):
+    """A lab of the institution: who is in it (their Unix groups) and its share of the slices."""
+
+    groups: list[str] = Field(min_length=1, description="a user in any of these Unix groups queues for this lab")
+    share: float = Field(1.0, gt=0, description="relative: a lab with share 2 is owed twice a lab with share 1")
+
+
 class BrokerConfig(VersionedModel):
     version_label: ClassVar[str] = "broker config"
     upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
@@ -64,6 +71,11 @@ class BrokerConfig(VersionedModel):
     tcp_port: int = Field(DEFAULT_BROKER_PORT, ge=1, le=65535)
     admin_group: str | None = Field("calque-admin", description="members see every request and may cancel any")
     queue: QueueRules = Field(default_factory=QueueRules)
+    labs: dict[str, Lab] = Field(default_factory=dict, description="labs and their shares (everyone else: 'default')")
+    local_hosts: dict[str, Path] = Field(
+        default_factory=dict,
+        description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
+    )
     mail: MailSettings | None = None
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")

@@ -141,6 +141,14 @@ class SessionConfig(VersionedModel):
         "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
     )
     metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
+    host_name: str | None = Field(
+        None, min_length=1, max_length=253, description="this host's name in the institution (default: its hostname)"
+    )
+    broker_nudge: str | None = Field(
+        None,
+        pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
+        description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
+    )
 
     @field_validator("notice_signal")
     @classmethod

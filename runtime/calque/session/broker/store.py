@@ -101,7 +101,9 @@ class Row:
 def _row(r: sqlite3.Row | None) -> Row | None:
     if r is None:
         return None
-    return Row(**{k: r[k] for k in r.keys()})  # noqa: SIM118 (a sqlite3.Row is no dict: no `in`)
+    doc = {k: r[k] for k in r.keys()}  # noqa: SIM118 (a sqlite3.Row is no dict: no `in`)
+    doc["consent"], doc["wait"] = bool(doc["consent"]), bool(doc["wait"])
+    return Row(**doc)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the timers and no front door, a worker the front door and no timers, the metrics
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,8 +60,21 @@ class Host:
             inventory=SliceInventory(config, reader),
             cgroups=SessionCgroups.from_config(config),
             tally=EventTally(config.audit_log, events_from) if tally else None,
+            broker_nudge=_nudger(config),
         )
+
+    @property
+    def name(self) -> str:
+        """This host's name in the institution (what a session id names it by: ``s-...@NAME``)."""
+        return self.config.host_name or socket.gethostname().split(".")[0]
 
     def close(self) -> None:
         self.registry.close()
         self.audit.close()
+
+
+def _nudger(config: SessionConfig) -> Nudger | None:
+    if config.broker_nudge is None:
+        return None
+    addr, _, port = config.broker_nudge.rpartition(":")
+    return Nudger(config.host_name or socket.gethostname().split(".")[0], addr.strip("[]"), int(port))
