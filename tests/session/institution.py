@@ -162,7 +162,7 @@ def make_host(root: Path, name: str, slices: int, probe: User, port: int) -> Hos
 
 @contextmanager
 def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Iterator[Broker]:
-    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices), started, and a broker over them (not started)."""
+    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices), started; a broker over them, not started."""
     root = Path(tempfile.mkdtemp(prefix="calque-inst-", dir="/tmp"))
     root.chmod(0o755)
     probe = make_user()
