@@ -133,6 +133,14 @@ class Broker:
             cmd, env=self.cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir
         )
 
+    def popen_script(self, user: User, script: str, *args: str) -> subprocess.Popen[str]:
+        """A Python script as ``user`` in the background, with the client's modules importable."""
+        from .conftest import as_user
+
+        cmd = as_user(user, [*self.python, "-c", script, *args])
+        env = {**self.cli_env(), "PYTHONPATH": f"{REPO / 'runtime'}:{self.env.get('PYTHONPATH', '')}"}
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir)
+
     def anywhere(self, user: User, *extra: str) -> dict[str, Any]:
         res = self.cli(user, "session", "checkout", "--anywhere", "--ttl", "1h", "--json", *extra)
         assert res.returncode == 0, res.stderr

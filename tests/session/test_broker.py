@@ -4,11 +4,13 @@ users, real SQLite files."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .conftest import User, wait_for
-from .institution import institution
+from .institution import Broker, institution
 
 
 def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checkin(
@@ -49,3 +51,188 @@ def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checki
         assert got["host"] == freed["host"] and got["session"]["slice_id"] == freed["session"]["slice_id"]
         assert got["session"]["user"] == carol.name
         assert granted_after < 1.0, f"granted {granted_after:.2f} s after the check-in"
+
+
+def _waiting(broker: Broker, user: User) -> list[dict[str, Any]]:
+    return [e for e in broker.queue_all() if e["user"] == user.name and e["state"] == "queued"]
+
+
+def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 2}) as broker:
+        broker.config["labs"] = {
+            "vision": {"groups": ["cqvision"], "share": 1},
+            "nlp": {"groups": ["cqnlp"], "share": 1},
+        }
+        broker.config["queue"] = {"aging": "6s", "max_queued_per_user": 4, "claim_window": "5s"}
+        broker.start()
+        a1, a2 = make_user(["cqvision"]), make_user(["cqvision"])
+        b1, b2 = make_user(["cqnlp"]), make_user(["cqnlp"])
+        held = [broker.anywhere(a1), broker.anywhere(a1)]  # lab vision uses the host alone for a while
+        time.sleep(2.0)
+        wa2 = broker.popen(a2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, a2)), timeout=30)
+        wb1 = broker.popen(b1, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, b1)), timeout=30)
+        # Lab nlp is below its share (it used nothing), so its later request is ahead of vision's.
+        order = {e["user"]: e["position"] for e in broker.queue_all() if e["state"] == "queued"}
+        assert order == {b1.name: 1, a2.name: 2}, order
+        assert (
+            broker.cli(
+                a1, "session", "checkin", "--socket", str(broker.hosts["hostA"].socket), held[0]["session"]["id"]
+            ).returncode
+            == 0
+        )
+        out, err = wb1.communicate(timeout=30)
+        assert wb1.returncode == 0, err
+        assert json.loads(out)["session"]["user"] == b1.name
+        assert _waiting(broker, a2)  # still waiting
+
+        # Aging: once a2 has waited 6 s it goes ahead of every later request, whatever its lab's usage.
+        enqueued = _waiting(broker, a2)[0]["enqueued_at"]
+        from datetime import datetime
+
+        aged_at = datetime.fromisoformat(enqueued).timestamp() + 6.5
+        time.sleep(max(0.0, aged_at - time.time()))
+        wb2 = broker.popen(b2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, b2)), timeout=30)
+        order = {e["user"]: e["position"] for e in broker.queue_all() if e["state"] == "queued"}
+        assert order == {a2.name: 1, b2.name: 2}, order
+        assert (
+            broker.cli(
+                a1, "session", "checkin", "--socket", str(broker.hosts["hostA"].socket), held[1]["session"]["id"]
+            ).returncode
+            == 0
+        )
+        out, err = wa2.communicate(timeout=30)
+        assert wa2.returncode == 0, err
+        assert json.loads(out)["session"]["user"] == a2.name
+        wb2.terminate()
+        wb2.wait(10)
+
+
+def test_a_user_cannot_cancel_or_see_another_users_request(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1}) as broker:
+        broker.start()
+        alice, bob = make_user(), make_user()
+        broker.anywhere(bob)
+        waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
+        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        rid = _waiting(broker, alice)[0]["id"]
+        res = broker.cli(bob, "session", "queue", "--cancel", rid)
+        assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
+        assert broker.cli(bob, "session", "queue", "--all").returncode == 4
+        bobs = json.loads(broker.cli(bob, "session", "queue", "--json").stdout)
+        assert bobs == []  # his own requests only: none
+        assert _waiting(broker, alice)[0]["id"] == rid  # untouched
+        res = broker.cli(alice, "session", "queue", "--cancel", rid)
+        assert res.returncode == 0 and "cancelled" in res.stdout, res.stderr
+        _, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 4 and "cancelled" in err, err
+
+
+WAITERS = """
+import json, sys, threading
+from calque.models.broker import AnywhereArgs
+from calque.session.client.broker import BrokerClient
+prefix, n = sys.argv[1], int(sys.argv[2])
+lock = threading.Lock()
+def one(i):
+    try:
+        g = BrokerClient(reconnect_for=60).anywhere(AnywhereArgs(ttl="1h", wait=True, request_id=f"{prefix}-{i:04d}"))
+        line = json.dumps({"request": g.request_id, "host": g.host, "session": g.session.id})
+    except Exception as exc:
+        line = json.dumps({"error": str(exc)})
+    with lock:
+        print(line, flush=True)
+threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def _sessions_by_request(broker: Broker) -> dict[str, list[tuple[str, str]]]:
+    """Every session the hosts' registries hold that a request id made, by request id."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, h in broker.hosts.items():
+        db = sqlite3.connect(str(h.dir / "state/sessions.db"))
+        for rid, sid in db.execute("SELECT request_id, id FROM sessions WHERE request_id IS NOT NULL"):
+            out.setdefault(rid, []).append((name, sid))
+        db.close()
+    return out
+
+
+def test_kill_9_of_the_broker_with_20_queued_loses_none_and_grants_no_slice_twice(
+    make_user: Callable[..., User],
+) -> None:
+    with institution(make_user, {"hostA": 2, "hostB": 2}) as broker:
+        broker.start()
+        filler, u1, u2 = make_user(), make_user(), make_user()
+        held = [broker.anywhere(filler) for _ in range(4)]
+        procs = [broker.popen_script(u, WAITERS, f"{u.name}-req", "10") for u in (u1, u2)]
+        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 20, timeout=60)
+        before = {e["id"]: e for e in broker.queue_all()}
+
+        # Two slices free and the broker dies at once, in the middle of granting them.
+        for g in held[:2]:
+            h = broker.hosts[g["host"]]
+            assert h.cli(filler, "session", "checkin", g["session"]["id"]).returncode == 0
+        broker.kill9()
+        broker.start()
+
+        def settled() -> bool:
+            q = broker.queue_all()
+            return sum(e["state"] == "queued" for e in q) == 18
+
+        assert wait_for(settled, timeout=30), broker.queue_all()
+        after = {e["id"]: e for e in broker.queue_all()}
+        assert set(after) <= set(before)  # nothing new, nothing lost: 18 queued, 2 granted
+        assert all(before[i]["enqueued_at"] == after[i]["enqueued_at"] for i in after)
+        by_request = _sessions_by_request(broker)
+        mine = {rid: s for rid, s in by_request.items() if rid.startswith((u1.name, u2.name))}
+        assert len(mine) == 2 and all(len(s) == 1 for s in mine.values()), mine
+
+        # The other two free: four grants in all, each request one session, each slice one holder.
+        for g in held[2:]:
+            assert broker.hosts[g["host"]].cli(filler, "session", "checkin", g["session"]["id"]).returncode == 0
+        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 16, timeout=30)
+        by_request = _sessions_by_request(broker)
+        mine = {rid: s for rid, s in by_request.items() if rid.startswith((u1.name, u2.name))}
+        assert len(mine) == 4 and all(len(s) == 1 for s in mine.values()), mine
+        for p in procs:
+            p.terminate()
+        lines = [json.loads(line) for p in procs for line in p.communicate(timeout=30)[0].splitlines()]
+        granted = [x for x in lines if "request" in x]
+        assert sorted(x["request"] for x in granted) == sorted(mine), lines  # each client got its grant
+
+
+def test_a_stopped_host_leaves_the_others_serving_and_its_sessions_are_back(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1, "hostB": 2, "hostC": 1}) as broker:
+        broker.start()
+        alice = make_user()
+        first = broker.anywhere(alice)
+        assert first["host"] == "hostB"  # the emptiest
+        broker.hosts["hostB"].stop()
+        got = {broker.anywhere(alice)["host"] for _ in range(2)}
+        assert got == {"hostA", "hostC"}
+        busy = broker.cli(alice, "session", "checkout", "--anywhere", "--ttl", "1h")
+        assert busy.returncode == 5 and "hostB does not answer" in busy.stderr, busy.stderr
+        listed = broker.cli(alice, "session", "list", "--all")
+        assert listed.returncode == 0 and "hostB" in listed.stderr and "unreachable" in listed.stdout
+        broker.hosts["hostB"].start()
+
+        # The broker lists it again by itself (polls): its session is back, its free slice granted.
+        def back() -> bool:
+            res = broker.cli(alice, "session", "list", "--all", "--json")
+            views = {v["name"]: v for v in json.loads(res.stdout)}
+            return views["hostB"]["reachable"] and first["session"]["id"] in json.dumps(views["hostB"])
+
+        assert wait_for(back, timeout=30)
+        assert first["session"]["id"] in broker.cli(alice, "session", "status", "--all").stdout
+        assert broker.anywhere(alice)["host"] == "hostB"
+        # With the broker down, a host-local checkout works as it always did.
+        broker.stop()
+        host_a = broker.hosts["hostA"]
+        assert host_a.cli(alice, "session", "checkin").returncode == 0  # her one session there
+        res = host_a.cli(alice, "session", "checkout", "--ttl", "10m", "--json")
+        assert res.returncode == 0 and json.loads(res.stdout)["user"] == alice.name, res.stderr
+        assert broker.cli(alice, "session", "checkout", "--anywhere").returncode == 6  # only the front door waits

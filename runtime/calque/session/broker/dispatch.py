@@ -109,7 +109,7 @@ class Dispatcher:
             if attempt.outcome == "granted":
                 if attempt.row is not None:
                     self.on_grant(attempt.row)
-            elif attempt.outcome != "unreachable":
+            elif attempt.outcome not in ("unreachable", "down"):  # down: still may hold what it made
                 self.granter.settle(attempt, row)
             self.granter.notify()
 
@@ -165,7 +165,7 @@ class Dispatcher:
                     self.nudge(view.name)  # the cache was stale: list it again before trusting it
                     queue = self.ordered(now)
                     break
-                if attempt.outcome == "unreachable":
+                if attempt.outcome in ("unreachable", "down"):
                     break
             if not queue:
                 return

@@ -17,12 +17,13 @@ from typing import Any, Literal
 
 from calque.errors import CalqueError, NothingFreeError, RefusedError, UsageError
 from calque.models.session import Session
-from calque.session.broker.hosts import HostCache
+from calque.session.broker.hosts import HostCache, NotSent
 from calque.session.broker.store import Row, Store
 
 log = logging.getLogger("calque.broker")
 
-Outcome = Literal["granted", "busy", "unreachable", "refused"]
+# down: the host could not be connected to (nothing was sent: safe to try another host)
+Outcome = Literal["granted", "busy", "down", "unreachable", "refused"]
 
 
 @dataclass
@@ -88,6 +89,9 @@ class Granter:
             return Attempt("busy", row, str(exc))
         except (RefusedError, UsageError) as exc:
             return Attempt("refused", row, str(exc))
+        except NotSent as exc:
+            self.cache.down(host, str(exc))
+            return Attempt("down", row, str(exc))
         except (CalqueError, OSError, ValueError) as exc:
             log.warning("checkout of %s on %s did not answer: %s", row.id, host, exc)
             return Attempt("unreachable", row, str(exc))
@@ -107,9 +111,10 @@ class Granter:
         return Attempt("granted", held)
 
     def settle(self, attempt: Attempt, row: Row) -> Row | None:
-        """What a failed attempt leaves: busy puts a waiting request back in its place (a direct try
-        is refused), refused ends it with the host's words; unreachable leaves it ``granting``."""
-        if attempt.outcome == "busy":
+        """What a failed attempt leaves: busy (or a host that is down) puts a waiting request back in
+        its place (a direct try is refused), refused ends it with the host's words; unreachable
+        leaves it ``granting``."""
+        if attempt.outcome in ("busy", "down"):
             if row.wait:
                 return self.store.requeue(row.id, attempt.message)
             return self.store.finish(row.id, "refused", attempt.message)

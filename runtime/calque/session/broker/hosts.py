@@ -17,16 +17,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from calque.errors import CalqueError
+from calque.errors import CalqueError, UnreachableError
 from calque.models.broker import HostView
 from calque.models.session import SliceState
 
 log = logging.getLogger("calque.broker")
 
 
+class NotSent(UnreachableError):
+    """The host could not be reached at all: the request never left, so nothing was made there."""
+
+
 class HostLink(Protocol):
     """A typed client of one host's daemon (``calque.session.remote.RemoteHost``): ``as_user`` makes
-    the call for that user (the host accepts it from the broker's service user only)."""
+    the call for that user (the host accepts it from the broker's service user only). A host that
+    cannot be connected to raises ``NotSent``; one that broke off after the request went, any other
+    ``UnreachableError``."""
 
     def call(self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None) -> Any: ...
 
@@ -88,6 +94,12 @@ class HostCache:
     def view(self, name: str) -> HostView:
         with self._lock:
             return self._seen[name].view
+
+    def down(self, name: str, why: str) -> None:
+        """The host refused the connection: unreachable in the cache until its next list answers."""
+        with self._lock:
+            seen = self._seen[name]
+            seen.view = seen.view.model_copy(update={"reachable": False, "error": why})
 
     def taken(self, name: str, slice_id: str, session_id: str, until: datetime) -> None:
         """A grant just made there: that slice is busy in the cache until the host's next list."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from calque.errors import CalqueError, InfrastructureError, NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.session import SessionRequest
+from calque.session.broker.hosts import NotSent
 
 MAX_ANSWER = 16 * 1024 * 1024
 
@@ -35,10 +36,16 @@ def _error(kind: str, message: str) -> CalqueError:
     return InfrastructureError(f"host daemon: {message}")
 
 
+NOT_SENT_EXIT = 3  # the child's exit code when it could not connect
+
+
 def _exchange(path: str, line: bytes, timeout: float) -> bytes:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
-        s.connect(path)
+        try:
+            s.connect(path)
+        except OSError as exc:
+            raise NotSent(f"cannot connect to {path}: {exc.strerror or exc}") from exc
         s.sendall(line)
         buf = bytearray()
         while b"\n" not in buf and len(buf) <= MAX_ANSWER:
@@ -61,6 +68,8 @@ class LocalHost:
         line = SessionRequest(op=op, args=args).model_dump_json().encode() + b"\n"
         try:
             raw = self._as(as_user, line) if as_user is not None else _exchange(self.path, line, self.timeout)
+        except NotSent as exc:
+            raise NotSent(f"host {self.name}: {exc}") from exc
         except OSError as exc:
             raise UnreachableError(f"host {self.name} ({self.path}): {exc.strerror or exc}") from exc
         if b"\n" not in raw:
@@ -92,6 +101,8 @@ class LocalHost:
                 view = memoryview(answer)
                 while view:
                     view = view[os.write(w, view) :]
+            except NotSent:
+                code = NOT_SENT_EXIT
             except BaseException:
                 code = 1
             finally:
@@ -104,6 +115,9 @@ class LocalHost:
         finally:
             os.close(r)
             _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
+        code = os.waitstatus_to_exitcode(status)
+        if code == NOT_SENT_EXIT:
+            raise NotSent(f"cannot connect to {self.path} as {user}")
+        if code != 0:
             raise OSError(f"the call as {user} failed (could not reach {self.path} as that user)")
         return b"".join(chunks)

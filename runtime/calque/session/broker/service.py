@@ -95,7 +95,7 @@ class BrokerService:
             if attempt.outcome == "granted" and attempt.row is not None:
                 self.dispatcher.on_grant(attempt.row)
                 return attempt.row
-            if attempt.outcome == "busy" and i + 1 < len(hosts):
+            if attempt.outcome in ("busy", "down") and i + 1 < len(hosts):
                 self.dispatcher.nudge(host)
                 moved = self.store.retarget(row.id, hosts[i + 1])
                 if moved is None:
