@@ -4,6 +4,8 @@ users, real SQLite files."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import time
 from collections.abc import Callable
@@ -236,3 +238,40 @@ def test_a_stopped_host_leaves_the_others_serving_and_its_sessions_are_back(make
         res = host_a.cli(alice, "session", "checkout", "--ttl", "10m", "--json")
         assert res.returncode == 0 and json.loads(res.stdout)["user"] == alice.name, res.stderr
         assert broker.cli(alice, "session", "checkout", "--anywhere").returncode == 6  # only the front door waits
+
+
+def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(make_user: Callable[..., User]) -> None:
+    """The broker has asked hostB for a checkout (the row is ``granting``) and hostB has not answered
+    when the broker is killed; hostB then makes the session. The restarted broker asks hostB again
+    with the same request id: the same session comes back, the client gets it, and no second slice."""
+    with institution(make_user, {"hostB": 2}) as broker:
+        broker.start()
+        alice = make_user()
+        host = broker.hosts["hostB"]
+        assert host.proc is not None
+        os.killpg(host.proc.pid, signal.SIGSTOP)  # accepts connections (the backlog), answers nothing
+        try:
+            waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+
+            def granting() -> list[str]:
+                db = sqlite3.connect(f"file:{broker.db}?mode=ro", uri=True)
+                try:
+                    return [r[0] for r in db.execute("SELECT id FROM requests WHERE state='granting' AND host='hostB'")]
+                finally:
+                    db.close()
+
+            assert wait_for(lambda: bool(granting()), timeout=30)
+            (rid,) = granting()
+            broker.kill9()
+        finally:
+            os.killpg(host.proc.pid, signal.SIGCONT)
+        # hostB serves the request the dead broker sent: the session exists before the broker is back.
+        assert wait_for(lambda: rid in _sessions_by_request(broker), timeout=30)
+        broker.start()
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, err
+        got = json.loads(out)
+        assert got["request_id"] == rid and got["host"] == "hostB"
+        assert _sessions_by_request(broker)[rid] == [("hostB", got["session"]["id"])]  # one session, the same
+        live = json.loads(host.cli(None, "session", "list", "--json").stdout)
+        assert sum(1 for st in live if st["busy"]) == 1
