@@ -275,3 +275,49 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
         assert _sessions_by_request(broker)[rid] == [("hostB", got["session"]["id"])]  # one session, the same
         live = json.loads(host.cli(None, "session", "list", "--json").stdout)
         assert sum(1 for st in live if st["busy"]) == 1
+
+
+class _Sink:
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        from email import message_from_bytes
+
+        self.messages.append(message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+def test_a_granted_waiter_and_a_session_near_its_end_are_mailed(make_user: Callable[..., User]) -> None:
+    import socket
+
+    from aiosmtpd.controller import Controller
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = _Sink()
+    smtp = Controller(sink, hostname="127.0.0.1", port=port)
+    smtp.start()
+    try:
+        with institution(make_user, {"hostA": 1}) as broker:
+            broker.config["mail"] = {"relay": "127.0.0.1", "port": port, "domain": "example.edu", "before_end": ["50s"]}
+            broker.start()
+            alice, bob = make_user(), make_user()
+            first = broker.anywhere(bob)
+            waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "55s", "--wait", "--json")
+            assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+            assert broker.hosts["hostA"].cli(bob, "session", "checkin", first["session"]["id"]).returncode == 0
+            out, err = waiter.communicate(timeout=30)
+            assert waiter.returncode == 0, err
+            ref = f"{json.loads(out)['session']['id']}@hostA"
+            assert wait_for(lambda: len(sink.messages) >= 2, timeout=30), [m["Subject"] for m in sink.messages]
+            to_alice = [m for m in sink.messages if m["To"] == f"{alice.name}@example.edu"]
+            subjects = sorted(m["Subject"] for m in to_alice)
+            assert subjects[0] == f"[calque] {ref} ends in " + subjects[0].rsplit(" ends in ", 1)[1]
+            assert subjects[1] == f"[calque] {ref} granted"
+            assert not any(m["To"].startswith(bob.name) for m in sink.messages)  # a direct checkout is not mailed
+    finally:
+        smtp.stop()

@@ -23,6 +23,7 @@ from calque.session.brokerconfig import BrokerConfig
 log = logging.getLogger("calque.broker")
 
 GrantHook = Callable[[Row], None]
+TickHook = Callable[[Store, HostCache, float], None]
 
 
 class Dispatcher:
@@ -34,6 +35,7 @@ class Dispatcher:
         granter: Granter,
         shares: Mapping[str, float],
         on_grant: GrantHook = lambda row: None,
+        on_tick: TickHook = lambda store, cache, now: None,
     ) -> None:
         self.config = config
         self.store = store
@@ -41,6 +43,7 @@ class Dispatcher:
         self.granter = granter
         self.shares = dict(shares)
         self.on_grant = on_grant
+        self.on_tick = on_tick
         self.wake = threading.Event()
         self._nudged: set[str] = set()
         self._lock = threading.Lock()
@@ -99,6 +102,7 @@ class Dispatcher:
         self._recover()
         self._expire(time.time())
         self._match(time.time())
+        self.on_tick(self.store, self.cache, time.time())
 
     def _recover(self) -> None:
         """Grants a crash (or an unreachable host) left ``granting``: asked again of that host."""

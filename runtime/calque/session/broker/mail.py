@@ -9,7 +9,8 @@ import smtplib
 import threading
 from email.message import EmailMessage
 
-from calque.session.broker.store import Row
+from calque.session.broker.hosts import HostCache
+from calque.session.broker.store import Row, Store
 from calque.session.brokerconfig import MailSettings
 
 log = logging.getLogger("calque.broker")
@@ -35,6 +36,36 @@ class Mailer:
             f"Give it back with: calque session checkin {ref}\n"
         )
         self.send(row.user, row.lab, f"[calque] {ref} granted", body)
+
+    def before_end(self, store: Store, cache: HostCache, now: float) -> None:
+        """Mail each claimed grant's holder ``before_end`` ahead of its end, by the deadline its host
+        lists now (an extension moves it), each threshold once."""
+        marks = sorted(self.settings.before_end, reverse=True)
+        if not marks:
+            return
+        deadlines = {
+            (v.name, st.session_id): st.busy_until.timestamp()
+            for v in cache.views()
+            if v.reachable
+            for st in v.slices
+            if st.session_id and st.busy_until
+        }
+        for row in store.in_state("claimed"):
+            until = deadlines.get((row.host or "", row.session_id or ""))
+            if until is None or until <= now:
+                continue
+            due = [m for m in marks if until - now <= m and (row.mailed_before is None or m < row.mailed_before)]
+            if not due:
+                continue
+            mark = min(due)
+            store.mark_mailed(row.id, mark)
+            ref = f"{row.session_id}@{row.host}"
+            left = max(0, round(until - now))
+            body = (
+                f"Your session {ref} ends in {left} s. Extend it with: calque session extend {ref} --by 30m\n"
+                "(or save your work: the slice is taken back at the deadline)\n"
+            )
+            self.send(row.user, row.lab, f"[calque] {ref} ends in {left} s", body)
 
     def send(self, user: str, lab: str, subject: str, body: str) -> None:
         to = self.address(user)

@@ -8,7 +8,7 @@ import os
 import resource
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
@@ -17,7 +17,7 @@ from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.server import BrokerServer
 from calque.session.broker.service import BrokerService
-from calque.session.broker.store import Row, Store
+from calque.session.broker.store import Store
 from calque.session.brokerconfig import BrokerConfig
 from calque.session.files import PRIVATE_UMASK
 
@@ -47,8 +47,12 @@ class Broker:
         store = Store(config.db)
         cache = HostCache(inst.links)
         granter = Granter(store, cache, claim_window=config.queue.claim_window)
-        notices = _mailer(config)
-        dispatcher = Dispatcher(config, store, cache, granter, inst.shares, on_grant=notices)
+        dispatcher = Dispatcher(config, store, cache, granter, inst.shares)
+        if config.mail is not None:
+            from calque.session.broker.mail import Mailer
+
+            mailer = Mailer(config.mail)
+            dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
         server = BrokerServer(config, service, inst.labs)
         return cls(config, store, cache, dispatcher, service, server)
@@ -66,14 +70,6 @@ class Broker:
         self.server.stop()
         self.dispatcher.stop()
         self.store.close()
-
-
-def _mailer(config: BrokerConfig) -> Callable[[Row], None]:
-    if config.mail is None:
-        return lambda row: None
-    from calque.session.broker.mail import Mailer
-
-    return Mailer(config.mail).granted
 
 
 def run_broker(config: BrokerConfig, inst: Institution) -> None:

@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS requests(
   granted_at REAL,
   ends_at REAL,
   held_until REAL,
+  mailed_before REAL,
   note TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
@@ -85,6 +86,7 @@ class Row:
     granted_at: float | None
     ends_at: float | None
     held_until: float | None
+    mailed_before: float | None
     note: str | None
 
     @property
@@ -325,6 +327,11 @@ class Store:
             ).fetchall()
         )
         return {r[0]: float(r[1] or 0.0) for r in rows}
+
+    def mark_mailed(self, request_id: str, before: float) -> None:
+        """The notice ``before`` seconds ahead of the session's end was mailed (each is sent once)."""
+        with self._tx() as db:
+            db.execute("UPDATE requests SET mailed_before=? WHERE id=?", (before, request_id))
 
     def last_host(self, uid: int) -> str | None:
         r = self._read(lambda db: db.execute("SELECT host FROM last_host WHERE uid=?", (uid,)).fetchone())
