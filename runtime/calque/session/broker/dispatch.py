@@ -115,13 +115,13 @@ class Dispatcher:
                     self.on_grant(attempt.row)
             elif attempt.outcome not in ("unreachable", "down"):  # down: still may hold what it made
                 self.granter.settle(attempt, row)
-            self.granter.notify()
+            self.granter.notify(row.id)
 
     def _expire(self, now: float) -> None:
         for row in self.store.in_state("queued"):
             if row.wait_until is not None and row.wait_until <= now:
                 self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",))
-                self.granter.notify()
+                self.granter.notify(row.id)
         for row in self.store.in_state("held"):
             if row.held_until is not None and row.held_until <= now:
                 self._lapse(row)
@@ -139,7 +139,7 @@ class Dispatcher:
         self.store.finish(row.id, "lapsed", f"not claimed within {self.config.queue.claim_window:g} s", only=("held",))
         self.store.session_ended(row.host, row.session_id, time.time())
         self.nudge(row.host)
-        self.granter.notify()
+        self.granter.notify(row.id)
 
     def _match(self, now: float) -> None:
         queue = self.ordered(now)
@@ -161,10 +161,10 @@ class Dispatcher:
                 if attempt.outcome == "granted":
                     if attempt.row is not None:
                         self.on_grant(attempt.row)
-                    self.granter.notify()
+                    self.granter.notify(row.id)
                     continue
                 self.granter.settle(attempt, row)
-                self.granter.notify()
+                self.granter.notify(row.id)
                 if attempt.outcome == "busy":
                     self.nudge(view.name)  # the cache was stale: list it again before trusting it
                     queue = self.ordered(now)

@@ -50,7 +50,9 @@ class Granter:
         self.claim_window = claim_window
         self._active: set[str] = set()  # requests a thread is granting now (the rest may be recovered)
         self._lock = threading.Lock()
-        self.changed = threading.Condition()  # notified after every change of a request's state
+        # One event per request a client waits on, set after every change of that request's state: a
+        # grant wakes its own waiter, not the other 199.
+        self._events: dict[str, threading.Event] = {}
 
     def busy_with(self, request_id: str) -> bool:
         with self._lock:
@@ -66,19 +68,19 @@ class Granter:
     def _release_slot(self, request_id: str) -> None:
         with self._lock:
             self._active.discard(request_id)
-        with self.changed:
-            self.changed.notify_all()
+        self.notify(request_id)
 
-    def attempt(self, row: Row, host: str) -> Attempt:
-        """Ask ``host`` for ``row``'s slice; ``row`` is already ``granting`` on ``host``."""
+    def attempt(self, row: Row, host: str, *, answering: bool = False) -> Attempt:
+        """Ask ``host`` for ``row``'s slice; ``row`` is already ``granting`` on ``host``. ``answering``:
+        the caller answers the request's client itself (the grant is claimed in the same commit)."""
         if not self._claim_slot(row.id):
             return Attempt("unreachable", row, "another thread is granting this request")
         try:
-            return self._attempt(row, host)
+            return self._attempt(row, host, answering)
         finally:
             self._release_slot(row.id)
 
-    def _attempt(self, row: Row, host: str) -> Attempt:
+    def _attempt(self, row: Row, host: str, answering: bool) -> Attempt:
         link = self.cache.links.get(host)
         if link is None:
             return Attempt("refused", self.store.finish(row.id, "refused", f"host {host} is not in the institution"))
@@ -105,6 +107,7 @@ class Granter:
             now=now,
             held_until=now + self.claim_window,
             ends_at=session.expires_at.timestamp(),
+            claimed=answering,
         )
         self.cache.taken(host, session.slice_id, session.id, session.expires_at)
         log.info("granted %s to %s: session %s on %s", row.id, row.user, session.id, host)
@@ -122,6 +125,17 @@ class Granter:
             return self.store.finish(row.id, "refused", attempt.message)
         return self.store.get(row.id)
 
-    def notify(self) -> None:
-        with self.changed:
-            self.changed.notify_all()
+    def watch(self, request_id: str) -> threading.Event:
+        """The event a waiting client's thread waits on (``unwatch`` when it is done)."""
+        with self._lock:
+            return self._events.setdefault(request_id, threading.Event())
+
+    def unwatch(self, request_id: str) -> None:
+        with self._lock:
+            self._events.pop(request_id, None)
+
+    def notify(self, request_id: str) -> None:
+        with self._lock:
+            ev = self._events.get(request_id)
+        if ev is not None:
+            ev.set()

@@ -25,7 +25,7 @@ class Mailer:
         return s.users.get(user) or (f"{user}@{s.domain}" if s.domain else None)
 
     def granted(self, row: Row) -> None:
-        if not row.wait:  # a direct checkout's client has its answer on its terminal already
+        if not row.wait or row.state != "held":  # answered at once: its client has it on its terminal
             return
         session = row.session or {}
         ref = f"{session.get('id')}@{row.host}"

@@ -9,6 +9,7 @@ condition and answers the moment its request is granted.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -91,7 +92,7 @@ class BrokerService:
         if row.state != "granting" or row.host != hosts[0]:
             return row  # an earlier send of this request: as it is
         for i, host in enumerate(hosts):
-            attempt = self.granter.attempt(row, host)
+            attempt = self.granter.attempt(row, host, answering=True)
             if attempt.outcome == "granted" and attempt.row is not None:
                 self.dispatcher.on_grant(attempt.row)
                 return attempt.row
@@ -109,6 +110,13 @@ class BrokerService:
         return self.store.get(row.id) or row
 
     def _outcome(self, row: Row, alive: Callable[[], bool]) -> Grant | None:
+        woken = self.granter.watch(row.id)
+        try:
+            return self._wait(row, alive, woken)
+        finally:
+            self.granter.unwatch(row.id)
+
+    def _wait(self, row: Row, alive: Callable[[], bool], woken: threading.Event) -> Grant | None:
         deadline = row.wait_until
         while True:
             fresh = self.store.get(row.id)
@@ -135,8 +143,8 @@ class BrokerService:
                 )
             if not alive():
                 return None
-            with self.granter.changed:
-                self.granter.changed.wait(WAIT_TICK_S)
+            woken.wait(WAIT_TICK_S)
+            woken.clear()
 
     def _ended(self, row: Row) -> Grant:
         note = row.note or ""
@@ -225,7 +233,7 @@ class BrokerService:
         done = self.store.cancel(args.id, None if c.admin else c.uid)
         if done is None:
             raise UsageError(f"request {args.id} is {row.state}, not queued: only a queued request can be cancelled")
-        self.granter.notify()
+        self.granter.notify(args.id)
         return {"id": done.id, "state": done.state}
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:

@@ -259,13 +259,29 @@ class Store:
         return self._move(request_id, "UPDATE requests SET host=? WHERE state='granting' AND id=?", (host,))
 
     def granted(
-        self, request_id: str, session: dict[str, Any], *, now: float, held_until: float, ends_at: float
+        self,
+        request_id: str,
+        session: dict[str, Any],
+        *,
+        now: float,
+        held_until: float,
+        ends_at: float,
+        claimed: bool = False,
     ) -> Row | None:
+        """The host made the session: ``held`` for its client, or ``claimed`` at once when that client
+        is the one being answered now (one commit fewer)."""
         return self._move(
             request_id,
-            "UPDATE requests SET state='held', session_id=?, session_json=?, granted_at=?, ends_at=?, held_until=?"
+            "UPDATE requests SET state=?, session_id=?, session_json=?, granted_at=?, ends_at=?, held_until=?"
             " WHERE state='granting' AND id=?",
-            (session["id"], json.dumps(session), now, ends_at, held_until),
+            (
+                "claimed" if claimed else "held",
+                session["id"],
+                json.dumps(session),
+                now,
+                ends_at,
+                None if claimed else held_until,
+            ),
             then="INSERT OR REPLACE INTO last_host(uid, host) VALUES (?,?)",
         )
 
