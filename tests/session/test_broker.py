@@ -321,3 +321,27 @@ def test_a_granted_waiter_and_a_session_near_its_end_are_mailed(make_user: Calla
             assert not any(m["To"].startswith(bob.name) for m in sink.messages)  # a direct checkout is not mailed
     finally:
         smtp.stop()
+
+
+def test_a_session_on_another_host_is_extended_read_and_checked_in_by_its_holder_only(
+    make_user: Callable[..., User],
+) -> None:
+    with institution(make_user, {"hostA": 1, "hostB": 1}) as broker:
+        broker.start()
+        alice, mallory = make_user(), make_user()
+        g = broker.anywhere(alice)
+        ref = f"{g['session']['id']}@{g['host']}"
+        res = broker.cli(alice, "session", "extend", ref, "--by", "10m", "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["expires_at"] > g["session"]["expires_at"]
+        env = broker.cli(alice, "session", "env", ref, "--shell")
+        assert env.returncode == 0 and f"CALQUE_SESSION_ID={g['session']['id']}" in env.stdout, env.stderr
+        # Another user names it: the host refuses, as it would on the host itself.
+        for verb in (["checkin", ref], ["extend", ref, "--by", "1h"]):
+            res = broker.cli(mallory, "session", *verb)
+            assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
+        assert broker.cli(mallory, "session", "env", ref).returncode == 2
+        res = broker.cli(alice, "session", "checkin", ref, "--json")
+        assert res.returncode == 0 and json.loads(res.stdout)["end_reason"] == "checkin", res.stderr
+        live = json.loads(broker.hosts[g["host"]].cli(None, "session", "list", "--json").stdout)
+        assert not any(st["busy"] for st in live)

@@ -10,7 +10,7 @@ import click
 
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, warn
-from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere
+from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere, on_host
 from calque.session.client.paths import DEFAULT_SOCKET
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
@@ -190,10 +190,14 @@ def checkout(
 @click.argument("session_id", required=False)
 @json_option
 @socket_option
-def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
-    """Give your slice back (your only session when SESSION_ID is omitted)."""
+@broker_socket_option
+def checkin(session_id: str | None, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
+    """Give your slice back (your only session when SESSION_ID is omitted; SESSION@HOST: on that host)."""
     from calque.session.client import verbs as core
 
+    if session_id and "@" in session_id:
+        emit(on_host(broker_socket, session_id, "checkin"), as_json, _render_session)
+        return
     emit(core.checkin(_client(socket_path), session_id), as_json, _render_session)
 
 
@@ -202,10 +206,14 @@ def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
 @click.option("--by", required=True, help="How much longer, e.g. 30m (bounded by the host's maximum total TTL).")
 @json_option
 @socket_option
-def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) -> None:
-    """Push your session's deadline out."""
+@broker_socket_option
+def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
+    """Push your session's deadline out (SESSION@HOST: a session on that host)."""
     from calque.session.client import verbs as core
 
+    if session_id and "@" in session_id:
+        emit(on_host(broker_socket, session_id, "extend", by), as_json, _render_session)
+        return
     emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
 
 
@@ -229,14 +237,18 @@ def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Pa
 @click.option("--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session env --shell)".')
 @json_option
 @socket_option
-def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path) -> None:
+@broker_socket_option
+def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
     """Your session's variables as the daemon has them now (CALQUE_SESSION_EXPIRES moves with `extend`)."""
     from calque.session.client import verbs as core
     from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
-    s = core.one_session(_client(socket_path), session_id)
+    if session_id and "@" in session_id:
+        s = on_host(broker_socket, session_id, "env")
+    else:
+        s = core.one_session(_client(socket_path), session_id)
     if as_shell:
         click.echo(shell_exports(s.env, warn))
         return

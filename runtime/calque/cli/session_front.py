@@ -14,6 +14,7 @@ from calque.cli.output import emit, table, warn
 
 if TYPE_CHECKING:
     from calque.models.broker import Grant, HostView, QueueEntry
+    from calque.models.session import Session
     from calque.session.client.broker import BrokerClient
 
 broker_socket_option = click.option(
@@ -156,6 +157,21 @@ def all_hosts(broker_socket: Path, as_json: bool, mine: bool) -> None:
     down = [v.name for v in views if not v.reachable]
     if down:
         warn(f"not answering the broker now: {', '.join(down)} (their sessions go on; ask there)")
+
+
+def on_host(broker_socket: Path, ref: str, op: str, by: str | None = None) -> Session:
+    """``checkin``/``extend``/``env`` of ``SESSION@HOST``: the broker makes the call on that host as you."""
+    from calque.errors import UsageError
+    from calque.models.session import Session
+
+    client = _broker(broker_socket)
+    if op != "env":
+        return Session.model_validate(client.on_host(ref, op, by))
+    sid = ref.split("@", 1)[0]
+    for s in client.on_host(ref, "status"):
+        if s.get("id") == sid:
+            return Session.model_validate(s)
+    raise UsageError(f"you hold no live session {ref}; `calque session status --all` lists yours")
 
 
 def add_to(session: click.Group) -> None:

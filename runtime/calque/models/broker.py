@@ -26,7 +26,7 @@ from calque.models.session import (
 
 _DEFERRED = ConfigDict(defer_build=True)
 
-BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping"]
+BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host"]
 # queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
 # there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
 # its client to claim it; claimed: its client has it; the rest are ends.
@@ -84,6 +84,24 @@ class NudgeArgs(CalqueModel):
     host: Annotated[StrictStr, Field(min_length=1, max_length=253)]
 
 
+class OnHostArgs(CalqueModel):
+    """One of the caller's own sessions on another host, by ``SESSION@HOST``: the broker makes the call
+    on that host as the caller (never as anyone else)."""
+
+    model_config = _DEFERRED
+    ref: Annotated[StrictStr, Field(min_length=3, max_length=320, pattern=r"^[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+$")]
+    op: Literal["checkin", "extend", "status"]
+    by: Duration | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.ref.split("@", 1)[0]
+
+    @property
+    def host(self) -> str:
+        return self.ref.split("@", 1)[1]
+
+
 BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
     "anywhere": AnywhereArgs,
     "queue": QueueArgs,
@@ -91,6 +109,7 @@ BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
     "hosts": CalqueModel,
     "nudge": NudgeArgs,
     "ping": CalqueModel,
+    "on_host": OnHostArgs,
 }
 
 

@@ -20,7 +20,15 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from calque.errors import CalqueError, format_validation_error
-from calque.models.broker import BROKER_REQUESTS, AnywhereArgs, BrokerRequest, CancelArgs, NudgeArgs, QueueArgs
+from calque.models.broker import (
+    BROKER_REQUESTS,
+    AnywhereArgs,
+    BrokerRequest,
+    CancelArgs,
+    NudgeArgs,
+    OnHostArgs,
+    QueueArgs,
+)
 from calque.models.session import SessionErrorBody, SessionResponse, error_kind
 from calque.session.broker.callers import Caller, caller
 from calque.session.broker.service import BrokerService
@@ -225,6 +233,9 @@ class BrokerServer:
             return svc.cancel(c, args)
         if op == "hosts":
             return svc.hosts(c)
+        if op == "on_host":
+            assert isinstance(args, OnHostArgs)
+            return svc.on_host(c, args)
         assert isinstance(args, NudgeArgs)
         if args.host in svc.cache.links:
             svc.dispatcher.nudge(args.host)

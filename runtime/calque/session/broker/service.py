@@ -16,12 +16,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
-from calque.models.broker import AnywhereArgs, CancelArgs, Grant, QueueArgs, QueueEntry
+from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
 from calque.models.session import Session, positive_seconds
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
-from calque.session.broker.hosts import HostCache, matching
+from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.store import NewRequest, Row, Store
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
@@ -235,6 +235,23 @@ class BrokerService:
             raise UsageError(f"request {args.id} is {row.state}, not queued: only a queued request can be cancelled")
         self.granter.notify(args.id)
         return {"id": done.id, "state": done.state}
+
+    def on_host(self, c: Caller, args: OnHostArgs) -> Any:
+        """Check in, extend or read one of the caller's sessions on another host, as the caller: the
+        host checks that it is theirs, exactly as for a call on the host itself."""
+        link = self.cache.links.get(args.host)
+        if link is None:
+            raise UsageError(f"no host {args.host} in the institution; hosts: {', '.join(self.cache.names)}")
+        if args.op == "status":
+            return link.call("status", {}, request_id=call_id(), as_user=c.user)
+        call: dict[str, Any] = {"id": args.session_id}
+        if args.op == "extend":
+            if args.by is None:
+                raise UsageError("extend needs --by")
+            call["by"] = args.by
+        answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
+        self.dispatcher.nudge(args.host)
+        return answer
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:
         out = []

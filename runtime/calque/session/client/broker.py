@@ -81,6 +81,13 @@ class BrokerClient:
         result: dict[str, Any] = self.call("cancel", {"id": request_id})
         return result
 
+    def on_host(self, ref: str, op: str, by: str | None = None) -> Any:
+        """``checkin``/``extend``/``status`` of one's own session ``SESSION@HOST`` on its host."""
+        args: dict[str, Any] = {"ref": ref, "op": op}
+        if by is not None:
+            args["by"] = by
+        return self.call("on_host", args)
+
     def hosts(self) -> list[HostView]:
         return [HostView.model_validate(h) for h in self.call("hosts", {})]
 
