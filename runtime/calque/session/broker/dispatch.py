@@ -46,6 +46,8 @@ class Dispatcher:
         self.on_tick = on_tick
         self.wake = threading.Event()
         self._nudged: set[str] = set()
+        # (request, host) -> the host's cache version when it answered busy: not asked again until it changes
+        self._busy_at: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-dispatch", daemon=True)
@@ -143,14 +145,25 @@ class Dispatcher:
 
     def _match(self, now: float) -> None:
         queue = self.ordered(now)
+        waiting = {w.id for w in queue}
+        self._busy_at = {k: v for k, v in self._busy_at.items() if k[0] in waiting}
         if not queue:
             return
         for view in self.cache.views():
             if not view.reachable:
                 continue
             free = [s for s in view.slices if not s.busy]
+            version = self.cache.version(view.name)
             for sl in free:
-                pick = next((w for w in queue if w.matches(sl.slice.kind, sl.slice.profile)), None)
+                pick = next(
+                    (
+                        w
+                        for w in queue
+                        if w.matches(sl.slice.kind, sl.slice.profile)
+                        and self._busy_at.get((w.id, view.name)) != version
+                    ),
+                    None,
+                )
                 if pick is None:
                     continue
                 row = self.store.begin_grant(pick.id, view.name)
@@ -166,7 +179,10 @@ class Dispatcher:
                 self.granter.settle(attempt, row)
                 self.granter.notify(row.id)
                 if attempt.outcome == "busy":
-                    self.nudge(view.name)  # the cache was stale: list it again before trusting it
+                    # The cache was stale, or the host refuses this user such a slot for now (MPS's
+                    # one user per daemon): list it again, and ask for this request only once it changed.
+                    self._busy_at[(row.id, view.name)] = version
+                    self.nudge(view.name)
                     queue = self.ordered(now)
                     break
                 if attempt.outcome in ("unreachable", "down"):

@@ -42,6 +42,7 @@ class _Seen:
     view: HostView
     polled_at: float = 0.0  # monotonic
     sessions: set[str] = field(default_factory=set)
+    version: int = 0  # bumped whenever a list shows other busy slices than the last one
 
 
 def call_id() -> str:
@@ -78,8 +79,14 @@ class HostCache:
         with self._lock:
             seen = self._seen[name]
             ended = seen.sessions - live
-            self._seen[name] = _Seen(view, time.monotonic(), live)
+            changed = live != seen.sessions or not seen.view.reachable
+            self._seen[name] = _Seen(view, time.monotonic(), live, seen.version + int(changed))
         return view, ended
+
+    def version(self, name: str) -> int:
+        """Changes whenever the host's busy slices do: a request it answered busy is asked again only then."""
+        with self._lock:
+            return self._seen[name].version
 
     def due(self, every: float) -> list[str]:
         """Hosts not listed for ``every`` seconds."""
