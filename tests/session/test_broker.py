@@ -345,3 +345,36 @@ def test_a_session_on_another_host_is_extended_read_and_checked_in_by_its_holder
         assert res.returncode == 0 and json.loads(res.stdout)["end_reason"] == "checkin", res.stderr
         live = json.loads(broker.hosts[g["host"]].cli(None, "session", "list", "--json").stdout)
         assert not any(st["busy"] for st in live)
+
+
+def test_the_broker_survives_garbage_and_keeps_its_queue(make_user: Callable[..., User]) -> None:
+    import socket
+
+    with institution(make_user, {"hostA": 1}) as broker:
+        broker.config["request_timeout"] = 1.0
+        broker.start()
+        alice, bob = make_user(), make_user()
+        broker.anywhere(bob)
+        waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
+        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        frames = [
+            b"not json\n",
+            b'{"version": 99, "op": "ping"}\n',
+            b'{"version": 1, "op": "format_disk"}\n',
+            b'{"version": 1, "op": "anywhere", "args": {"mps": true}}\n',
+            b'{"version": 1, "op": "anywhere", "args": {"request_id": "../../etc", "profile": "1g.5gb"}}\n',
+            b'{"version": 1, "op": "cancel", "args": {"id": ["x"]}}\n',
+            b"x" * (200 * 1024) + b"\n",
+            b'{"version": 1, "op": "ping"',  # never finished: the broker gives up after request_timeout
+        ]
+        for frame in frames:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(10)
+                s.connect(str(broker.socket))
+                s.sendall(frame)
+                reply = s.recv(65536)
+            assert b'"ok":false' in reply, (frame[:60], reply)
+        ping = broker.cli(alice, "session", "queue", "--json")
+        assert ping.returncode == 0 and len(json.loads(ping.stdout)) == 1  # the queue as it was
+        waiter.terminate()
+        waiter.wait(10)
