@@ -378,3 +378,52 @@ def test_the_broker_survives_garbage_and_keeps_its_queue(make_user: Callable[...
         assert ping.returncode == 0 and len(json.loads(ping.stdout)) == 1  # the queue as it was
         waiter.terminate()
         waiter.wait(10)
+
+
+def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1}) as broker:
+        broker.start()  # claim window: 5 s (institution.py)
+        alice, bob, carol = make_user(), make_user(), make_user()
+        held = broker.anywhere(bob)
+        gone = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
+        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        rid = _waiting(broker, alice)[0]["id"]
+        gone.kill()  # her terminal is gone: the request stays in the queue
+        gone.wait(10)
+        later = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, carol)), timeout=30)
+        assert broker.hosts["hostA"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
+        freed = time.monotonic()
+        assert wait_for(lambda: any(e["id"] == rid and e["state"] == "held" for e in broker.queue_all()), timeout=10)
+        out, err = later.communicate(timeout=60)
+        waited = time.monotonic() - freed
+        assert later.returncode == 0, err
+        assert json.loads(out)["session"]["user"] == carol.name
+        assert 5.0 <= waited < 15.0, waited  # held for alice through the claim window, then passed on
+        db = sqlite3.connect(f"file:{broker.db}?mode=ro", uri=True)
+        (state,) = db.execute("SELECT state FROM requests WHERE id=?", (rid,)).fetchone()
+        db.close()
+        assert state == "lapsed"
+        assert alice.name not in broker.hosts["hostA"].cli(None, "session", "list").stdout  # given back there
+
+
+def test_the_last_host_first_and_a_cap_on_queued_requests(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 2, "hostB": 3}) as broker:
+        broker.config["queue"] = {"max_queued_per_user": 2}
+        broker.start()
+        alice, bob = make_user(), make_user()
+        first = broker.anywhere(alice)
+        assert first["host"] == "hostB"  # the emptiest
+        assert broker.cli(alice, "session", "checkin", f"{first['session']['id']}@hostB").returncode == 0
+        bobs = [broker.anywhere(bob), broker.anywhere(bob)]
+        assert {g["host"] for g in bobs} == {"hostB"}  # hostB: 3 free, then 2; hostA: 2
+        assert broker.anywhere(alice)["host"] == "hostB"  # 1 free there, 2 on hostA: her last host first
+        for _ in range(2):
+            broker.anywhere(alice)  # hostA's two
+        waiters = [broker.popen(alice, "session", "checkout", "--anywhere", "--wait") for _ in range(2)]
+        assert wait_for(lambda: len(_waiting(broker, alice)) == 2, timeout=30)
+        third = broker.cli(alice, "session", "checkout", "--anywhere", "--wait")
+        assert third.returncode == 4 and "limit is 2" in third.stderr, third.stderr
+        for w in waiters:
+            w.terminate()
+            w.wait(10)
