@@ -155,16 +155,19 @@ class Broker:
 
 
 def make_host(root: Path, name: str, slices: int, probe: User, port: int) -> Host:
+    """A host of ``slices`` 1g.5gb MIG slices on an A100; ``-N``: an L4 with N MPS slots instead."""
     d = root / name
     d.mkdir(mode=0o755)
-    sim = SimGpu.create(d / "gpus.json", ["A100-40GB"], mig=True, root=d / "root")
-    migs = sim.create_instances(0, ["1g.5gb"] * slices)
+    sim = SimGpu.create(d / "gpus.json", ["A100-40GB" if slices > 0 else "L4-24GB"], mig=slices > 0, root=d / "root")
+    migs = sim.create_instances(0, ["1g.5gb"] * slices) if slices > 0 else []
     for p in [d / "root", *(d / "root").rglob("*")]:
         if p.is_dir():
             p.chmod(0o755)
     python, env = _user_python(probe)
     h = Host(dir=d, sim=sim, migs=migs, python=python, env=env)
     h.config.update({"host_name": name, "broker_nudge": f"127.0.0.1:{port}"})
+    if slices < 0:
+        h.config["mps"] = [{"gpu": 0, "slots": -slices, "active_thread_percentage": 50, "pinned_mem_limit_mib": 8192}]
     return h
 
 

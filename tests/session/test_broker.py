@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .conftest import User, wait_for
@@ -427,3 +428,31 @@ def test_the_last_host_first_and_a_cap_on_queued_requests(make_user: Callable[..
         for w in waiters:
             w.terminate()
             w.wait(10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"mpsHost": -2}) as broker:
+        broker.start()
+        alice, bob = make_user(), make_user()
+        mps = ("--mps", "--i-understand-shared-gpu-has-no-isolation")
+        held = broker.anywhere(bob, *mps)
+        assert held["session"]["kind"] == "mps"
+        # The second slot is free, but MPS serialises users: the host refuses it to alice while bob holds one.
+        waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", *mps, "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        assert broker.proc is not None
+        time.sleep(1.0)  # the broker has asked mpsHost once and heard busy
+        before = _cpu_seconds(broker.proc.pid)
+        time.sleep(3.0)
+        spent = _cpu_seconds(broker.proc.pid) - before
+        assert spent < 0.6, f"the broker used {spent:.2f} s of CPU in 3 s while waiting"
+        assert _waiting(broker, alice)
+        assert broker.hosts["mpsHost"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 0, err
+        assert json.loads(out)["session"]["user"] == alice.name
