@@ -91,6 +91,10 @@ def test_a_grant_is_two_commits_and_a_requeue_keeps_its_place(tmp_path: Path) ->
     assert s.usage(0, 100.0 + HOUR / 2) == {"a": HOUR / 2}
     s.session_ended("hostB", "s-abc", 100.0 + 60)
     assert s.usage(0, 100.0 + HOUR) == {"a": 60.0}
+    s.finish("req-00001", "claimed", only=("held",))
+    # Past the window: the ended grant is forgotten, the waiting requests never are.
+    assert s.prune(before=100.0 + 61) == 1
+    assert s.get("req-00001") is None and [r.id for r in s.live()] == ["req-00000", "req-00002"]
     s.close()
 
 

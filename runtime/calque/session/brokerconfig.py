@@ -66,7 +66,7 @@ class BrokerConfig(VersionedModel):
     db: Path = Path("/var/lib/calque/broker.db")
     institution: Path = DEFAULT_INSTITUTION
     tcp_addr: BindAddress | None = Field(
-        None, description="TCP address researchers on other hosts reach (off if unset)"
+        None, description="the address the host daemons nudge (UDP) and other hosts reach the broker at (off if unset)"
     )
     tcp_port: int = Field(DEFAULT_BROKER_PORT, ge=1, le=65535)
     admin_group: str | None = Field("calque-admin", description="members see every request and may cancel any")

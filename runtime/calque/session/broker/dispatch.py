@@ -22,6 +22,7 @@ from calque.session.brokerconfig import BrokerConfig
 
 log = logging.getLogger("calque.broker")
 
+PRUNE_EVERY_S = 3600.0
 GrantHook = Callable[[Row], None]
 TickHook = Callable[[Store, HostCache, float], None]
 
@@ -51,6 +52,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-dispatch", daemon=True)
+        self._pruned_at = 0.0  # monotonic
 
     def start(self) -> None:
         self.store.extend_holds(time.time() + self.config.queue.claim_window)
@@ -105,6 +107,9 @@ class Dispatcher:
         self._expire(time.time())
         self._match(time.time())
         self.on_tick(self.store, self.cache, time.time())
+        if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
+            self._pruned_at = time.monotonic()
+            self.store.prune(time.time() - self.config.queue.fair_share_window)
 
     def _recover(self) -> None:
         """Grants a crash (or an unreachable host) left ``granting``: asked again of that host."""

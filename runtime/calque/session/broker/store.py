@@ -349,6 +349,17 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE requests SET mailed_before=? WHERE id=?", (before, request_id))
 
+    def prune(self, before: float) -> int:
+        """Forget requests that ended before ``before`` (the fair-share window's start): rows kept
+        past their use would only grow the file."""
+        with self._tx() as db:
+            n: int = db.execute(
+                "DELETE FROM requests WHERE state NOT IN ('queued', 'granting', 'held')"
+                " AND COALESCE(ends_at, enqueued_at) < ?",
+                (before,),
+            ).rowcount
+        return n
+
     def last_host(self, uid: int) -> str | None:
         r = self._read(lambda db: db.execute("SELECT host FROM last_host WHERE uid=?", (uid,)).fetchone())
         return str(r[0]) if r is not None else None
