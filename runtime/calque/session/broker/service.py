@@ -136,7 +136,8 @@ class BrokerService:
                     waited = time.time() - row.enqueued_at
                     raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
                 continue
-            if not row.wait and row.state == "granting" and not self.granter.busy_with(row.id):
+            past = deadline is not None and time.time() >= deadline
+            if (not row.wait or past) and row.state == "granting" and not self.granter.busy_with(row.id):
                 raise UnreachableError(
                     f"host {row.host} did not answer the checkout; the broker asks it again with the same request "
                     f"id ({row.id}) and gives back, unclaimed, what it grants there; try again"
