@@ -149,6 +149,9 @@ class BrokerService:
 
     def _ended(self, row: Row) -> Grant:
         note = row.note or ""
+        if row.state == "timedout":  # the loop's timer may get there before this thread does
+            waited = time.time() - row.enqueued_at
+            raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
         if row.state == "refused" and "busy" in note:
             raise NothingFreeError(self._busy_message(row.kind, row.profile, 0))
         raise RefusedError(f"request {row.id} is {row.state}" + (f": {note}" if note else ""))
