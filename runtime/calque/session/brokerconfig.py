@@ -1,6 +1,5 @@
 """The broker's configuration file (``/etc/calque/broker.yaml``): where it keeps its queue, where it
-listens, and the queue's rules. The institution (hosts, labs and their shares) is
-``/etc/calque/institution.yaml``, read by the broker and the host daemons alike.
+listens, the queue's rules, the labs and their shares, and the hosts it reaches on its own machine.
 
 Beside ``config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
 execs the broker, as ``calque session serve`` does the daemon's.
@@ -20,7 +19,6 @@ from calque.models.base import BindAddress, CalqueModel, VersionedModel
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
 DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
-DEFAULT_INSTITUTION = Path("/etc/calque/institution.yaml")
 DEFAULT_BROKER_PORT = 7823
 
 
@@ -64,7 +62,6 @@ class BrokerConfig(VersionedModel):
     version: int = BROKER_CONFIG_VERSION
     socket: Path = DEFAULT_BROKER_SOCKET
     db: Path = Path("/var/lib/calque/broker.db")
-    institution: Path = DEFAULT_INSTITUTION
     tcp_addr: BindAddress | None = Field(
         None, description="the address the host daemons nudge (UDP) and other hosts reach the broker at (off if unset)"
     )
