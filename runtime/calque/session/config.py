@@ -71,6 +71,14 @@ class MpsGpu(CalqueModel):
     log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
+class TcpListen(CalqueModel):
+    """Where the daemon listens for munge-authenticated requests from other hosts (the broker's, or a
+    user's own ``--anywhere`` client); the unix socket stays the local path."""
+
+    address: BindAddress
+    port: int = Field(7461, ge=1, le=65535)
+
+
 class SessionConfig(VersionedModel):
     version_label: ClassVar[str] = "session config"
     upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the file's older version"
@@ -146,8 +154,18 @@ class SessionConfig(VersionedModel):
         "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
     )
     metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
+    listen_tcp: TcpListen | None = Field(
+        None, description="serve munge-authenticated requests from other hosts (off if unset)"
+    )
     host_name: str | None = Field(
-        None, min_length=1, max_length=253, description="this host's name in the institution (default: its hostname)"
+        None, min_length=1, max_length=253, description="this host's name in institution.yaml (default: its hostname)"
+    )
+    institution: Path = Field(
+        Path("/etc/calque/institution.yaml"), description="the institution's hosts, broker and labs"
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
+    max_tcp_connections: int = Field(
+        256, ge=1, le=4096, description="TCP connections one client address may hold open per worker process"
     )
     broker_nudge: str | None = Field(
         None,
