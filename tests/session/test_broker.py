@@ -62,10 +62,12 @@ def _waiting(broker: Broker, user: User) -> list[dict[str, Any]]:
 
 def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callable[..., User]) -> None:
     with institution(make_user, {"hostA": 2}) as broker:
-        broker.config["labs"] = {
-            "vision": {"groups": ["cqvision"], "share": 1},
-            "nlp": {"groups": ["cqnlp"], "share": 1},
-        }
+        broker.write_institution(
+            labs=[
+                {"name": "vision", "groups": ["cqvision"], "share": 1},
+                {"name": "nlp", "groups": ["cqnlp"], "share": 1},
+            ]
+        )
         broker.config["queue"] = {"aging": "6s", "max_queued_per_user": 4, "claim_window": "5s"}
         broker.start()
         a1, a2 = make_user(["cqvision"]), make_user(["cqvision"])
