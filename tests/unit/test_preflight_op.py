@@ -67,3 +67,24 @@ def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
         ("t2",): str(tmp_path / "group_vars/teaching.yml"),
         ("r1",): str(tmp_path / "group_vars/all/sessions.yml"),
     }
+
+
+def test_the_institution_is_read_as_the_daemons_read_it_and_needs_a_munge_key() -> None:
+    known = [*KNOWN, "calque_session_service_institution", "calque_munge_key_file"]
+    inst = {"hosts": [{"name": "t1", "address": "10.0.0.1"}, {"name": "t1", "address": "teach-2.example"}]}
+
+    def run(v: dict[str, object]) -> dict[str, str]:
+        op = PreflightOp()
+        outcome = op.run(PreflightRequest.model_validate({"hosts": {"a": {"variables": v}}, "known": known}))
+        return {p.variable: p.message for p in outcome.result.problems}
+
+    found = run({"calque_session_service_institution": inst})
+    assert "is not an IP address" in found["calque_session_service_institution.hosts.1.address"]
+    assert "munge key" in found["calque_munge_key_file"]
+    inst["hosts"][1]["address"] = "10.0.0.2"  # type: ignore[index]
+    found = run({"calque_session_service_institution": inst, "calque_munge_key_file": "/vault/munge.key"})
+    assert found == {
+        "calque_session_service_institution": "host names must be unique; repeated: t1 (as the session daemons read it)"
+    }
+    good = {"hosts": [{"name": "t1", "address": "10.0.0.1", "offers": ["1g.24gb"]}], "broker": {"address": "10.0.0.9"}}
+    assert run({"calque_session_service_institution": good, "calque_munge_key_file": "/vault/munge.key"}) == {}
