@@ -24,8 +24,8 @@ from pydantic import Field
 
 from calque.models.base import CalqueModel
 
-ConfigKind = Literal["host", "session", "pool"]
-KINDS: tuple[ConfigKind, ...] = ("host", "session", "pool")
+ConfigKind = Literal["host", "session", "pool", "broker"]
+KINDS: tuple[ConfigKind, ...] = ("host", "session", "pool", "broker")
 
 
 class ConfigCheck(CalqueModel):
@@ -54,7 +54,23 @@ def check_config(kind: ConfigKind, path: str | Path, *, against_host: bool = Tru
 
 
 def _load(kind: ConfigKind, path: Path, against_host: bool) -> dict[str, Any]:
+    if kind == "broker":
+        return _broker(path)
     return _host(path) if kind == "host" else _session(path, against_host)
+
+
+def _broker(path: Path) -> dict[str, Any]:
+    from calque.session.brokerconfig import load_broker_config
+
+    cfg = load_broker_config(path)
+    return {
+        "socket": str(cfg.socket),
+        "db": str(cfg.db),
+        "hosts": sorted(cfg.local_hosts),
+        "institution": str(cfg.institution),
+        "tcp": f"{cfg.tcp_addr}:{cfg.tcp_port}" if cfg.tcp_addr else None,
+        "mail": cfg.mail.relay if cfg.mail else None,
+    }
 
 
 def _host(path: str | Path) -> dict[str, Any]:

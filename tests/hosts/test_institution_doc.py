@@ -40,7 +40,13 @@ def test_every_variable_the_doc_names_is_documented() -> None:
         for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
             documented |= set(entry.get("options") or {})
     named = set(re.findall(r"(?<![\w])calque_[a-z0-9_]+", DOC.read_text()))
-    groups = {"calque_gpu_hosts", "calque_session_hosts", "calque_pool_hosts", "calque_controller"}
+    groups = {
+        "calque_gpu_hosts",
+        "calque_session_hosts",
+        "calque_session_frontdoor",
+        "calque_pool_hosts",
+        "calque_controller",
+    }
     assert named - groups - documented == set()
 
 

@@ -11,9 +11,9 @@ from typing import get_args
 import pytest
 from calque.models.session import REQUESTS, CheckoutArgs, SessionOp
 from calque.session.client.shellenv import EXPORTED_NAMES, shell_exports
-from calque.session.daemon.files import UnsafePathError, check_directory, open_private
 from calque.session.daemon.requests import parse_args
 from calque.session.daemon.wire import RequestError
+from calque.session.files import UnsafePathError, check_directory, open_private
 
 
 def test_every_protocol_op_has_a_typed_request() -> None:

@@ -16,7 +16,7 @@ import yaml
 from calque.cli.main import cli, run
 from calque.errors import InfrastructureError, UsageError
 from calque.models.session import Slice
-from calque.session.assets import example_config, systemd_unit
+from calque.session.assets import broker_unit, example_config, systemd_unit
 from calque.session.config import SessionConfig
 from calque.session.daemon.registry import NoFreeSlice, Registry, TooManySessions
 from calque.session.daemon.schema import USAGE_TABLE
@@ -204,12 +204,25 @@ def test_systemd_unit_runs_the_daemon_and_verifies(tmp_path: Path) -> None:
     assert not problems, problems
 
 
+def test_broker_unit_runs_the_broker_and_verifies(tmp_path: Path) -> None:
+    text = broker_unit().read_text()
+    assert "session broker --config /etc/calque/broker.yaml" in text
+    assert "CapabilityBoundingSet=CAP_SETUID CAP_SETGID\n" in text  # the local path, nothing more
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed")
+    unit = tmp_path / "calque-broker.service"
+    unit.write_text(text.replace("/opt/calque/venv/bin/calque", "/bin/true"))
+    res = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    problems = [line for line in res.stderr.splitlines() if "calque-broker.service" in line]
+    assert not problems, problems
+
+
 def test_every_session_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     group = cli.get_command(click.Context(cli), "session")
     assert isinstance(group, click.Group)
     assert group.help
     names = set(group.commands)
-    assert names >= {"checkout", "checkin", "extend", "status", "list", "release", "report", "serve"}
+    assert names >= {"checkout", "checkin", "extend", "status", "list", "release", "report", "serve", "queue", "broker"}
     for name in sorted(names):
         assert group.commands[name].help, name
         assert run(["session", name, "--help"]) == 0

@@ -76,6 +76,7 @@ def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
         "calque/data/gpu-catalog.yaml",
         "calque/data/ec2-rates.yaml",
         "calque/session/systemd/calque-session.service",
+        "calque/session/systemd/calque-broker.service",
         "calque/session/systemd/session.example.yaml",
     ):
         assert needed in names, f"{needed} missing from {first.name}"

@@ -10,6 +10,7 @@ import click
 
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, to_json, warn
+from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere, on_host
 from calque.session.client.paths import DEFAULT_SOCKET
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
@@ -143,7 +144,8 @@ def session() -> None:
 @click.option("--mps", is_flag=True, help="Check out an MPS client slot instead of a MIG slice.")
 @click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
 @click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
-@click.option("--wait", is_flag=True, help="Wait for a slice to free up instead of failing with exit 5.")
+@click.option("--wait", is_flag=True, help="Wait for a slice to free up (with --anywhere: join the queue).")
+@click.option("--anywhere", is_flag=True, help="Any host of the institution with a free slice, through the broker.")
 @click.option("--wait-timeout", type=DURATION, default=None, help="Give up waiting after this long, e.g. 10m.")
 @click.option(
     "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
@@ -151,17 +153,20 @@ def session() -> None:
 @json_option
 @shared_gpu_consent_option
 @socket_option
+@broker_socket_option
 def checkout(
     profile: str | None,
     mps: bool,
     gpu: int | None,
     ttl: str | None,
     wait: bool,
+    anywhere: bool,
     wait_timeout: float | None,
     as_shell: bool,
     as_json: bool,
     shared_gpu_consent: bool,
     socket_path: Path,
+    broker_socket: Path,
 ) -> None:
     """Check a slice out; exit 5 naming what is busy until when if none is free."""
     from calque.session.client import verbs as core
@@ -169,6 +174,20 @@ def checkout(
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
+    if anywhere:
+        checkout_anywhere(
+            broker_socket,
+            profile=profile,
+            mps=mps,
+            gpu=gpu,
+            ttl=ttl,
+            consent=shared_gpu_consent,
+            wait=wait,
+            wait_timeout=wait_timeout,
+            as_shell=as_shell,
+            as_json=as_json,
+        )
+        return
     s = core.checkout(
         _client(socket_path),
         profile=profile,
@@ -198,10 +217,14 @@ def checkout(
 @click.argument("session_id", required=False)
 @json_option
 @socket_option
-def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
-    """Give your slice back (your only session when SESSION_ID is omitted)."""
+@broker_socket_option
+def checkin(session_id: str | None, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
+    """Give your slice back (your only session when SESSION_ID is omitted; SESSION@HOST: on that host)."""
     from calque.session.client import verbs as core
 
+    if session_id and "@" in session_id:
+        emit(on_host(broker_socket, session_id, "checkin"), as_json, _render_session)
+        return
     emit(core.checkin(_client(socket_path), session_id), as_json, _render_session)
 
 
@@ -210,18 +233,27 @@ def checkin(session_id: str | None, as_json: bool, socket_path: Path) -> None:
 @click.option("--by", required=True, help="How much longer, e.g. 30m (bounded by the host's maximum total TTL).")
 @json_option
 @socket_option
-def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path) -> None:
-    """Push your session's deadline out."""
+@broker_socket_option
+def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
+    """Push your session's deadline out (SESSION@HOST: a session on that host)."""
     from calque.session.client import verbs as core
 
+    if session_id and "@" in session_id:
+        emit(on_host(broker_socket, session_id, "extend", by), as_json, _render_session)
+        return
     emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
 
 
 @session.command()
+@click.option("--all", "every_host", is_flag=True, help="Your sessions on every host (the broker's view).")
 @json_option
 @socket_option
-def status(as_json: bool, socket_path: Path) -> None:
+@broker_socket_option
+def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
     """Your sessions, with time left."""
+    if every_host:
+        all_hosts(broker_socket, as_json, mine=True)
+        return
     if as_json:  # the models' own JSON
         from calque.session.client import verbs as core
 
@@ -238,14 +270,18 @@ def status(as_json: bool, socket_path: Path) -> None:
 @click.option("--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session env --shell)".')
 @json_option
 @socket_option
-def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path) -> None:
+@broker_socket_option
+def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
     """Your session's variables as the daemon has them now (CALQUE_SESSION_EXPIRES moves with `extend`)."""
     from calque.session.client import verbs as core
     from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
-    s = core.one_session(_client(socket_path), session_id)
+    if session_id and "@" in session_id:
+        s = on_host(broker_socket, session_id, "env")
+    else:
+        s = core.one_session(_client(socket_path), session_id)
     if as_shell:
         click.echo(shell_exports(s.env, warn))
         return
@@ -253,10 +289,15 @@ def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: 
 
 
 @session.command("list")
+@click.option("--all", "every_host", is_flag=True, help="Every host's slices (the broker's view).")
 @json_option
 @socket_option
-def list_cmd(as_json: bool, socket_path: Path) -> None:
+@broker_socket_option
+def list_cmd(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
     """Every slice on this host: free, or busy until when (admins also see holders)."""
+    if every_host:
+        all_hosts(broker_socket, as_json, mine=False)
+        return
     if as_json:  # the models' own JSON
         from calque.session.client import verbs as core
 
@@ -346,9 +387,11 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
 
 
 def _add_run_and_shell() -> None:
+    from calque.cli.session_front import add_to as add_front
     from calque.cli.session_run import add_to
 
     add_to(session, socket_option)
+    add_front(session)
 
 
 _add_run_and_shell()

@@ -20,7 +20,8 @@ from typing import Annotated, Any, ClassVar
 from pydantic import ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from calque.models.base import BindAddress, CalqueModel, VersionedModel
-from calque.models.session import SESSION_PROTOCOL_VERSION, SessionOp
+from calque.models.session import SessionOp
+from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 INSTITUTION_VERSION = 1
 _DEFERRED = ConfigDict(defer_build=True)

@@ -6,6 +6,7 @@ from importlib.resources import files
 from typing import Any
 
 UNIT_NAME = "calque-session.service"
+BROKER_UNIT_NAME = "calque-broker.service"
 
 
 def systemd_unit() -> Any:
@@ -16,3 +17,8 @@ def systemd_unit() -> Any:
 def example_config() -> Any:
     """A Traversable for the example /etc/calque/session.yaml."""
     return files("calque.session").joinpath("systemd").joinpath("session.example.yaml")
+
+
+def broker_unit() -> Any:
+    """A Traversable for calque-broker.service (the front-door host's broker)."""
+    return files("calque.session").joinpath("systemd").joinpath(BROKER_UNIT_NAME)

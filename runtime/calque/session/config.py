@@ -131,6 +131,11 @@ class SessionConfig(VersionedModel):
     default_ttl: Seconds = 3600
     max_total_ttl: Seconds = 12 * 3600
     notice_before: Seconds = 300
+    final_notice_before: Seconds | None = Field(
+        60,
+        gt=0,
+        description="a last line on the holder's terminals this long before the end (off if unset or >= notice_before)",
+    )
     notice_signal: str = "SIGUSR1"
     kill_grace: Seconds = 10
     reassert_every: Seconds = Field(
@@ -186,6 +191,11 @@ class SessionConfig(VersionedModel):
     munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
     max_tcp_connections: int = Field(
         256, ge=1, le=4096, description="TCP connections one client address may hold open per worker process"
+    )
+    broker_nudge: str | None = Field(
+        None,
+        pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
+        description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
     )
 
     @model_validator(mode="after")

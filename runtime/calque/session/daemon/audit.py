@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from calque.session.daemon.files import check_directory, open_private, private_directory
 from calque.session.daemon.rows import Held
+from calque.session.files import check_directory, open_private, private_directory
 
 END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished"}
 # A session's trip (checkout to its end): from a quick test to a week-long reservation.

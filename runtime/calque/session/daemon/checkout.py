@@ -153,6 +153,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
         grant(host, held, fresh=True)
         host.audit.record("checkout", held, pid=c.pid)
         host.timers_due.set()
+        host.changed()
     elif held.session.ended_at is None:
         grant(host, held, fresh=False)  # a retried request: the first answer may have been lost in a crash
     return view(host, held)

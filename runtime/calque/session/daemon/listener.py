@@ -14,10 +14,10 @@ import zlib
 from pathlib import Path
 
 from calque.session.config import TcpListen
-from calque.session.daemon.files import prepare_socket
 from calque.session.daemon.frontdoor import Conn, FrontDoor
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError, error, ok, parse_request, quick_request
+from calque.session.files import prepare_socket
 
 log = logging.getLogger("calque.session")
 

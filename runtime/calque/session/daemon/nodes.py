@@ -77,6 +77,7 @@ def end_session(
     except (OSError, ValueError) as exc:
         log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
     host.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
+    host.changed()
     return ended
 
 

@@ -29,12 +29,12 @@ from calque.session.config import SessionConfig
 from calque.session.daemon.audit import EventTally
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.enforcer import Enforcer
-from calque.session.daemon.files import PRIVATE_UMASK
 from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
 from calque.session.daemon.listener import Listener, bind_socket, bind_tcp, unbind_socket
 from calque.session.daemon.nodes import reconcile
 from calque.session.daemon.service import Service
+from calque.session.files import PRIVATE_UMASK
 
 log = logging.getLogger("calque.session")
 

@@ -21,8 +21,6 @@ from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.daemon.files import lock_path, open_private, private_directory, secure_existing
-from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
 from calque.session.daemon.schema import (
     BACKFILL_USAGE,
@@ -32,6 +30,8 @@ from calque.session.daemon.schema import (
     SCHEMA_VERSION,
     USAGE_V2_TO_V3,
 )
+from calque.session.files import lock_path, open_private, private_directory, secure_existing
+from calque.session.hostlock import HostLock
 
 T = TypeVar("T")
 MAX_BATCH = 256
@@ -393,8 +393,9 @@ class Registry:
             (new_expiry, session_id),
         )
 
-    def mark_notice(self, session_id: str) -> None:
-        self._update(session_id, "UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
+    def mark_notice(self, session_id: str, sent: int = 1) -> None:
+        """``sent`` end notices are done for this deadline (an extension starts them again)."""
+        self._update(session_id, "UPDATE sessions SET notice_sent=? WHERE id=?", (sent, session_id))
 
     def touch(self, session_ids: Sequence[str], now: float) -> None:
         """These slices were seen active: their idle clocks start again (and an idle notice may come

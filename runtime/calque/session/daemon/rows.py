@@ -53,6 +53,7 @@ class Held:
     last_active: float  # the idle clock: when the slice was last seen active (a checkout starts it)
     idle_notice: bool = False  # the idle notice went out since then
     handed_from: int | None = None  # a fresh checkout: the slice's last holder, when another uid
+    notices: int = 0  # end notices sent since the deadline last moved (config: notice_before, final_notice_before)
 
     @property
     def expires(self) -> float:

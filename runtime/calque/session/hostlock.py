@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from calque.session.daemon.files import open_private, private_directory
+from calque.session.files import open_private, private_directory
 
 
 class HostLock:

@@ -1,0 +1,219 @@
+"""The institution's commands on ``calque session``: ``checkout --anywhere`` (through the broker),
+``queue``, ``list --all``/``status --all`` (the broker's view of every host), and ``broker`` (the
+front-door service itself, as ``serve`` is a host's)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from calque.cli.output import emit, table, warn
+
+if TYPE_CHECKING:
+    from calque.models.broker import Grant, HostView, QueueEntry
+    from calque.models.session import Session
+    from calque.session.client.broker import BrokerClient
+
+broker_socket_option = click.option(
+    "--broker-socket",
+    "broker_socket",
+    type=click.Path(path_type=Path),
+    envvar="CALQUE_BROKER_SOCKET",
+    default="/run/calque/broker.sock",
+    show_default=True,
+    help="The broker's unix socket (on the front-door host).",
+)
+
+
+def _broker(path: Path) -> BrokerClient:
+    from calque.session.client.broker import BrokerClient
+
+    return BrokerClient(path)
+
+
+def _when(d: datetime | None) -> str:
+    return d.astimezone(timezone.utc).strftime("%H:%M:%SZ") if d else ""
+
+
+def checkout_anywhere(
+    broker_socket: Path,
+    *,
+    profile: str | None,
+    mps: bool,
+    gpu: int | None,
+    ttl: str | None,
+    consent: bool,
+    wait: bool,
+    wait_timeout: float | None,
+    as_shell: bool,
+    as_json: bool,
+) -> None:
+    """``checkout --anywhere``: a slice on any host, through the broker; the answer names the host."""
+    from calque.models.broker import AnywhereArgs
+    from calque.session.client.connection import typed
+    from calque.session.client.shellenv import shell_exports
+    from calque.session.client.verbs import stderr
+
+    args = typed(
+        AnywhereArgs, profile=profile, mps=mps, gpu=gpu, ttl=ttl, consent=consent, wait=wait, wait_timeout=wait_timeout
+    )
+    if wait:
+        stderr("joining the institution's queue (`calque session queue` shows your place)")
+    g = _broker(broker_socket).anywhere(args, progress=stderr)
+    for w in g.session.warnings:
+        warn(w)
+    if as_shell:
+        env = {**g.session.env, "CALQUE_SESSION_HOST": g.host, "CALQUE_SESSION_REF": g.ref}
+        click.echo(shell_exports(env, warn))
+        return
+    emit(g, as_json, _render_grant)
+    if not as_json:
+        click.echo(
+            f"(work there: ssh -t {g.host} calque session shell --session {g.session.id}; "
+            f"check in from anywhere: calque session checkin {g.ref})",
+            err=True,
+        )
+
+
+def _render_grant(g: Grant) -> str:
+    s = g.session
+    lines = [f"session {g.ref}: {s.slice_id} ({s.profile}, gpu {s.gpu_index}) on {g.host} until {_when(s.expires_at)}"]
+    lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
+    return "\n".join(lines)
+
+
+def _render_queue(entries: list[QueueEntry]) -> str:
+    if not entries:
+        return "no request of yours is queued"
+    rows = [
+        [
+            e.id,
+            e.user,
+            e.lab,
+            e.profile or e.kind,
+            e.state,
+            e.position if e.position is not None else "",
+            _when(e.estimate) if e.estimate else ("" if e.state != "queued" else "unknown"),
+            f"{e.session_id}@{e.host}" if e.session_id else (e.host or ""),
+        ]
+        for e in entries
+    ]
+    return table(["REQUEST", "USER", "LAB", "WANTS", "STATE", "POS", "ESTIMATE", "GRANT"], rows)
+
+
+def render_hosts(views: list[HostView]) -> str:
+    rows: list[list[Any]] = []
+    for v in views:
+        if not v.reachable:
+            rows.append([v.name, "", "", "", "unreachable", "", "", ""])
+            continue
+        for st in v.slices:
+            state = "busy" if st.busy else "free"
+            ref = f"{st.session_id}@{v.name}" if st.session_id else ""
+            rows.append(
+                [
+                    v.name,
+                    st.slice.id,
+                    st.slice.profile,
+                    st.slice.gpu_index,
+                    state,
+                    _when(st.busy_until),
+                    st.holder or "",
+                    ref,
+                ]
+            )
+    if not rows:
+        return "the institution has no hosts"
+    return table(["HOST", "SLICE", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION"], rows)
+
+
+def render_mine(views: list[HostView], uid: int) -> str:
+    rows = [
+        [f"{st.session_id}@{v.name}", v.name, st.slice.id, st.slice.profile, _when(st.busy_until)]
+        for v in views
+        for st in v.slices
+        if st.holder_uid == uid and st.session_id
+    ]
+    if not rows:
+        return "you hold no session on any host"
+    return table(["SESSION", "HOST", "SLICE", "PROFILE", "UNTIL"], rows)
+
+
+def all_hosts(broker_socket: Path, as_json: bool, mine: bool) -> None:
+    """``list --all`` / ``status --all``: every host as the broker last saw it."""
+    import os
+
+    views = _broker(broker_socket).hosts()
+    if as_json:
+        if mine:
+            emit([st for v in views for st in v.slices if st.holder_uid == os.getuid()], True, str)
+        else:
+            emit(views, True, str)
+        return
+    click.echo(render_mine(views, os.getuid()) if mine else render_hosts(views))
+    down = [v.name for v in views if not v.reachable]
+    if down:
+        warn(f"not answering the broker now: {', '.join(down)} (their sessions go on; ask there)")
+
+
+def on_host(broker_socket: Path, ref: str, op: str, by: str | None = None) -> Session:
+    """``checkin``/``extend``/``env`` of ``SESSION@HOST``: the broker makes the call on that host as you."""
+    from calque.errors import UsageError
+    from calque.models.session import Session
+
+    client = _broker(broker_socket)
+    if op != "env":
+        return Session.model_validate(client.on_host(ref, op, by))
+    sid = ref.split("@", 1)[0]
+    for s in client.on_host(ref, "status"):
+        if s.get("id") == sid:
+            return Session.model_validate(s)
+    raise UsageError(f"you hold no live session {ref}; `calque session status --all` lists yours")
+
+
+def add_to(session: click.Group) -> None:
+    """Register ``queue`` and ``broker`` on the ``session`` group."""
+
+    @session.command()
+    @click.option("--all", "all_users", is_flag=True, help="Every user's requests (root and the admin group).")
+    @click.option("--cancel", "cancel_id", default=None, help="Cancel your queued request ID.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @broker_socket_option
+    def queue(all_users: bool, cancel_id: str | None, as_json: bool, broker_socket: Path) -> None:
+        """The institution's waiting queue: your requests with their place and an estimate (admins: all)."""
+        client = _broker(broker_socket)
+        if cancel_id is not None:
+            done = client.cancel(cancel_id)
+            emit(done, as_json, lambda d: f"request {d['id']} {d['state']}")
+            return
+        emit(client.queue(all_users), as_json, _render_queue)
+
+    @session.command()
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path),
+        envvar="CALQUE_BROKER_CONFIG",
+        default=None,
+        help="YAML config (default /etc/calque/broker.yaml when present).",
+    )
+    @click.option("--socket", "socket_path", type=click.Path(path_type=Path), default=None, help="Its unix socket.")
+    @click.option("--db", type=click.Path(path_type=Path), default=None, help="The queue's SQLite file.")
+    def broker(config_path: Path | None, **paths: Any) -> None:
+        """Run the institution's broker (on the front-door host, under systemd: calque-broker.service)."""
+        import os
+        import sys
+
+        from calque.session.brokerconfig import load_broker_config
+
+        cfg = load_broker_config(config_path)
+        updates = {k: v for k, v in paths.items() if v is not None}
+        if "socket_path" in updates:
+            updates["socket"] = updates.pop("socket_path")
+        cfg = cfg.model_validate({**cfg.model_dump(), **updates})
+        # A program of its own, as the host daemon is: this process becomes it (same pid, for systemd).
+        env = {**os.environ, "CALQUE_BROKER_CONFIG_JSON": cfg.model_dump_json()}
+        os.execve(sys.executable, [sys.executable, "-m", "calque.session.broker"], env)

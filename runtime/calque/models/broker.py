@@ -1,0 +1,156 @@
+"""Contracts of the institution's front door (the broker): its requests, its queue, its answers.
+
+The broker (``calque.session.broker``) holds the waiting queue and a cache of what every host has
+free; the host daemons stay authoritative for sessions. What crosses the broker's socket is defined
+here once, for the researcher's client (``calque.session.client.broker``) and the broker alike. The
+envelopes are the session protocol's (``SessionResponse``), with the broker's own ops.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
+
+from calque.models.base import CalqueModel, VersionedModel
+from calque.models.session import (
+    CheckoutArgs,
+    Duration,
+    Session,
+    SliceState,
+    positive_seconds,
+)
+from calque.models.versions import SESSION_PROTOCOL_VERSION
+
+_DEFERRED = ConfigDict(defer_build=True)
+
+BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host"]
+# queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
+# there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
+# its client to claim it; claimed: its client has it; the rest are ends.
+RequestState = Literal["queued", "granting", "held", "claimed", "lapsed", "cancelled", "timedout", "refused"]
+LIVE_STATES: tuple[RequestState, ...] = ("queued", "granting", "held")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{8,64}")
+RequestId = Annotated[StrictStr, Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class BrokerRequest(VersionedModel):
+    """One request on the broker's socket: one JSON object on one line."""
+
+    model_config = _DEFERRED
+    upgrade_hint: ClassVar[str] = "upgrade calque here or on the front-door host so both speak the same version"
+    version_label: ClassVar[str] = "protocol"
+    version: int = SESSION_PROTOCOL_VERSION
+    op: BrokerOp
+    args: dict[str, object] = Field(default_factory=dict)
+
+
+class AnywhereArgs(CheckoutArgs):
+    """``checkout --anywhere``: a checkout's own rules, plus whether to join the queue."""
+
+    model_config = _DEFERRED
+    wait: StrictBool = False
+    wait_timeout: Duration | None = None
+
+    @model_validator(mode="after")
+    def _anywhere(self) -> AnywhereArgs:
+        if self.request_id is not None and not _SAFE_ID.fullmatch(self.request_id):
+            raise ValueError("request_id must be 8 to 64 letters, digits, '.', '_' or '-'")
+        if self.gpu is not None:
+            raise ValueError("--gpu names a GPU of one host; leave it out with --anywhere")
+        if self.wait_timeout is not None:
+            positive_seconds(self.wait_timeout, "--wait-timeout")
+            if not self.wait:
+                raise ValueError("--wait-timeout needs --wait")
+        return self
+
+
+class QueueArgs(CalqueModel):
+    model_config = _DEFERRED
+    all: StrictBool = Field(False, description="every user's requests (admins only)")
+
+
+class CancelArgs(CalqueModel):
+    model_config = _DEFERRED
+    id: RequestId
+
+
+class NudgeArgs(CalqueModel):
+    """A host daemon's word that a slice there was taken or freed: the broker polls that host."""
+
+    model_config = _DEFERRED
+    host: Annotated[StrictStr, Field(min_length=1, max_length=253)]
+
+
+class OnHostArgs(CalqueModel):
+    """One of the caller's own sessions on another host, by ``SESSION@HOST``: the broker makes the call
+    on that host as the caller (never as anyone else)."""
+
+    model_config = _DEFERRED
+    ref: Annotated[StrictStr, Field(min_length=3, max_length=320, pattern=r"^[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+$")]
+    op: Literal["checkin", "extend", "status"]
+    by: Duration | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.ref.split("@", 1)[0]
+
+    @property
+    def host(self) -> str:
+        return self.ref.split("@", 1)[1]
+
+
+BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
+    "anywhere": AnywhereArgs,
+    "queue": QueueArgs,
+    "cancel": CancelArgs,
+    "hosts": CalqueModel,
+    "nudge": NudgeArgs,
+    "ping": CalqueModel,
+    "on_host": OnHostArgs,
+}
+
+
+class Grant(CalqueModel):
+    """A checkout the broker made for its caller: which host, and the session as that host has it."""
+
+    model_config = _DEFERRED
+    request_id: str
+    host: str
+    session: Session
+
+    @property
+    def ref(self) -> str:
+        """The session's id naming its host: what ``checkin``/``extend``/``env`` take from anywhere."""
+        return f"{self.session.id}@{self.host}"
+
+
+class QueueEntry(CalqueModel):
+    """One request of the queue, as its owner (or an admin) sees it."""
+
+    model_config = _DEFERRED
+    id: str
+    user: str
+    uid: int
+    lab: str
+    kind: Literal["mig", "mps"]
+    profile: str | None = None
+    state: RequestState
+    enqueued_at: datetime
+    position: int | None = Field(None, description="1 is next (queued requests only)")
+    estimate: datetime | None = Field(None, description="when a matching slice may free, from holders' deadlines")
+    host: str | None = None
+    session_id: str | None = None
+
+
+class HostView(CalqueModel):
+    """What the broker's cache holds of one host: its slices as last seen, and whether it answers."""
+
+    model_config = _DEFERRED
+    name: str
+    reachable: bool
+    seen_at: datetime | None = None
+    error: str | None = None
+    slices: list[SliceState] = Field(default_factory=list)

@@ -1,0 +1,206 @@
+"""The broker's one loop: list hosts (nudged ones at once, every host every ``poll_every``), finish
+grants a crash left half done, pass on grants nobody claimed, and give free slices to the queue in
+its fair order.
+
+It runs in one thread and makes one host call at a time, so two grants never race for one slice in
+the broker (the hosts refuse a double assignment anyway: a slice's one live session is a unique
+index of their registry).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from calque.session.broker.fairness import Waiting, order
+from calque.session.broker.grants import Granter
+from calque.session.broker.hosts import HostCache, call_id, free_matching
+from calque.session.broker.store import Row, Store
+from calque.session.brokerconfig import BrokerConfig
+
+log = logging.getLogger("calque.broker")
+
+PRUNE_EVERY_S = 3600.0
+GrantHook = Callable[[Row], None]
+TickHook = Callable[[Store, HostCache, float], None]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: Store,
+        cache: HostCache,
+        granter: Granter,
+        shares: Mapping[str, float],
+        on_grant: GrantHook = lambda row: None,
+        on_tick: TickHook = lambda store, cache, now: None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.cache = cache
+        self.granter = granter
+        self.shares = dict(shares)
+        self.on_grant = on_grant
+        self.on_tick = on_tick
+        self.wake = threading.Event()
+        self._nudged: set[str] = set()
+        # (request, host) -> the host's cache version when it answered busy: not asked again until it changes
+        self._busy_at: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="broker-dispatch", daemon=True)
+        self._pruned_at = 0.0  # monotonic
+
+    def start(self) -> None:
+        self.store.extend_holds(time.time() + self.config.queue.claim_window)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.wake.set()
+        self._thread.join(timeout=10)
+
+    def nudge(self, host: str | None = None) -> None:
+        """A host changed (list it now), or the queue did (``None``): the loop looks again at once."""
+        if host is not None:
+            with self._lock:
+                self._nudged.add(host)
+        self.wake.set()
+
+    def ordered(self, now: float) -> list[Waiting]:
+        """The queued requests in the order grants follow (``calque session queue`` shows this)."""
+        q = self.config.queue
+        waiting = [r.waiting for r in self.store.in_state("queued")]
+        usage = self.store.usage(now - q.fair_share_window, now)
+        return order(
+            waiting,
+            usage,
+            self.shares,
+            now=now,
+            aging=q.aging,
+            assumed_ttl=q.assumed_ttl,
+            default_share=q.default_share,
+        )
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.step()
+            except Exception:
+                log.exception("the broker's loop failed a step; it goes on")
+            self.wake.wait(timeout=min(self.config.poll_every, 0.5))
+            self.wake.clear()
+
+    def step(self) -> None:
+        with self._lock:
+            nudged, self._nudged = self._nudged, set()
+        for name in sorted(nudged | set(self.cache.due(self.config.poll_every))):
+            if name in self.cache.links:
+                _, ended = self.cache.refresh(name)
+                now = time.time()
+                for sid in ended:
+                    self.store.session_ended(name, sid, now)
+        self._recover()
+        self._expire(time.time())
+        self._match(time.time())
+        self.on_tick(self.store, self.cache, time.time())
+        if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
+            self._pruned_at = time.monotonic()
+            self.store.prune(time.time() - self.config.queue.fair_share_window)
+
+    def _recover(self) -> None:
+        """Grants a crash (or an unreachable host) left ``granting``: asked again of that host."""
+        for row in self.store.in_state("granting"):
+            if row.host is None or self.granter.busy_with(row.id) or not self.cache.view(row.host).reachable:
+                continue
+            attempt = self.granter.attempt(row, row.host)
+            if attempt.outcome == "granted":
+                if attempt.row is not None:
+                    self.on_grant(attempt.row)
+            elif attempt.outcome not in ("unreachable", "down"):  # down: still may hold what it made
+                self.granter.settle(attempt, row)
+            self.granter.notify(row.id)
+
+    def _expire(self, now: float) -> None:
+        for row in self.store.in_state("queued"):
+            if row.wait_until is not None and row.wait_until <= now:
+                self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",))
+                self.granter.notify(row.id)
+        for row in self.store.in_state("held"):
+            if row.held_until is not None and row.held_until <= now:
+                self._lapse(row)
+
+    def _lapse(self, row: Row) -> None:
+        """A grant its client did not claim within the claim window: the session is given back on its
+        host (as its user) and the slice goes to the next in line."""
+        assert row.host is not None and row.session_id is not None
+        try:
+            self.cache.links[row.host].call("checkin", {"id": row.session_id}, request_id=call_id(), as_user=row.user)
+        except Exception as exc:  # the host says why; "already ended" is an end too
+            if "already ended" not in str(exc) and "no live session" not in str(exc):
+                log.warning("could not give back unclaimed %s on %s: %s", row.session_id, row.host, exc)
+                return
+        self.store.finish(row.id, "lapsed", f"not claimed within {self.config.queue.claim_window:g} s", only=("held",))
+        self.store.session_ended(row.host, row.session_id, time.time())
+        self.nudge(row.host)
+        self.granter.notify(row.id)
+
+    def _match(self, now: float) -> None:
+        queue = self.ordered(now)
+        waiting = {w.id for w in queue}
+        self._busy_at = {k: v for k, v in self._busy_at.items() if k[0] in waiting}
+        if not queue:
+            return
+        for view in self.cache.views():
+            if not view.reachable:
+                continue
+            free = [s for s in view.slices if not s.busy]
+            version = self.cache.version(view.name)
+            for sl in free:
+                pick = next(
+                    (
+                        w
+                        for w in queue
+                        if w.matches(sl.slice.kind, sl.slice.profile)
+                        and self._busy_at.get((w.id, view.name)) != version
+                    ),
+                    None,
+                )
+                if pick is None:
+                    continue
+                row = self.store.begin_grant(pick.id, view.name)
+                queue.remove(pick)
+                if row is None:  # cancelled or timed out meanwhile
+                    continue
+                attempt = self.granter.attempt(row, view.name)
+                if attempt.outcome == "granted":
+                    if attempt.row is not None:
+                        self.on_grant(attempt.row)
+                    self.granter.notify(row.id)
+                    continue
+                self.granter.settle(attempt, row)
+                self.granter.notify(row.id)
+                if attempt.outcome == "busy":
+                    # The cache was stale, or the host refuses this user such a slot for now (MPS's
+                    # one user per daemon): list it again, and ask for this request only once it changed.
+                    self._busy_at[(row.id, view.name)] = version
+                    self.nudge(view.name)
+                    queue = self.ordered(now)
+                    break
+                if attempt.outcome in ("unreachable", "down"):
+                    break
+            if not queue:
+                return
+
+    def free_hosts(self, kind: str, profile: str | None, prefer: str | None) -> list[str]:
+        """Reachable hosts with a free matching slice: ``prefer`` (the user's last host) first, then
+        the emptiest (most free matching slices)."""
+        scored = []
+        for view in self.cache.views():
+            n = len(free_matching(view, kind, profile))
+            if n:
+                scored.append((view.name != prefer, -n, view.name))
+        return [name for _, _, name in sorted(scored)]

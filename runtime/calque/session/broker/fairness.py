@@ -1,0 +1,76 @@
+"""The queue's order: FIFO inside a lab, between labs the one furthest below its share first, and
+aging so that no request waits more than a bound behind later ones.
+
+A pure function of the waiting requests, each lab's usage over the window and the labs' shares, so
+the order a grant follows and the positions ``calque session queue`` shows are the same list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A queued request, as the order needs it."""
+
+    id: str
+    seq: int  # arrival order, from the store
+    uid: int
+    user: str
+    lab: str
+    kind: str
+    profile: str | None
+    ttl: float | None
+    enqueued_at: float
+
+    def matches(self, kind: str, profile: str) -> bool:
+        """Whether a free slice of ``kind``/``profile`` would do for this request."""
+        return self.kind == kind and (self.profile is None or self.profile == profile)
+
+
+def order(
+    waiting: Sequence[Waiting],
+    usage: Mapping[str, float],
+    shares: Mapping[str, float],
+    *,
+    now: float,
+    aging: float,
+    assumed_ttl: float,
+    default_share: float = 1.0,
+) -> list[Waiting]:
+    """``waiting`` in the order grants follow.
+
+    Requests that have waited ``aging`` seconds or more come first, oldest first: past the bound,
+    arrival is all that counts. The rest are taken one at a time from the head of the lab whose usage
+    (seconds over the window, ``usage``) divided by its share is lowest; each pick charges its lab the
+    request's TTL (``assumed_ttl`` without one), so labs interleave in proportion to their shares
+    instead of the lowest taking every slot. Ties go to the earlier arrival."""
+    fifo = sorted(waiting, key=lambda w: w.seq)
+    aged = [w for w in fifo if now - w.enqueued_at >= aging]
+    taken = {w.id for w in aged}
+    heads: dict[str, list[Waiting]] = {}
+    for w in fifo:
+        if w.id not in taken:
+            heads.setdefault(w.lab, []).append(w)
+    charged = {lab: usage.get(lab, 0.0) for lab in heads}
+    out = list(aged)
+    cursor = dict.fromkeys(heads, 0)
+    while heads:
+        lab = min(heads, key=lambda x: (charged[x] / shares.get(x, default_share), heads[x][cursor[x]].seq))
+        w = heads[lab][cursor[lab]]
+        out.append(w)
+        charged[lab] += w.ttl if w.ttl is not None else assumed_ttl
+        cursor[lab] += 1
+        if cursor[lab] == len(heads[lab]):
+            del heads[lab]
+    return out
+
+
+def lab_of(groups: frozenset[str], labs: Mapping[str, frozenset[str]]) -> str:
+    """The lab a user queues for: the first lab (by name) one of whose Unix groups they are in."""
+    for name in sorted(labs):
+        if groups & labs[name]:
+            return name
+    return "default"

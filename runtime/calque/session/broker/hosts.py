@@ -1,0 +1,130 @@
+"""What the broker knows of every host: its slices as last listed, and whether it answers.
+
+The host daemons are authoritative; this is a cache. A host's daemon nudges the broker when a slice
+there is taken or freed (a nudge carries nothing to believe: it only makes the broker list that host
+now), and every host is listed every ``poll_every`` seconds whatever arrives, so a lost nudge or a
+forged one costs one list call, never a wrong grant: the grant itself is the host's checkout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from calque.errors import CalqueError, UnreachableError
+from calque.models.broker import HostView
+from calque.models.session import SliceState
+
+log = logging.getLogger("calque.broker")
+
+
+class NotSent(UnreachableError):
+    """The host could not be reached at all: the request never left, so nothing was made there."""
+
+
+class HostLink(Protocol):
+    """A typed client of one host's daemon (``calque.session.remote.RemoteHost``): ``as_user`` makes
+    the call for that user (the host accepts it from the broker's service user only). A host that
+    cannot be connected to raises ``UnreachableError`` (nothing reached it); one that broke off after
+    the request went, another ``CalqueError`` (it may have done it)."""
+
+    def call(self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None) -> Any: ...
+
+
+@dataclass
+class _Seen:
+    view: HostView
+    polled_at: float = 0.0  # monotonic
+    sessions: set[str] = field(default_factory=set)
+    version: int = 0  # bumped whenever a list shows other busy slices than the last one
+
+
+def call_id() -> str:
+    """A fresh request id for a call that changes nothing (a list): each credential is its own."""
+    return "b-" + os.urandom(12).hex()
+
+
+class HostCache:
+    def __init__(self, links: Mapping[str, HostLink]) -> None:
+        self.links = dict(links)
+        self._lock = threading.Lock()
+        self._seen = {name: _Seen(HostView(name=name, reachable=False)) for name in self.links}
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.links)
+
+    def refresh(self, name: str) -> tuple[HostView, set[str]]:
+        """List ``name`` as the broker (its holders included); returns the view and the ids of the
+        sessions that host held at the last list and no longer does (they ended)."""
+        now = datetime.now(timezone.utc)
+        try:
+            raw = self.links[name].call("list", {}, request_id=call_id())
+            slices = [SliceState.model_validate(s) for s in raw]
+        except (CalqueError, OSError, ValueError) as exc:
+            with self._lock:
+                seen = self._seen[name]
+                seen.view = seen.view.model_copy(update={"reachable": False, "error": str(exc)})
+                seen.polled_at = time.monotonic()
+            log.warning("host %s does not answer: %s", name, exc)
+            return seen.view, set()
+        view = HostView(name=name, reachable=True, seen_at=now, slices=slices)
+        live = {s.session_id for s in slices if s.session_id}
+        with self._lock:
+            seen = self._seen[name]
+            ended = seen.sessions - live
+            changed = live != seen.sessions or not seen.view.reachable
+            self._seen[name] = _Seen(view, time.monotonic(), live, seen.version + int(changed))
+        return view, ended
+
+    def version(self, name: str) -> int:
+        """Changes whenever the host's busy slices do: a request it answered busy is asked again only then."""
+        with self._lock:
+            return self._seen[name].version
+
+    def due(self, every: float) -> list[str]:
+        """Hosts not listed for ``every`` seconds."""
+        now = time.monotonic()
+        with self._lock:
+            return [n for n, s in sorted(self._seen.items()) if now - s.polled_at >= every]
+
+    def views(self) -> list[HostView]:
+        with self._lock:
+            return [self._seen[n].view for n in sorted(self._seen)]
+
+    def view(self, name: str) -> HostView:
+        with self._lock:
+            return self._seen[name].view
+
+    def down(self, name: str, why: str) -> None:
+        """The host refused the connection: unreachable in the cache until its next list answers."""
+        with self._lock:
+            seen = self._seen[name]
+            seen.view = seen.view.model_copy(update={"reachable": False, "error": why})
+
+    def taken(self, name: str, slice_id: str, session_id: str, until: datetime) -> None:
+        """A grant just made there: that slice is busy in the cache until the host's next list."""
+        with self._lock:
+            seen = self._seen[name]
+            slices = [
+                s.model_copy(update={"busy": True, "busy_until": until, "session_id": session_id})
+                if s.slice.id == slice_id
+                else s
+                for s in seen.view.slices
+            ]
+            seen.view = seen.view.model_copy(update={"slices": slices})
+            seen.sessions.add(session_id)
+
+
+def matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
+    return [s for s in view.slices if s.slice.kind == kind and (profile is None or s.slice.profile == profile)]
+
+
+def free_matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
+    return [s for s in matching(view, kind, profile) if not s.busy] if view.reachable else []

@@ -1,0 +1,242 @@
+"""The broker's sockets: a unix socket on its own host (SO_PEERCRED names the caller), TCP for other
+hosts (each request carries a munge credential: ``tcp.py``), and a UDP port for the host daemons'
+nudges. A thread per connection: a waiting client holds one for as long as it waits, so the count is
+bounded (``max_connections``, ``max_connections_per_uid``) and a connection beyond it is refused at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from calque.errors import CalqueError, format_validation_error
+from calque.models.broker import (
+    BROKER_REQUESTS,
+    AnywhereArgs,
+    BrokerRequest,
+    CancelArgs,
+    NudgeArgs,
+    OnHostArgs,
+    QueueArgs,
+)
+from calque.models.session import SessionErrorBody, SessionResponse, error_kind
+from calque.session.broker.callers import Caller, caller
+from calque.session.broker.service import BrokerService
+from calque.session.brokerconfig import BrokerConfig
+from calque.session.files import prepare_socket
+
+log = logging.getLogger("calque.broker")
+
+
+def _kind_of(exc: CalqueError) -> str:
+    return {2: "usage", 4: "refused", 5: "busy"}.get(exc.exit_code, "internal")
+
+
+def answer(ok: bool, result: object = None, kind: str = "internal", message: str = "") -> bytes:
+    body = None if ok else SessionErrorBody.model_validate({"kind": kind, "message": message})
+    return SessionResponse(ok=ok, result=result, error=body).model_dump_json().encode() + b"\n"
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the peer has gone (readable with nothing to read), without consuming what it sent."""
+    try:
+        r, _, _ = select.select([sock], [], [], 0)
+        return bool(r) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes | None:
+    sock.settimeout(timeout)
+    buf = bytearray()
+    while b"\n" not in buf:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+        if len(buf) > max_bytes + 1:
+            return None
+    line = bytes(buf[: buf.index(b"\n")])
+    return line if len(line) <= max_bytes else None
+
+
+Identify = Callable[[bytes], tuple[int, int, bytes]]
+
+
+def _peer(uid: int, gid: int) -> Identify:
+    """A unix-socket caller: who SO_PEERCRED said, whatever the request says."""
+    return lambda line: (uid, gid, line)
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, service: BrokerService, labs: Mapping[str, frozenset[str]]) -> None:
+        self.config = config
+        self.service = service
+        self.labs = dict(labs)
+        self.stopping = threading.Event()
+        self._open: collections.Counter[int] = collections.Counter()
+        self._total = 0
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.unix: socket.socket | None = None
+        self.udp: socket.socket | None = None
+
+    # -- listening ----------------------------------------------------------------------------------
+
+    def bind_unix(self, path: Path) -> None:
+        prepare_socket(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        os.chmod(path, 0o666)  # anyone may ask; SO_PEERCRED says who is asking
+        sock.listen(512)
+        self.unix = sock
+        self._spawn(self._accept_unix, "broker-unix")
+
+    def bind_nudges(self, addr: str, port: int) -> None:
+        """The UDP port host daemons nudge (a nudge only makes the broker list that host)."""
+        sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((addr, port))
+        sock.settimeout(0.5)
+        self.udp = sock
+        self._spawn(self._nudges, "broker-nudges")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for s in (self.unix, self.udp):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def _accept_unix(self) -> None:
+        assert self.unix is not None
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.unix.accept()
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                continue
+            try:
+                raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                _, uid, gid = struct.unpack("3i", raw)
+            except OSError:
+                conn.close()
+                continue
+            self.admit(conn, uid, _peer(uid, gid))
+
+    def _nudges(self) -> None:
+        assert self.udp is not None
+        names = set(self.service.cache.links)
+        while not self.stopping.is_set():
+            try:
+                data, _ = self.udp.recvfrom(512)
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                continue
+            name = data.decode("utf-8", "replace").strip()
+            if name in names:  # anything else is not one of ours: dropped
+                self.service.dispatcher.nudge(name)
+
+    # -- one connection -----------------------------------------------------------------------------
+
+    def admit(self, conn: socket.socket, uid: int, identify: Identify) -> None:
+        """Serve ``conn`` on a thread of its own, or refuse it at once when over a bound."""
+        with self._lock:
+            crowded = (
+                self._total >= self.config.max_connections or self._open[uid] >= self.config.max_connections_per_uid
+            )
+            if not crowded:
+                self._open[uid] += 1
+                self._total += 1
+        if crowded:
+            with contextlib.suppress(OSError):
+                conn.sendall(answer(False, kind="refused", message="too many connections to the broker; retry later"))
+            conn.close()
+            return
+        threading.Thread(target=self._serve, args=(conn, uid, identify), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, uid: int, identify: Identify) -> None:
+        try:
+            line = read_line(conn, self.config.max_request_bytes, self.config.request_timeout)
+            if line is None:
+                conn.sendall(answer(False, kind="protocol", message="no complete request (one JSON line) in time"))
+                return
+            reply = self._reply(conn, line, identify)
+            if reply is not None:
+                conn.settimeout(5)
+                conn.sendall(reply)
+        except OSError:
+            pass
+        except Exception:
+            log.exception("unexpected error serving a broker connection")
+        finally:
+            conn.close()
+            with self._lock:
+                self._open[uid] -= 1
+                self._total -= 1
+                if self._open[uid] <= 0:
+                    del self._open[uid]
+
+    def _reply(self, conn: socket.socket, line: bytes, identify: Identify) -> bytes | None:
+        try:
+            uid, gid, body = identify(line)
+            req = BrokerRequest.model_validate_json(body)
+            model = BROKER_REQUESTS[req.op]
+            args = model.model_validate(req.args)
+        except ValidationError as exc:
+            return answer(False, kind=error_kind(exc), message=format_validation_error(exc, "bad broker request"))
+        except CalqueError as exc:
+            return answer(False, kind=_kind_of(exc), message=str(exc))
+        try:
+            c = caller(uid, gid, labs=self.labs, admin_group=self.config.admin_group)
+            return answer(True, self._dispatch(c, req.op, args, conn))
+        except CalqueError as exc:
+            return answer(False, kind=_kind_of(exc), message=str(exc))
+
+    def _dispatch(self, c: Caller, op: str, args: object, conn: socket.socket) -> object:
+        svc = self.service
+        if op == "ping":
+            return {"pong": True}
+        if op == "anywhere":
+            assert isinstance(args, AnywhereArgs)
+            grant = svc.anywhere(c, args, alive=lambda: not closed(conn) and not self.stopping.is_set())
+            return grant.model_dump(mode="json") if grant is not None else None
+        if op == "queue":
+            assert isinstance(args, QueueArgs)
+            return svc.queue(c, args)
+        if op == "cancel":
+            assert isinstance(args, CancelArgs)
+            return svc.cancel(c, args)
+        if op == "hosts":
+            return svc.hosts(c)
+        if op == "on_host":
+            assert isinstance(args, OnHostArgs)
+            return svc.on_host(c, args)
+        assert isinstance(args, NudgeArgs)
+        if args.host in svc.cache.links:
+            svc.dispatcher.nudge(args.host)
+        return {"nudged": args.host in svc.cache.links}

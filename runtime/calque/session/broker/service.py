@@ -1,0 +1,272 @@
+"""What each broker request does, for a caller the kernel or munge identified.
+
+``anywhere`` tries the hosts the cache shows a free matching slice on (the user's last host first,
+then the emptiest) unless requests are already waiting for such a slice (then it joins the queue
+behind them, or is answered busy); ``queue`` and ``cancel`` show and end requests (only one's own,
+unless an admin). A waiting client's connection stays open: its thread waits on the granter's
+condition and answers the moment its request is granted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
+from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
+from calque.models.session import Session, positive_seconds
+from calque.session.broker.callers import Caller
+from calque.session.broker.dispatch import Dispatcher
+from calque.session.broker.grants import Granter
+from calque.session.broker.hosts import HostCache, call_id, matching
+from calque.session.broker.store import NewRequest, Row, Store
+
+WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
+
+
+def _when(ts: float | datetime | None) -> str:
+    if ts is None:
+        return "?"
+    d = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, timezone.utc)
+    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+class BrokerService:
+    def __init__(self, store: Store, cache: HostCache, granter: Granter, dispatcher: Dispatcher) -> None:
+        self.store = store
+        self.cache = cache
+        self.granter = granter
+        self.dispatcher = dispatcher
+        self.rules = dispatcher.config.queue
+
+    # -- checkout --anywhere ------------------------------------------------------------------------
+
+    def anywhere(self, c: Caller, args: AnywhereArgs, alive: Callable[[], bool]) -> Grant | None:
+        """A grant for ``c``; None when the client went away while waiting (the request stays queued)."""
+        if not args.request_id:
+            raise UsageError("checkout --anywhere needs a request_id (the client makes one)")
+        kind, profile = args.kind, args.profile
+        row = self.store.get(args.request_id)
+        if row is not None and row.uid != c.uid:
+            raise RefusedError(f"request id {args.request_id} is another user's; let the client choose its own")
+        if row is None:
+            self._check_offered(kind, profile)
+            now = time.time()
+            ttl = positive_seconds(args.ttl, "--ttl") if args.ttl is not None else None
+            wait_for = positive_seconds(args.wait_timeout, "--wait-timeout") if args.wait_timeout is not None else None
+            req = NewRequest(
+                id=args.request_id,
+                uid=c.uid,
+                user=c.user,
+                lab=c.lab,
+                kind=kind,
+                profile=profile,
+                ttl=ttl,
+                consent=args.consent,
+                wait=args.wait,
+                now=now,
+                wait_until=now + wait_for if wait_for is not None else None,
+            )
+            ahead = [
+                w
+                for w in self.store.in_state("queued")
+                if w.kind == kind and (w.profile in (None, profile) or profile is None)
+            ]
+            hosts = [] if ahead else self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            if hosts:
+                row = self._direct(req, hosts)
+            elif args.wait:
+                row = self.store.submit(req, max_queued=self.rules.max_queued_per_user)
+                self.dispatcher.nudge()
+            else:
+                raise NothingFreeError(self._busy_message(kind, profile, len(ahead)))
+        return self._outcome(row, alive)
+
+    def _direct(self, req: NewRequest, hosts: list[str]) -> Row:
+        """Try each host in turn (the row follows, committed before each call); a waiting request that
+        found all busy is left queued, a direct one refused."""
+        row = self.store.submit(req, max_queued=self.rules.max_queued_per_user, state="granting", host=hosts[0])
+        if row.state != "granting" or row.host != hosts[0]:
+            return row  # an earlier send of this request: as it is
+        for i, host in enumerate(hosts):
+            attempt = self.granter.attempt(row, host, answering=True)
+            if attempt.outcome == "granted" and attempt.row is not None:
+                self.dispatcher.on_grant(attempt.row)
+                return attempt.row
+            if attempt.outcome in ("busy", "down") and i + 1 < len(hosts):
+                self.dispatcher.nudge(host)
+                moved = self.store.retarget(row.id, hosts[i + 1])
+                if moved is None:
+                    break
+                row = moved
+                continue
+            if attempt.outcome == "busy":
+                self.dispatcher.nudge(host)
+            settled = self.granter.settle(attempt, row)
+            return settled or row
+        return self.store.get(row.id) or row
+
+    def _outcome(self, row: Row, alive: Callable[[], bool]) -> Grant | None:
+        woken = self.granter.watch(row.id)
+        try:
+            return self._wait(row, alive, woken)
+        finally:
+            self.granter.unwatch(row.id)
+
+    def _wait(self, row: Row, alive: Callable[[], bool], woken: threading.Event) -> Grant | None:
+        deadline = row.wait_until
+        while True:
+            fresh = self.store.get(row.id)
+            assert fresh is not None
+            row = fresh
+            if row.state == "held":
+                claimed = self.store.claim(row.id)
+                if claimed is not None:
+                    return self._grant(claimed)
+                continue
+            if row.state == "claimed" and row.session is not None:
+                return self._grant(row)  # a retried request that was granted: the same grant again
+            if row.state in ("refused", "cancelled", "timedout", "lapsed", "claimed"):
+                return self._ended(row)
+            if deadline is not None and time.time() >= deadline and row.state == "queued":
+                if self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",)) is not None:
+                    waited = time.time() - row.enqueued_at
+                    raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
+                continue
+            past = deadline is not None and time.time() >= deadline
+            if (not row.wait or past) and row.state == "granting" and not self.granter.busy_with(row.id):
+                raise UnreachableError(
+                    f"host {row.host} did not answer the checkout; the broker asks it again with the same request "
+                    f"id ({row.id}) and gives back, unclaimed, what it grants there; try again"
+                )
+            if not alive():
+                return None
+            woken.wait(WAIT_TICK_S)
+            woken.clear()
+
+    def _ended(self, row: Row) -> Grant:
+        note = row.note or ""
+        if row.state == "timedout":  # the loop's timer may get there before this thread does
+            waited = time.time() - row.enqueued_at
+            raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
+        if row.state == "refused" and "busy" in note:
+            raise NothingFreeError(self._busy_message(row.kind, row.profile, 0))
+        raise RefusedError(f"request {row.id} is {row.state}" + (f": {note}" if note else ""))
+
+    @staticmethod
+    def _grant(row: Row) -> Grant:
+        assert row.host is not None and row.session is not None
+        return Grant(request_id=row.id, host=row.host, session=Session.model_validate(row.session))
+
+    def _check_offered(self, kind: str, profile: str | None) -> None:
+        views = [v for v in self.cache.views() if v.seen_at is not None]
+        if views and not any(matching(v, kind, profile) for v in views):
+            have = sorted({f"{s.slice.profile} ({v.name})" for v in views for s in v.slices})
+            what = f"{kind.upper()} slice" + (f" of profile {profile}" if profile else "")
+            raise UsageError(f"no host of the institution offers a {what}; they offer: {', '.join(have) or 'nothing'}")
+
+    def _busy_message(self, kind: str, profile: str | None, queued: int) -> str:
+        parts = []
+        for v in self.cache.views():
+            if not v.reachable:
+                parts.append(f"{v.name} does not answer")
+                continue
+            held = [s for s in matching(v, kind, profile) if s.busy]
+            held.sort(key=lambda s: s.busy_until.timestamp() if s.busy_until else float("inf"))
+            parts += [f"{v.name}: {s.slice.id} ({s.slice.profile}) until {_when(s.busy_until)}" for s in held]
+        ahead = f"; {queued} request(s) already queued for one" if queued else ""
+        where = "; ".join(parts) or "no host listed yet"
+        return f"every matching slice is busy: {where}{ahead}; pass --wait to join the queue"
+
+    # -- the queue ----------------------------------------------------------------------------------
+
+    def queue(self, c: Caller, args: QueueArgs) -> list[dict[str, Any]]:
+        if args.all and not c.admin:
+            raise RefusedError("only root or the admin group see every user's requests; leave out --all")
+        now = time.time()
+        ordered = self.dispatcher.ordered(now)
+        position = {w.id: i + 1 for i, w in enumerate(ordered)}
+        out = []
+        for row in self.store.live():
+            if not (args.all or row.uid == c.uid):
+                continue
+            e = QueueEntry(
+                id=row.id,
+                user=row.user,
+                uid=row.uid,
+                lab=row.lab,
+                kind=row.kind,
+                profile=row.profile,
+                state=row.state,
+                enqueued_at=datetime.fromtimestamp(row.enqueued_at, timezone.utc),
+                position=position.get(row.id),
+                host=row.host,
+                session_id=row.session_id,
+            )
+            if row.state == "queued":
+                e.estimate = self._estimate(row, ordered)
+            out.append(e.model_dump(mode="json"))
+        return out
+
+    def _estimate(self, row: Row, ordered: list[Any]) -> datetime | None:
+        """When the k-th matching slice frees by its holder's deadline, k being the requests ahead of
+        this one that want such a slice too."""
+        ahead = 0
+        for w in ordered:
+            if w.id == row.id:
+                break
+            if w.kind == row.kind and (w.profile is None or row.profile is None or w.profile == row.profile):
+                ahead += 1
+        ends = sorted(
+            s.busy_until
+            for v in self.cache.views()
+            for s in matching(v, row.kind, row.profile)
+            if s.busy and s.busy_until
+        )
+        return ends[ahead] if ahead < len(ends) else None
+
+    def cancel(self, c: Caller, args: CancelArgs) -> dict[str, Any]:
+        row = self.store.get(args.id)
+        if row is None:
+            raise UsageError(f"no request {args.id}; `calque session queue` lists yours")
+        if row.uid != c.uid and not c.admin:
+            raise RefusedError(f"request {args.id} is not yours; you can only cancel your own requests")
+        done = self.store.cancel(args.id, None if c.admin else c.uid)
+        if done is None:
+            raise UsageError(f"request {args.id} is {row.state}, not queued: only a queued request can be cancelled")
+        self.granter.notify(args.id)
+        return {"id": done.id, "state": done.state}
+
+    def on_host(self, c: Caller, args: OnHostArgs) -> Any:
+        """Check in, extend or read one of the caller's sessions on another host, as the caller: the
+        host checks that it is theirs, exactly as for a call on the host itself."""
+        link = self.cache.links.get(args.host)
+        if link is None:
+            raise UsageError(f"no host {args.host} in the institution; hosts: {', '.join(self.cache.names)}")
+        if args.op == "status":
+            return link.call("status", {}, request_id=call_id(), as_user=c.user)
+        call: dict[str, Any] = {"id": args.session_id}
+        if args.op == "extend":
+            if args.by is None:
+                raise UsageError("extend needs --by")
+            call["by"] = args.by
+        answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
+        self.dispatcher.nudge(args.host)
+        return answer
+
+    def hosts(self, c: Caller) -> list[dict[str, Any]]:
+        out = []
+        for v in self.cache.views():
+            if not c.admin:  # holders are the admins' to see, and the holder's own
+                slices = [
+                    s
+                    if s.holder_uid == c.uid
+                    else s.model_copy(update={"holder": None, "holder_uid": None, "session_id": None})
+                    for s in v.slices
+                ]
+                v = v.model_copy(update={"slices": slices})
+            out.append(v.model_dump(mode="json"))
+        return out

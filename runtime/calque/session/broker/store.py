@@ -1,0 +1,365 @@
+"""The broker's durable queue: one SQLite file with the registry's file safety (a private directory,
+0600 files opened without following links, WAL with synchronous=FULL, one transaction per change).
+
+A request's id is its client's: a client that retries (its connection dropped, the broker was
+restarted) finds its request as it was. A grant is two commits around the host's checkout: the row
+goes to ``granting`` on one host before the call, and to ``held`` with the session after. A broker
+killed between them finds the row ``granting`` on restart and asks that host, and only that host,
+again with the same request id: the host's checkout is idempotent by request id (its registry keeps
+one session per (uid, request id)), so a retried grant never takes a second slice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from calque.errors import InfrastructureError, RefusedError
+from calque.session.broker.fairness import Waiting
+from calque.session.files import lock_path, open_private, private_directory, secure_existing
+
+T = TypeVar("T")
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests(
+  id TEXT PRIMARY KEY,
+  seq INTEGER NOT NULL,
+  uid INTEGER NOT NULL,
+  user TEXT NOT NULL,
+  lab TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  profile TEXT,
+  ttl REAL,
+  consent INTEGER NOT NULL,
+  wait INTEGER NOT NULL,
+  enqueued_at REAL NOT NULL,
+  wait_until REAL,
+  state TEXT NOT NULL,
+  host TEXT,
+  session_id TEXT,
+  session_json TEXT,
+  granted_at REAL,
+  ends_at REAL,
+  held_until REAL,
+  mailed_before REAL,
+  note TEXT
+);
+CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
+CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
+CREATE INDEX IF NOT EXISTS granted_requests ON requests(ends_at) WHERE granted_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS last_host(uid INTEGER PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+
+class TooManyQueued(RefusedError):
+    """The user already holds the configured number of live queued requests."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request as the store has it."""
+
+    id: str
+    seq: int
+    uid: int
+    user: str
+    lab: str
+    kind: str
+    profile: str | None
+    ttl: float | None
+    consent: bool
+    wait: bool
+    enqueued_at: float
+    wait_until: float | None
+    state: str
+    host: str | None
+    session_id: str | None
+    session_json: str | None
+    granted_at: float | None
+    ends_at: float | None
+    held_until: float | None
+    mailed_before: float | None
+    note: str | None
+
+    @property
+    def waiting(self) -> Waiting:
+        return Waiting(
+            self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at
+        )
+
+    @property
+    def session(self) -> dict[str, Any] | None:
+        return json.loads(self.session_json) if self.session_json else None
+
+
+def _row(r: sqlite3.Row | None) -> Row | None:
+    if r is None:
+        return None
+    doc = {k: r[k] for k in r.keys()}  # noqa: SIM118 (a sqlite3.Row is no dict: no `in`)
+    doc["consent"], doc["wait"] = bool(doc["consent"]), bool(doc["wait"])
+    return Row(**doc)
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    id: str
+    uid: int
+    user: str
+    lab: str
+    kind: str
+    profile: str | None
+    ttl: float | None
+    consent: bool
+    wait: bool
+    now: float
+    wait_until: float | None
+
+
+class Store:
+    """The queue's file, for one broker process (a second broker on the same file is refused)."""
+
+    def __init__(self, path: Path) -> None:
+        private_directory(path.parent, "broker state directory")
+        for suffix in ("-wal", "-shm"):
+            secure_existing(path.with_name(path.name + suffix), "broker queue file")
+        os.close(open_private(path, os.O_RDWR, "broker queue"))
+        lock = lock_path(path, "broker")
+        private_directory(lock.parent, "lock directory")
+        self._lockfd = open_private(lock, os.O_RDWR, "broker lock")
+        try:
+            fcntl.flock(self._lockfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lockfd)
+            raise InfrastructureError(f"another broker is running on {path}; stop it first") from exc
+        self.path = path
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._lock = threading.Lock()
+        with self._tx() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise InfrastructureError(
+                    f"{path} is a schema {version} queue, newer than this calque's; upgrade calque"
+                )
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+        os.close(self._lockfd)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction, committed (synchronous=FULL: on disk) before the caller goes on."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return fn(self._db)
+
+    def get(self, request_id: str) -> Row | None:
+        return _row(self._read(lambda db: db.execute("SELECT * FROM requests WHERE id=?", (request_id,)).fetchone()))
+
+    def _rows(self, where: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        rows = self._read(
+            lambda db: db.execute(f"SELECT * FROM requests WHERE {where} ORDER BY seq", params).fetchall()
+        )
+        return [r for r in map(_row, rows) if r is not None]
+
+    def live(self) -> list[Row]:
+        """Every request still queued, being granted or held for its client, in arrival order."""
+        return self._rows("state IN ('queued', 'granting', 'held')")
+
+    def in_state(self, state: str) -> list[Row]:
+        return self._rows("state=?", (state,))
+
+    def submit(self, req: NewRequest, *, max_queued: int, state: str = "queued", host: str | None = None) -> Row:
+        """The request ``req.id``: the existing row when its client retries, else a new row in ``state``
+        (on ``host`` when it is being granted at once). Refused when the id is another user's, or when a
+        waiting request would be over the user's cap."""
+        with self._tx() as db:
+            old = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
+            if old is not None:
+                if old.uid != req.uid:
+                    raise RefusedError(f"request id {req.id} is another user's; let the client choose its own")
+                return old
+            if req.wait:
+                n = db.execute(
+                    "SELECT COUNT(*) FROM requests WHERE uid=? AND wait=1 AND state IN ('queued', 'granting', 'held')",
+                    (req.uid,),
+                ).fetchone()[0]
+                if n >= max_queued:
+                    raise TooManyQueued(
+                        f"you have {n} request(s) in the queue, the limit is {max_queued}; "
+                        "cancel one first (`calque session queue` lists them)"
+                    )
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
+            db.execute(
+                "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
+                " wait_until, state, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    req.id,
+                    seq,
+                    req.uid,
+                    req.user,
+                    req.lab,
+                    req.kind,
+                    req.profile,
+                    req.ttl,
+                    int(req.consent),
+                    int(req.wait),
+                    req.now,
+                    req.wait_until,
+                    state,
+                    host,
+                ),
+            )
+            new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
+        assert new is not None
+        return new
+
+    def _move(self, request_id: str, sql: str, params: tuple[Any, ...], then: str | None = None) -> Row | None:
+        """Run ``sql`` on one row (its last parameter is the id); the row after, None when nothing changed."""
+        with self._tx() as db:
+            if db.execute(sql, (*params, request_id)).rowcount != 1:
+                return None
+            row = _row(db.execute("SELECT * FROM requests WHERE id=?", (request_id,)).fetchone())
+            if then is not None and row is not None:
+                db.execute(then, (row.uid, row.host))
+            return row
+
+    def begin_grant(self, request_id: str, host: str, *, from_state: str = "queued") -> Row | None:
+        """Bind the request to ``host`` before its checkout there is asked for (committed first)."""
+        return self._move(
+            request_id, "UPDATE requests SET state='granting', host=? WHERE state=? AND id=?", (host, from_state)
+        )
+
+    def retarget(self, request_id: str, host: str) -> Row | None:
+        """A direct try that ``host`` before answered busy (so holds nothing there) moves to ``host``."""
+        return self._move(request_id, "UPDATE requests SET host=? WHERE state='granting' AND id=?", (host,))
+
+    def granted(
+        self,
+        request_id: str,
+        session: dict[str, Any],
+        *,
+        now: float,
+        held_until: float,
+        ends_at: float,
+        claimed: bool = False,
+    ) -> Row | None:
+        """The host made the session: ``held`` for its client, or ``claimed`` at once when that client
+        is the one being answered now (one commit fewer)."""
+        return self._move(
+            request_id,
+            "UPDATE requests SET state=?, session_id=?, session_json=?, granted_at=?, ends_at=?, held_until=?"
+            " WHERE state='granting' AND id=?",
+            (
+                "claimed" if claimed else "held",
+                session["id"],
+                json.dumps(session),
+                now,
+                ends_at,
+                None if claimed else held_until,
+            ),
+            then="INSERT OR REPLACE INTO last_host(uid, host) VALUES (?,?)",
+        )
+
+    def requeue(self, request_id: str, note: str | None = None) -> Row | None:
+        """A grant the host answered busy: the request waits again, in its place (its seq is kept)."""
+        return self._move(
+            request_id, "UPDATE requests SET state='queued', host=NULL, note=? WHERE state='granting' AND id=?", (note,)
+        )
+
+    def claim(self, request_id: str) -> Row | None:
+        return self._move(
+            request_id, "UPDATE requests SET state='claimed', held_until=NULL WHERE state='held' AND id=?", ()
+        )
+
+    def finish(
+        self,
+        request_id: str,
+        state: str,
+        note: str | None = None,
+        *,
+        only: tuple[str, ...] = ("queued", "granting", "held"),
+    ) -> Row | None:
+        marks = ",".join("?" * len(only))
+        return self._move(
+            request_id,
+            f"UPDATE requests SET state=?, note=?, held_until=NULL WHERE state IN ({marks}) AND id=?",
+            (state, note, *only),
+        )
+
+    def cancel(self, request_id: str, uid: int | None) -> Row | None:
+        """Cancel a queued request, only ``uid``'s when given (in the transaction that cancels it)."""
+        sql = "UPDATE requests SET state='cancelled' WHERE state='queued' AND uid=? AND id=?"
+        if uid is None:
+            return self._move(request_id, sql.replace(" AND uid=?", ""), ())
+        return self._move(request_id, sql, (uid,))
+
+    def extend_holds(self, until: float) -> None:
+        """After a restart: a grant held for its client is held at least until ``until`` (its client
+        could not reconnect while the broker was down)."""
+        with self._tx() as db:
+            db.execute("UPDATE requests SET held_until=MAX(held_until, ?) WHERE state='held'", (until,))
+
+    def session_ended(self, host: str, session_id: str, at: float) -> None:
+        """A granted session the host no longer holds: its usage stops at ``at``."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE requests SET ends_at=MIN(ends_at, ?) WHERE host=? AND session_id=? AND granted_at IS NOT NULL",
+                (at, host, session_id),
+            )
+
+    def usage(self, since: float, now: float) -> dict[str, float]:
+        """Seconds of slices granted through the broker per lab over [since, now] (a live session up to
+        now, an ended one up to its end as last seen)."""
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT lab, SUM(MAX(0.0, MIN(ends_at, :now) - MAX(granted_at, :since))) FROM requests"
+                " WHERE granted_at IS NOT NULL AND ends_at >= :since GROUP BY lab",
+                {"since": since, "now": now},
+            ).fetchall()
+        )
+        return {r[0]: float(r[1] or 0.0) for r in rows}
+
+    def mark_mailed(self, request_id: str, before: float) -> None:
+        """The notice ``before`` seconds ahead of the session's end was mailed (each is sent once)."""
+        with self._tx() as db:
+            db.execute("UPDATE requests SET mailed_before=? WHERE id=?", (before, request_id))
+
+    def prune(self, before: float) -> int:
+        """Forget requests that ended before ``before`` (the fair-share window's start): rows kept
+        past their use would only grow the file."""
+        with self._tx() as db:
+            n: int = db.execute(
+                "DELETE FROM requests WHERE state NOT IN ('queued', 'granting', 'held')"
+                " AND COALESCE(ends_at, enqueued_at) < ?",
+                (before,),
+            ).rowcount
+        return n
+
+    def last_host(self, uid: int) -> str | None:
+        r = self._read(lambda db: db.execute("SELECT host FROM last_host WHERE uid=?", (uid,)).fetchone())
+        return str(r[0]) if r is not None else None

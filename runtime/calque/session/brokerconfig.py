@@ -1,0 +1,88 @@
+"""The broker's configuration file (``/etc/calque/broker.yaml``): where it keeps its queue, where it
+listens, the queue's rules, and the hosts it reaches on its own machine. The institution (its other
+hosts, the labs and their shares) is ``institution.yaml`` (``calque.models.institution``).
+
+Beside ``config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
+execs the broker, as ``calque session serve`` does the daemon's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from calque.configfile import load_model
+from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
+
+BROKER_CONFIG_VERSION = 1
+DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
+DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
+DEFAULT_BROKER_PORT = 7460  # as institution.yaml's broker.port defaults
+
+
+class QueueRules(CalqueModel):
+    """How the waiting queue orders and bounds requests."""
+
+    fair_share_window: Seconds = Field(7 * 86400, gt=0, description="the last N seconds of usage labs are compared by")
+    aging: Seconds = Field(
+        1800, gt=0, description="a request waiting this long goes ahead of every later one, whatever its lab"
+    )
+    max_queued_per_user: int = Field(4, ge=1, le=1000, description="live queued requests one user may hold")
+    claim_window: Seconds = Field(
+        60, gt=0, description="how long a grant is held for a client whose connection dropped, then passed on"
+    )
+    assumed_ttl: Seconds = Field(3600, gt=0, description="a request without --ttl counts this long in fair share")
+    default_share: float = Field(1.0, gt=0, description="the share of users in no lab's groups (lab 'default')")
+
+
+class MailSettings(CalqueModel):
+    """Optional mail notices through an SMTP relay (no authentication: a relay inside the institution)."""
+
+    relay: str = Field(description="the relay's host name or address")
+    port: int = Field(25, ge=1, le=65535)
+    sender: str = Field("calque@localhost", description="the From: address")
+    domain: str | None = Field(None, description="a user's address is USER@DOMAIN unless listed in users")
+    users: dict[str, str] = Field(default_factory=dict, description="user name to address")
+    labs: dict[str, str] = Field(default_factory=dict, description="lab name to a list address (copied on notices)")
+    before_end: list[Seconds] = Field(default_factory=lambda: [600.0, 60.0], description="mail this long before an end")
+
+
+class BrokerConfig(VersionedModel):
+    version_label: ClassVar[str] = "broker config"
+    upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
+    version: int = BROKER_CONFIG_VERSION
+    socket: Path = DEFAULT_BROKER_SOCKET
+    db: Path = Path("/var/lib/calque/broker.db")
+    tcp_addr: BindAddress | None = Field(
+        None, description="the address the host daemons nudge (UDP) and other hosts reach the broker at (off if unset)"
+    )
+    tcp_port: int = Field(DEFAULT_BROKER_PORT, ge=1, le=65535)
+    admin_group: str | None = Field("calque-admin", description="members see every request and may cancel any")
+    queue: QueueRules = Field(default_factory=QueueRules)
+    institution: Path = Field(
+        Path("/etc/calque/institution.yaml"),
+        description="the institution's hosts (reached over TCP with munge) and labs with their shares",
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
+    local_hosts: dict[str, Path] = Field(
+        default_factory=dict,
+        description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
+    )
+    mail: MailSettings | None = None
+    poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
+    host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")
+    request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
+    max_request_bytes: int = Field(64 * 1024, ge=256)
+    max_connections: int = Field(1024, ge=1, le=65536, description="connections held at once (waiters hold one)")
+    max_connections_per_uid: int = Field(64, ge=1, le=4096)
+
+
+def load_broker_config(path: Path | None) -> BrokerConfig:
+    """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
+    if path is None:
+        if not DEFAULT_BROKER_CONFIG.exists():
+            return BrokerConfig()
+        path = DEFAULT_BROKER_CONFIG
+    return load_model(BrokerConfig, path, "broker config", empty_ok=True)

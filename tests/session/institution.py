@@ -1,0 +1,198 @@
+"""An institution on this machine: several real session daemons (each a simulated GPU host with its
+own registry and socket) and a real broker process over them, with a broker config of its own.
+
+The hosts are reached by the broker through their unix sockets (the local path, ``broker/local.py``);
+the broker is root, so a call for a user is made by a child that is that user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from calque.gpu.sim import SimGpu
+
+from .conftest import CLI, VENV_PY, Host, User, _user_python
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Broker:
+    dir: Path
+    hosts: dict[str, Host]
+    python: list[str]
+    env: dict[str, str]
+    port: int
+    config: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "broker.sock"
+
+    @property
+    def db(self) -> Path:
+        return self.dir / "state/broker.db"
+
+    def write_config(self) -> Path:
+        cfg: dict[str, Any] = {
+            "version": 1,
+            "socket": str(self.socket),
+            "db": str(self.db),
+            "tcp_addr": "127.0.0.1",
+            "tcp_port": self.port,
+            "local_hosts": {name: str(h.socket) for name, h in self.hosts.items()},
+            "institution": str(self.dir / "institution.yaml"),
+            "poll_every": 2.0,
+            "queue": {"max_queued_per_user": 20, "claim_window": "5s"},
+        }
+        cfg.update(self.config)
+        path = self.dir / "broker.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def write_institution(self, **doc: Any) -> None:
+        """``institution.yaml`` for the broker (labs; no remote hosts: they are all on this machine)."""
+        (self.dir / "institution.yaml").write_text(yaml.safe_dump({"version": 1, **doc}))
+
+    def start(self) -> None:
+        path = self.write_config()
+        log = (self.dir / "broker.log").open("ab")
+        self.proc = subprocess.Popen(
+            [str(VENV_PY), "-c", CLI, "session", "broker", "--config", str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"broker exited: {self.log()[-3000:]}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(self.socket))
+                    s.sendall(b'{"version": 1, "op": "ping"}\n')
+                    if b'"ok":true' in s.recv(4096):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("broker did not answer within 30 s")
+
+    def log(self) -> str:
+        p = self.dir / "broker.log"
+        return p.read_text() if p.exists() else ""
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def cli_env(self) -> dict[str, str]:
+        return {**self.env, "CALQUE_BROKER_SOCKET": str(self.socket)}
+
+    def cli(self, user: User | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``calque ARGS`` as ``user`` (root when None), against the broker's socket."""
+        from .conftest import as_user
+
+        cmd = as_user(user, [*self.python, "-c", CLI, *args])
+        return subprocess.run(cmd, env=self.cli_env(), capture_output=True, text=True, timeout=timeout, cwd=self.dir)
+
+    def popen(self, user: User, *args: str) -> subprocess.Popen[str]:
+        """``calque ARGS`` as ``user`` in the background (a waiting checkout)."""
+        from .conftest import as_user
+
+        cmd = as_user(user, [*self.python, "-c", CLI, *args])
+        return subprocess.Popen(
+            cmd, env=self.cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir
+        )
+
+    def popen_script(self, user: User, script: str, *args: str) -> subprocess.Popen[str]:
+        """A Python script as ``user`` in the background, with the client's modules importable."""
+        from .conftest import as_user
+
+        cmd = as_user(user, [*self.python, "-c", script, *args])
+        env = {**self.cli_env(), "PYTHONPATH": f"{REPO / 'runtime'}:{self.env.get('PYTHONPATH', '')}"}
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.dir)
+
+    def anywhere(self, user: User, *extra: str) -> dict[str, Any]:
+        res = self.cli(user, "session", "checkout", "--anywhere", "--ttl", "1h", "--json", *extra)
+        assert res.returncode == 0, res.stderr
+        grant: dict[str, Any] = json.loads(res.stdout)
+        return grant
+
+    def queue_all(self) -> list[dict[str, Any]]:
+        res = self.cli(None, "session", "queue", "--all", "--json")
+        assert res.returncode == 0, res.stderr
+        entries: list[dict[str, Any]] = json.loads(res.stdout)
+        return entries
+
+
+def make_host(root: Path, name: str, slices: int, probe: User, port: int) -> Host:
+    """A host of ``slices`` 1g.5gb MIG slices on an A100; ``-N``: an L4 with N MPS slots instead."""
+    d = root / name
+    d.mkdir(mode=0o755)
+    sim = SimGpu.create(d / "gpus.json", ["A100-40GB" if slices > 0 else "L4-24GB"], mig=slices > 0, root=d / "root")
+    migs = sim.create_instances(0, ["1g.5gb"] * slices) if slices > 0 else []
+    for p in [d / "root", *(d / "root").rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o755)
+    python, env = _user_python(probe)
+    h = Host(dir=d, sim=sim, migs=migs, python=python, env=env)
+    h.config.update({"host_name": name, "broker_nudge": f"127.0.0.1:{port}"})
+    if slices < 0:
+        h.config["mps"] = [{"gpu": 0, "slots": -slices, "active_thread_percentage": 50, "pinned_mem_limit_mib": 8192}]
+    return h
+
+
+@contextmanager
+def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Iterator[Broker]:
+    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices), started; a broker over them, not started."""
+    root = Path(tempfile.mkdtemp(prefix="calque-inst-", dir="/tmp"))
+    root.chmod(0o755)
+    probe = make_user()
+    port = free_udp_port()
+    hosts = {name: make_host(root, name, n, probe, port) for name, n in slices.items()}
+    python, env = _user_python(probe)
+    b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port)
+    b.dir.mkdir(mode=0o755)
+    try:
+        for h in hosts.values():
+            h.start()
+        yield b
+    finally:
+        b.stop()
+        for h in hosts.values():
+            h.stop()
+        shutil.rmtree(root, ignore_errors=True)

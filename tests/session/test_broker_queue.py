@@ -1,0 +1,135 @@
+"""The broker's queue on a real SQLite file: its order (FIFO in a lab, fair share between labs,
+aging), its bounds, and what survives a restart."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from calque.errors import InfrastructureError, RefusedError
+from calque.session.broker.fairness import Waiting, lab_of, order
+from calque.session.broker.store import NewRequest, Store, TooManyQueued
+
+HOUR = 3600.0
+
+
+def _req(rid: str, uid: int, lab: str, now: float, *, wait: bool = True, profile: str | None = "1g.24gb") -> NewRequest:
+    return NewRequest(rid, uid, f"u{uid}", lab, "mig", profile, HOUR, False, wait, now, None)
+
+
+def _w(rid: str, seq: int, lab: str, at: float, ttl: float | None = HOUR) -> Waiting:
+    return Waiting(rid, seq, seq, f"u{seq}", lab, "mig", None, ttl, at)
+
+
+def test_fifo_inside_a_lab_and_the_lab_below_its_share_first() -> None:
+    # Lab a used 10 h over the window, lab b nothing; equal shares: b's requests come first, then
+    # the labs interleave as each pick charges its lab an hour. Inside a lab: arrival order.
+    q = [_w("a1", 1, "a", 0), _w("a2", 2, "a", 1), _w("b1", 3, "b", 2), _w("b2", 4, "b", 3), _w("a3", 5, "a", 4)]
+    got = [w.id for w in order(q, {"a": 10 * HOUR}, {"a": 1, "b": 1}, now=10, aging=HOUR, assumed_ttl=HOUR)]
+    assert got == ["b1", "b2", "a1", "a2", "a3"]
+    # Lab a's 2 h over a share of 4 are 0.5 h a share unit, b's 0 h over 1: b1 first; then b's 1 h
+    # against a's 0.5 h and 0.75 h: a1, a2; then 1 h each (a tie: the earlier arrival, b2), then a3.
+    got = [w.id for w in order(q, {"a": 2 * HOUR}, {"a": 4, "b": 1}, now=10, aging=HOUR, assumed_ttl=HOUR)]
+    assert got == ["b1", "a1", "a2", "b2", "a3"]
+
+
+def test_aging_puts_a_request_past_the_bound_ahead_of_every_later_one() -> None:
+    q = [_w("a1", 1, "a", 0), _w("b1", 2, "b", 50), _w("a2", 3, "a", 60)]
+    usage = {"a": 100 * HOUR}
+    # Before the bound: b1 first (a is far over its share).
+    assert order(q, usage, {"a": 1, "b": 1}, now=99, aging=100, assumed_ttl=HOUR)[0].id == "b1"
+    # a1 has waited 100 s: past the bound, it goes ahead of b1 (which came later), whatever a's usage.
+    got = [w.id for w in order(q, usage, {"a": 1, "b": 1}, now=100, aging=100, assumed_ttl=HOUR)]
+    assert got == ["a1", "b1", "a2"]
+
+
+def test_a_user_is_in_the_first_lab_of_their_groups() -> None:
+    labs = {"vision": frozenset({"vision-lab"}), "nlp": frozenset({"nlp", "nlp-staff"})}
+    assert lab_of(frozenset({"users", "nlp-staff"}), labs) == "nlp"
+    assert lab_of(frozenset({"nlp", "vision-lab"}), labs) == "nlp"  # by lab name: nlp < vision
+    assert lab_of(frozenset({"users"}), labs) == "default"
+
+
+def test_the_store_keeps_ids_per_user_and_caps_queued_requests(tmp_path: Path) -> None:
+    s = Store(tmp_path / "state/broker.db")
+    first = s.submit(_req("req-00001", 1001, "a", 0), max_queued=2)
+    assert first.state == "queued" and first.seq == 1
+    assert s.submit(_req("req-00001", 1001, "a", 5), max_queued=2).enqueued_at == 0  # a retry: the same row
+    with pytest.raises(RefusedError, match="another user's"):
+        s.submit(_req("req-00001", 1002, "b", 6), max_queued=2)
+    s.submit(_req("req-00002", 1001, "a", 1), max_queued=2)
+    with pytest.raises(TooManyQueued, match="limit is 2"):
+        s.submit(_req("req-00003", 1001, "a", 2), max_queued=2)
+    s.submit(_req("req-00003", 1001, "a", 2, wait=False), max_queued=2)  # a direct try is not queued
+    # A user cancels only their own request; an admin (uid None) any.
+    assert s.cancel("req-00001", 1002) is None
+    assert s.get("req-00001").state == "queued"  # type: ignore[union-attr]
+    assert s.cancel("req-00001", 1001).state == "cancelled"  # type: ignore[union-attr]
+    assert s.cancel("req-00002", None).state == "cancelled"  # type: ignore[union-attr]
+    s.close()
+
+
+def test_a_grant_is_two_commits_and_a_requeue_keeps_its_place(tmp_path: Path) -> None:
+    s = Store(tmp_path / "broker.db")
+    for i in range(3):
+        s.submit(_req(f"req-0000{i}", 1000 + i, "a", i), max_queued=4)
+    row = s.begin_grant("req-00000", "hostA")
+    assert row is not None and row.state == "granting" and row.host == "hostA"
+    assert s.begin_grant("req-00000", "hostB") is None  # bound to hostA until that host answers
+    s.requeue("req-00000", "busy")
+    assert [r.id for r in s.in_state("queued")] == ["req-00000", "req-00001", "req-00002"]
+    s.begin_grant("req-00001", "hostB")
+    session = {"id": "s-abc", "slice_id": "MIG-1"}
+    held = s.granted("req-00001", session, now=100.0, held_until=160.0, ends_at=100.0 + HOUR)
+    assert held is not None and held.state == "held" and held.session == session
+    assert s.last_host(1001) == "hostB"
+    assert s.usage(0, 100.0 + HOUR / 2) == {"a": HOUR / 2}
+    s.session_ended("hostB", "s-abc", 100.0 + 60)
+    assert s.usage(0, 100.0 + HOUR) == {"a": 60.0}
+    s.finish("req-00001", "claimed", only=("held",))
+    # Past the window: the ended grant is forgotten, the waiting requests never are.
+    assert s.prune(before=100.0 + 61) == 1
+    assert s.get("req-00001") is None and [r.id for r in s.live()] == ["req-00000", "req-00002"]
+    s.close()
+
+
+def test_a_second_broker_on_the_same_file_is_refused_and_the_file_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "state/broker.db"
+    s = Store(path)
+    with pytest.raises(InfrastructureError, match="another broker"):
+        Store(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    s.close()
+
+
+def test_kill_9_mid_grant_loses_nothing(tmp_path: Path) -> None:
+    """A process queues 20 requests, binds one to a host (the commit before the host's checkout) and
+    is killed: the next store finds all 20, the bound one still bound to its host and nowhere else."""
+    path = tmp_path / "state/broker.db"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from calque.session.broker.store import NewRequest, Store
+        s = Store(Path({str(path)!r}))
+        for i in range(20):
+            r = NewRequest(f"req-{{i:05d}}", 2000 + i, f"u{{i}}", "a", "mig", None, None, False, True, i, None)
+            s.submit(r, max_queued=4)
+        s.begin_grant("req-00007", "hostA")
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert res.returncode == -9, res.stderr
+    s = Store(path)  # the dead process's lock went with it
+    live = s.live()
+    assert len(live) == 20 and len({r.seq for r in live}) == 20
+    assert [(r.id, r.host) for r in s.in_state("granting")] == [("req-00007", "hostA")]
+    assert s.begin_grant("req-00007", "hostB") is None
+    s.close()
