@@ -58,6 +58,13 @@ class Lab(CalqueModel):
     share: float = Field(1.0, gt=0, description="relative: a lab with share 2 is owed twice a lab with share 1")
 
 
+class HostAddress(CalqueModel):
+    """A session host on another machine: its daemon's TCP port (``listen_tcp`` in its session config)."""
+
+    address: str = Field(min_length=1, max_length=253, description="its address or name")
+    port: int = Field(ge=1, le=65535)
+
+
 class BrokerConfig(VersionedModel):
     version_label: ClassVar[str] = "broker config"
     upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
@@ -76,6 +83,11 @@ class BrokerConfig(VersionedModel):
         default_factory=dict,
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
+    hosts: dict[str, HostAddress] = Field(
+        default_factory=dict,
+        description="session hosts on other machines: name -> their daemon's TCP address and port (munge)",
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: libmunge's)")
     mail: MailSettings | None = None
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")

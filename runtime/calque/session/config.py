@@ -71,6 +71,19 @@ class MpsGpu(CalqueModel):
     log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
+class ListenTcp(CalqueModel):
+    """The daemon's TCP port for requests from other hosts (the broker): munge-authenticated only."""
+
+    address: BindAddress = Field(description="the address to listen on (an address of this host's own network)")
+    port: int = Field(ge=1, le=65535)
+    broker_users: list[str] = Field(
+        default_factory=lambda: ["root"],
+        min_length=1,
+        description="users whose credential may act for another user (the broker's service user); by name here",
+    )
+    max_connections: int = Field(64, ge=1, le=1024, description="TCP connections served at once per worker process")
+
+
 class SessionConfig(VersionedModel):
     version_label: ClassVar[str] = "session config"
     upgrade_hint: ClassVar[str] = "upgrade calque on this host, or write the file's older version"
@@ -149,6 +162,11 @@ class SessionConfig(VersionedModel):
         pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
         description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
     )
+
+    listen_tcp: ListenTcp | None = Field(
+        None, description="also serve other hosts' munge-authenticated requests over TCP (off if unset)"
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: libmunge's, /run/munge/...)")
 
     @field_validator("notice_signal")
     @classmethod

@@ -105,6 +105,13 @@ class AuditLog:
             "reason": reason,
         }
         entry.update(extra)
+        self._append(entry)
+
+    def event(self, event: str, **fields: Any) -> None:
+        """An event about no session (a refused request from another host): its own fields."""
+        self._append({"ts": datetime.now(timezone.utc).isoformat(), "event": event, **fields})
+
+    def _append(self, entry: dict[str, Any]) -> None:
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
             self._follow_rotation()

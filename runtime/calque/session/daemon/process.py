@@ -34,12 +34,14 @@ from calque.session.daemon.host import Host
 from calque.session.daemon.listener import Listener, bind_socket, unbind_socket
 from calque.session.daemon.nodes import reconcile
 from calque.session.daemon.service import Service
+from calque.session.daemon.tcp import TcpListener, bind_tcp
 from calque.session.files import PRIVATE_UMASK
 
 log = logging.getLogger("calque.session")
 
 _ENV_CONFIG = "CALQUE_SESSION_WORKER_CONFIG"
 _ENV_FD = "CALQUE_SESSION_WORKER_FD"
+_ENV_TCP_FD = "CALQUE_SESSION_WORKER_TCP_FD"
 _ENV_PARENT = "CALQUE_SESSION_WORKER_PARENT"
 _ENV_EVENTS_FROM = "CALQUE_SESSION_EVENTS_FROM"
 
@@ -52,12 +54,15 @@ class MainProcess:
         self.host = Host.build(config, tally=True)
         self.enforcer = Enforcer(self.host, Cleanup(self.host), NodeGuard(self.host))
         self._stopping = threading.Event()
+        self._tcp_fd: int | None = None
 
     def serve_forever(self) -> None:
         reconcile(self.host)
         raise_descriptor_limit()
         sock = bind_socket(self.config.socket)
         fd = sock.fileno()
+        tcp = bind_tcp(self.config.listen_tcp) if self.config.listen_tcp is not None else None
+        self._tcp_fd = tcp.fileno() if tcp is not None else None
         roles = ["worker_main"] * self.config.processes
         if self.config.metrics_port is not None or self.config.metrics_textfile is not None:
             roles.append("metrics_main")
@@ -83,6 +88,8 @@ class MainProcess:
                     child.kill()
                     child.wait(5)
             unbind_socket(sock, self.config.socket)
+            if tcp is not None:
+                tcp.close()
             self.enforcer.stop()
             self.host.close()
 
@@ -92,11 +99,16 @@ class MainProcess:
         assert self.host.tally is not None
         env[_ENV_EVENTS_FROM] = str(self.host.tally.start)  # events count from the daemon's start
         worker = entry == "worker_main"
+        fds: tuple[int, ...] = ()
         if worker:
             env[_ENV_FD] = str(fd)
+            fds = (fd,)
+            if self._tcp_fd is not None:
+                env[_ENV_TCP_FD] = str(self._tcp_fd)
+                fds = (fd, self._tcp_fd)
         return subprocess.Popen(
             [sys.executable, "-c", f"from calque.session.daemon.process import {entry}; {entry}()"],
-            pass_fds=(fd,) if worker else (),
+            pass_fds=fds,
             env=env,
         )
 
@@ -146,9 +158,13 @@ def worker_main() -> None:
     raise_descriptor_limit()
     host = Host.build(config, events_from=events_from, tally=True)
     cleanup = Cleanup(host)
-    listener = Listener(Service(host, cleanup), fd)
+    service = Service(host, cleanup)
+    listener = Listener(service, fd)
+    tcp_fd = os.environ.pop(_ENV_TCP_FD, None)
     cleanup.start()
     listener.start()
+    if tcp_fd is not None:
+        TcpListener(service, int(tcp_fd)).start()
     _until_told_or_orphaned(threading.Event(), parent)
     listener.drain(5.0)
     host.audit.close()
