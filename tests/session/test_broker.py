@@ -456,3 +456,18 @@ def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user:
         out, err = waiter.communicate(timeout=30)
         assert waiter.returncode == 0, err
         assert json.loads(out)["session"]["user"] == alice.name
+
+
+def test_wait_timeout_gives_up_in_time_and_shell_exports_name_the_host(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1}) as broker:
+        broker.start()
+        alice, bob = make_user(), make_user()
+        res = broker.cli(bob, "session", "checkout", "--anywhere", "--ttl", "1h", "--shell")
+        assert res.returncode == 0, res.stderr
+        assert "export CALQUE_SESSION_HOST=hostA" in res.stdout and "export CUDA_VISIBLE_DEVICES=MIG-" in res.stdout
+        started = time.monotonic()
+        res = broker.cli(alice, "session", "checkout", "--anywhere", "--wait", "--wait-timeout", "2s")
+        took = time.monotonic() - started
+        assert res.returncode == 5 and "waited" in res.stderr and "hostA: MIG-" in res.stderr, res.stderr
+        assert 2.0 <= took < 10.0, took
+        assert not _waiting(broker, alice)  # it left the queue

@@ -148,3 +148,29 @@ def test_checkin_stops_what_the_holder_left_running_on_the_slice(host: Host, mak
             proc.kill()
             proc.wait()
     assert log.read_text().splitlines()[1].startswith("SIGTERM")
+
+
+def test_a_second_notice_comes_before_the_end_on_the_terminals_and_an_extension_starts_them_again(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice = make_user()
+    host.start(notice_before=4.0, final_notice_before=2.0, kill_grace=0.3)
+    s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "6s", "--json", check=True).stdout)
+    log = host.dir / "alice.log"
+    worker = _spawn(host, alice, log, "exit-on-term")
+    try:
+        host.sim.add_process(s["slice_id"], worker.pid)
+
+        def notices() -> list[dict[str, object]]:
+            return [e for e in host.audit_events() if e["session"] == s["id"] and e["event"] == "notice"]
+
+        assert wait_for(lambda: len(notices()) == 2, 15), notices()
+        first, final = notices()
+        assert first["pids"] == [worker.pid] and final["pids"] == []  # the signal once, the terminal line twice
+        assert log.read_text().count("SIGUSR1") == 1
+        # Extended: the deadline moved, so both notices come again before the new one.
+        assert host.cli(alice, "session", "extend", s["id"], "--by", "3s").returncode == 0
+        assert wait_for(lambda: len(notices()) == 4, 15), notices()
+    finally:
+        worker.kill()
+        worker.wait()

@@ -114,6 +114,11 @@ class SessionConfig(VersionedModel):
     default_ttl: Seconds = 3600
     max_total_ttl: Seconds = 12 * 3600
     notice_before: Seconds = 300
+    final_notice_before: Seconds | None = Field(
+        60,
+        gt=0,
+        description="a last line on the holder's terminals this long before the end (off if unset or >= notice_before)",
+    )
     notice_signal: str = "SIGUSR1"
     kill_grace: Seconds = 10
     reassert_every: Seconds = Field(

@@ -136,7 +136,8 @@ class BrokerService:
                     waited = time.time() - row.enqueued_at
                     raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
                 continue
-            if not row.wait and row.state == "granting" and not self.granter.busy_with(row.id):
+            past = deadline is not None and time.time() >= deadline
+            if (not row.wait or past) and row.state == "granting" and not self.granter.busy_with(row.id):
                 raise UnreachableError(
                     f"host {row.host} did not answer the checkout; the broker asks it again with the same request "
                     f"id ({row.id}) and gives back, unclaimed, what it grants there; try again"
@@ -148,6 +149,9 @@ class BrokerService:
 
     def _ended(self, row: Row) -> Grant:
         note = row.note or ""
+        if row.state == "timedout":  # the loop's timer may get there before this thread does
+            waited = time.time() - row.enqueued_at
+            raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
         if row.state == "refused" and "busy" in note:
             raise NothingFreeError(self._busy_message(row.kind, row.profile, 0))
         raise RefusedError(f"request {row.id} is {row.state}" + (f": {note}" if note else ""))

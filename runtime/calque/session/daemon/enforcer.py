@@ -109,10 +109,12 @@ class Enforcer:
             if h.expires <= now:
                 self._start_reclaim(h, "expired", "expiry")
                 continue
-            notice_at = h.expires - self.cfg.notice_before
-            if not h.session.notice_sent:
+            marks = self._notice_marks
+            if h.notices < len(marks):
+                notice_at = h.expires - marks[h.notices]
                 if notice_at <= now:
-                    self._notice(h, now)
+                    # Every mark already passed counts as sent: one notice, not two in a row.
+                    self._notice(h, now, sent=sum(1 for m in marks if h.expires - m <= now), first=h.notices == 0)
                 else:
                     next_due = min(next_due, notice_at)
             next_due = min(next_due, h.expires)
@@ -132,16 +134,23 @@ class Enforcer:
         self.guard.check(live, everything=reassert)
         return next_due - time.time()
 
-    def _notice(self, h: Held, now: float) -> None:
+    @property
+    def _notice_marks(self) -> list[float]:
+        """Seconds before the end a notice goes out: ``notice_before``, then ``final_notice_before``."""
+        final = self.cfg.final_notice_before
+        return [self.cfg.notice_before] + ([final] if final is not None and final < self.cfg.notice_before else [])
+
+    def _notice(self, h: Held, now: float, sent: int = 1, first: bool = True) -> None:
         left = max(0, int(h.expires - now))
         msg = (
             f"session {h.session.id} on {h.slice.id} ends in {left} s; "
             f"`calque session extend {h.session.id} --by 30m` or save your work"
         )
-        pids = processes_on(self.host.reader, h.slice, h.session.uid)
-        signalled = signal_pids(pids, h.session.uid, self._notice_sig)
+        # The signal goes with the first notice only: a workload's handler runs once per deadline.
+        pids = processes_on(self.host.reader, h.slice, h.session.uid) if first else []
+        signalled = signal_pids(pids, h.session.uid, self._notice_sig) if first else []
         ttys = notify_terminals(h.session.uid, msg)
-        self.host.registry.mark_notice(h.session.id)
+        self.host.registry.mark_notice(h.session.id, sent)
         self.host.audit.record("notice", h, by_uid=0, reason=f"{left} s left", pids=signalled, terminals=ttys)
 
     def _start_reclaim(self, h: Held, reason: str, event: str) -> None:

@@ -184,7 +184,7 @@ class Registry:
             end_reason=row["end_reason"],
             env=env,
         )
-        return Held(session=s, slice=sl, last_active=row["last_active"])
+        return Held(session=s, slice=sl, last_active=row["last_active"], notices=row["notice_sent"])
 
     def live(self, uid: int | None = None) -> list[Held]:
         with self._rlock:
@@ -383,8 +383,9 @@ class Registry:
             (new_expiry, session_id),
         )
 
-    def mark_notice(self, session_id: str) -> None:
-        self._update(session_id, "UPDATE sessions SET notice_sent=1 WHERE id=?", (session_id,))
+    def mark_notice(self, session_id: str, sent: int = 1) -> None:
+        """``sent`` end notices are done for this deadline (an extension starts them again)."""
+        self._update(session_id, "UPDATE sessions SET notice_sent=? WHERE id=?", (sent, session_id))
 
     def touch(self, session_id: str, now: float) -> None:
         self._update(session_id, "UPDATE sessions SET last_active=? WHERE id=? AND ended_at IS NULL", (now, session_id))

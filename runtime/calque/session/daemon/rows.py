@@ -52,6 +52,7 @@ class Held:
     slice: Slice
     last_active: float
     handed_from: int | None = None  # a fresh checkout: the slice's last holder, when another uid
+    notices: int = 0  # end notices sent since the deadline last moved (config: notice_before, final_notice_before)
 
     @property
     def expires(self) -> float:
