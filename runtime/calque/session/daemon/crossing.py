@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import pwd
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -50,7 +51,7 @@ class Crossing:
         audit: AuditLog,
         *,
         broker_users: list[str],
-        munge_socket: Any = None,
+        munge_socket: Path | None = None,
     ) -> None:
         self.host_name = host_name
         self.identities = identities
