@@ -8,12 +8,15 @@ import json
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from calque.errors import RefusedError, UsageError
+from calque.models.crossing import CrossingRequest, binding
+from calque.session import munge
 from calque.session.remote import RemoteHost
 
 from .conftest import CLI, Host, User
@@ -150,9 +153,16 @@ def test_forged_replayed_other_host_and_changed_bodies_are_refused_and_audited(
         signed = json.loads(link.request("checkout", checkout_args("r-change-01"), request_id="r-change-01"))
         with pytest.raises(RefusedError, match="does not match its munge credential"):
             link.send(json.dumps({**signed, **change}).encode() + b"\n")
+    # expired: a credential past its time to live (1 s here; munge's default is 5 min)
+    rid = "r-expire-01"
+    cred = munge.encode(binding("status", {}, rid, "hostA", alice.name, "root"), socket=md.socket, ttl=1)
+    late = CrossingRequest(op="status", request_id=rid, host="hostA", user="root", as_user=alice.name, credential=cred)
+    time.sleep(2.2)
+    with pytest.raises(RefusedError, match=r"(?i)expired"):
+        link.send(late.model_dump_json().encode() + b"\n")
     reasons = [e["reason"] for e in refusals(h)]
     assert reasons[0] in ("cred_invalid", "bad_mac")
-    assert reasons[1:] == ["cred_replayed", "other_host", "mismatch", "mismatch", "mismatch"]
+    assert reasons[1:] == ["cred_replayed", "other_host", "mismatch", "mismatch", "mismatch", "cred_expired"]
     assert not any(s.busy for s in h.client().list_slices())  # none of them checked anything out
 
 
