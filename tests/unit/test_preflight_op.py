@@ -11,6 +11,7 @@ KNOWN = [
     "calque_session_service_max_total_ttl",
     "calque_session_service_settings",
     "calque_session_service_user_limits",
+    "calque_session_service_listen_tcp",
     "calque_gpu_layout_mig_configs",
 ]
 
@@ -67,3 +68,13 @@ def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
         ("t2",): str(tmp_path / "group_vars/teaching.yml"),
         ("r1",): str(tmp_path / "group_vars/all/sessions.yml"),
     }
+
+
+def test_a_tcp_listener_is_checked_by_the_daemons_model_and_empty_is_off() -> None:
+    assert _run({"a": {"variables": {"calque_session_service_listen_tcp": {}}}}) == []
+    ok = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "port": 7824, "broker_users": ["calque"]}}
+    assert _run({"a": {"variables": ok}}) == []
+    bad = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "prot": 7824}}
+    found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}
+    assert set(found) == {"calque_session_service_listen_tcp"}, found
+    assert "prot" in found["calque_session_service_listen_tcp"] or "port" in found["calque_session_service_listen_tcp"]

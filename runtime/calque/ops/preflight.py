@@ -36,6 +36,7 @@ SESSION_KEYS = {
     "mps": "calque_session_service_mps",
     "mps_user_model": "calque_session_service_mps_user_model",
     "spot": "calque_session_service_spot",
+    "listen_tcp": "calque_session_service_listen_tcp",  # rendered only when set ({} is off)
 }
 POLICY_KEYS = {
     "admin_group": "calque_session_service_admin_group",
@@ -93,7 +94,7 @@ def _session_doc(v: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, ...
     doc: dict[str, Any] = {"version": 1}
     source: dict[tuple[str, ...], str] = {}
     for key, var in SESSION_KEYS.items():
-        if var in v:
+        if var in v and not (key == "listen_tcp" and not v[var]):
             doc[key], source[(key,)] = v[var], var
     policy: dict[str, Any] = {}
     for key, var in POLICY_KEYS.items():
