@@ -61,7 +61,8 @@ def _broker(path: Path) -> dict[str, Any]:
     return {
         "socket": str(cfg.socket),
         "db": str(cfg.db),
-        "institution": str(cfg.institution),
+        "hosts": sorted(cfg.local_hosts),
+        "labs": sorted(cfg.labs),
         "tcp": f"{cfg.tcp_addr}:{cfg.tcp_port}" if cfg.tcp_addr else None,
         "mail": cfg.mail.relay if cfg.mail else None,
     }

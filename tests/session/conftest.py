@@ -28,6 +28,8 @@ from calque.gpu.sim import SimGpu
 from calque.models import MigDevice
 from calque.session.client.connection import SessionClient
 
+from .munged import munged  # noqa: F401 (a fixture of the cross-host tests)
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv/bin/python"
 SITE = next((REPO / ".venv/lib").glob("python3*/site-packages"))

@@ -1,59 +1,92 @@
-"""A private munged for tests: its own key (1024 random bytes, 0400), socket, log, pid and seed files
-in a directory of its own, stopped afterwards. Two munged with the same key are two hosts of one
-institution; one with another key is a forger's."""
+"""A private munged for tests: its own key (1 KiB from /dev/urandom, 0400), socket, pid, log and seed
+files in a directory other users can traverse (their processes make credentials too). Started as
+root, stopped (SIGTERM, then waited for) afterwards."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+
+MUNGED = shutil.which("munged", path="/usr/sbin:/usr/bin:/sbin")
 
 
 @dataclass
 class Munged:
     dir: Path
-    key: Path
 
     @property
     def socket(self) -> Path:
-        return self.dir / "munge.sock"
+        return self.dir / "munge.socket"
+
+    @property
+    def key(self) -> Path:
+        return self.dir / "munge.key"
 
 
-def new_key(path: Path) -> Path:
-    path.write_bytes(os.urandom(1024))
-    path.chmod(0o400)
-    return path
-
-
-@contextmanager
-def munged(key: Path | None = None) -> Iterator[Munged]:
-    """A munged on a socket of its own (its directory other users can reach: clients run as test users)."""
-    d = Path(tempfile.mkdtemp(prefix="calque-munge-", dir="/tmp"))
+def start_munged(d: Path, key: bytes | None = None) -> Munged:
     d.chmod(0o755)
-    if key is None:
-        key = new_key(d / "munge.key")
-    m = Munged(d, key)
-    args = [
-        "munged",
-        "--force",
-        f"--key-file={key}",
-        f"--socket={m.socket}",
-        f"--log-file={d / 'munged.log'}",
-        f"--pid-file={d / 'munged.pid'}",
-        f"--seed-file={d / 'munged.seed'}",
-    ]
-    subprocess.run(args, check=True, capture_output=True, timeout=30)
+    m = Munged(d)
+    m.key.write_bytes(key if key is not None else os.urandom(1024))
+    m.key.chmod(0o400)
+    assert MUNGED is not None
+    subprocess.run(
+        [
+            MUNGED,
+            f"--socket={m.socket}",
+            f"--key-file={m.key}",
+            f"--pid-file={d / 'munged.pid'}",
+            f"--log-file={d / 'munged.log'}",
+            f"--seed-file={d / 'munged.seed'}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    deadline = time.monotonic() + 10
+    while not m.socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return m
+
+
+def stop_munged(m: Munged) -> None:
+    pid_file = m.dir / "munged.pid"
     try:
-        deadline = time.monotonic() + 10
-        while not m.socket.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def munged() -> Iterator[Munged]:
+    if MUNGED is None:
+        pytest.skip("munged is not installed (Debian: apt install munge)")
+    if os.geteuid() != 0:
+        pytest.skip("the test munged runs as root")
+    d = Path(tempfile.mkdtemp(prefix="calque-munge-", dir="/tmp"))
+    m = start_munged(d)
+    try:
         yield m
     finally:
-        subprocess.run(["munged", "--stop", f"--socket={m.socket}"], capture_output=True, timeout=30)
+        stop_munged(m)
         shutil.rmtree(d, ignore_errors=True)

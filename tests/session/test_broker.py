@@ -337,6 +337,14 @@ def test_a_session_on_another_host_is_extended_read_and_checked_in_by_its_holder
         assert json.loads(res.stdout)["expires_at"] > g["session"]["expires_at"]
         env = broker.cli(alice, "session", "env", ref, "--shell")
         assert env.returncode == 0 and f"CALQUE_SESSION_ID={g['session']['id']}" in env.stdout, env.stderr
+
+        # Holders are the admins' to see (and the holder's own), across hosts as on one.
+        def holders(user: User | None) -> set[str]:
+            views = json.loads(broker.cli(user, "session", "list", "--all", "--json").stdout)
+            return {st["holder"] for v in views for st in v["slices"] if st.get("holder")}
+
+        assert wait_for(lambda: holders(None) == {alice.name}, timeout=10)
+        assert holders(alice) == {alice.name} and holders(mallory) == set()
         # Another user names it: the host refuses, as it would on the host itself.
         for verb in (["checkin", ref], ["extend", ref, "--by", "1h"]):
             res = broker.cli(mallory, "session", *verb)

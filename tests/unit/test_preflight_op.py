@@ -72,7 +72,7 @@ def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
 
 def test_a_tcp_listener_is_checked_by_the_daemons_model_and_empty_is_off() -> None:
     assert _run({"a": {"variables": {"calque_session_service_listen_tcp": {}}}}) == []
-    ok = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "port": 7824, "broker_users": ["calque"]}}
+    ok = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "port": 7461}}
     assert _run({"a": {"variables": ok}}) == []
     bad = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "prot": 7824}}
     found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}

@@ -202,7 +202,6 @@ def add_to(session: click.Group) -> None:
     )
     @click.option("--socket", "socket_path", type=click.Path(path_type=Path), default=None, help="Its unix socket.")
     @click.option("--db", type=click.Path(path_type=Path), default=None, help="The queue's SQLite file.")
-    @click.option("--institution", type=click.Path(path_type=Path), default=None, help="institution.yaml.")
     def broker(config_path: Path | None, **paths: Any) -> None:
         """Run the institution's broker (on the front-door host, under systemd: calque-broker.service)."""
         import os

@@ -1,6 +1,5 @@
 """The broker's configuration file (``/etc/calque/broker.yaml``): where it keeps its queue, where it
-listens, and the queue's rules. The institution (hosts, labs and their shares) is
-``/etc/calque/institution.yaml``, read by the broker and the host daemons alike.
+listens, the queue's rules, the labs and their shares, and the hosts it reaches on its own machine.
 
 Beside ``config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
 execs the broker, as ``calque session serve`` does the daemon's.
@@ -20,7 +19,6 @@ from calque.models.base import BindAddress, CalqueModel, VersionedModel
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
 DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
-DEFAULT_INSTITUTION = Path("/etc/calque/institution.yaml")
 DEFAULT_BROKER_PORT = 7823
 
 
@@ -58,20 +56,12 @@ class Lab(CalqueModel):
     share: float = Field(1.0, gt=0, description="relative: a lab with share 2 is owed twice a lab with share 1")
 
 
-class HostAddress(CalqueModel):
-    """A session host on another machine: its daemon's TCP port (``listen_tcp`` in its session config)."""
-
-    address: str = Field(min_length=1, max_length=253, description="its address or name")
-    port: int = Field(ge=1, le=65535)
-
-
 class BrokerConfig(VersionedModel):
     version_label: ClassVar[str] = "broker config"
     upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
     version: int = BROKER_CONFIG_VERSION
     socket: Path = DEFAULT_BROKER_SOCKET
     db: Path = Path("/var/lib/calque/broker.db")
-    institution: Path = DEFAULT_INSTITUTION
     tcp_addr: BindAddress | None = Field(
         None, description="the address the host daemons nudge (UDP) and other hosts reach the broker at (off if unset)"
     )
@@ -83,9 +73,9 @@ class BrokerConfig(VersionedModel):
         default_factory=dict,
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
-    hosts: dict[str, HostAddress] = Field(
-        default_factory=dict,
-        description="session hosts on other machines: name -> their daemon's TCP address and port (munge)",
+    institution: Path = Field(
+        Path("/etc/calque/institution.yaml"),
+        description="the institution's hosts: those not in local_hosts are reached at their TCP address with munge",
     )
     munge_socket: Path | None = Field(None, description="munged's socket (default: libmunge's)")
     mail: MailSettings | None = None

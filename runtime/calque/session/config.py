@@ -71,17 +71,12 @@ class MpsGpu(CalqueModel):
     log_directory: str | None = Field(None, description="defaults to mps_log_root/gpu<N>")
 
 
-class ListenTcp(CalqueModel):
-    """The daemon's TCP port for requests from other hosts (the broker): munge-authenticated only."""
+class TcpListen(CalqueModel):
+    """Where the daemon listens for munge-authenticated requests from other hosts (the broker's, or a
+    user's own ``--anywhere`` client); the unix socket stays the local path."""
 
-    address: BindAddress = Field(description="the address to listen on (an address of this host's own network)")
-    port: int = Field(ge=1, le=65535)
-    broker_users: list[str] = Field(
-        default_factory=lambda: ["root"],
-        min_length=1,
-        description="users whose credential may act for another user (the broker's service user); by name here",
-    )
-    max_connections: int = Field(64, ge=1, le=1024, description="TCP connections served at once per worker process")
+    address: BindAddress
+    port: int = Field(7461, ge=1, le=65535)
 
 
 class SessionConfig(VersionedModel):
@@ -159,19 +154,24 @@ class SessionConfig(VersionedModel):
         "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
     )
     metrics_textfile: Path | None = Field(None, description="also write metrics to this *.prom file for node_exporter")
+    listen_tcp: TcpListen | None = Field(
+        None, description="serve munge-authenticated requests from other hosts (off if unset)"
+    )
     host_name: str | None = Field(
-        None, min_length=1, max_length=253, description="this host's name in the institution (default: its hostname)"
+        None, min_length=1, max_length=253, description="this host's name in institution.yaml (default: its hostname)"
+    )
+    institution: Path = Field(
+        Path("/etc/calque/institution.yaml"), description="the institution's hosts, broker and labs"
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
+    max_tcp_connections: int = Field(
+        256, ge=1, le=4096, description="TCP connections one client address may hold open per worker process"
     )
     broker_nudge: str | None = Field(
         None,
         pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
         description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
     )
-
-    listen_tcp: ListenTcp | None = Field(
-        None, description="also serve other hosts' munge-authenticated requests over TCP (off if unset)"
-    )
-    munge_socket: Path | None = Field(None, description="munged's socket (default: libmunge's, /run/munge/...)")
 
     @field_validator("notice_signal")
     @classmethod

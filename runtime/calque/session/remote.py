@@ -1,90 +1,113 @@
-"""A host daemon on another machine, over TCP with munge: the broker's ``HostLink`` there.
+"""The client of another host's session daemon, over TCP: one request per connection, each carrying a
+munge credential this very process makes (so munge vouches for its uid), bound to the request.
 
-Each call carries a munge credential this process makes (munged vouches for its uid) whose payload
-binds the request (``calque.models.crossing``); the host's daemon decodes it with its own munged and
-serves the user ``as_user`` names only when this process is the broker's service user. One request
-per connection, like the unix socket.
+``RemoteHost(name, address, port).call(op, args, request_id=...)`` answers what the local client's
+call answers, and raises the same errors (a refusal stays exit 4, a busy host exit 5, no answer exit 6).
+The broker passes ``as_user`` to act for a user; the host daemon accepts that from the broker's service
+uid only. Used by the CLI and the broker; it never imports the daemon.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from calque.errors import UnreachableError
-from calque.models.crossing import CrossingRequest, binding
-from calque.models.session import SessionResponse
+from calque.errors import InfrastructureError
+from calque.models.institution import RemoteRequest, binding
 from calque.session import munge
 from calque.session.broker.hosts import NotSent
-from calque.session.broker.local import MAX_ANSWER
-from calque.session.broker.local import _error as answer_error
+from calque.session.client.connection import MAX_RESPONSE_BYTES, decode_response
+
+# Ops safe to send twice: checkout's request id makes it idempotent, the rest change nothing.
+_RETRY_AFTER_SEND = {"checkout", "status", "list", "report", "ping", "whoami", "metrics"}
 
 
-def _me() -> str:
+def new_request_id() -> str:
+    return os.urandom(16).hex()
+
+
+def own_user_name() -> str:
+    uid = os.getuid()
     try:
-        return pwd.getpwuid(os.getuid()).pw_name
+        return pwd.getpwuid(uid).pw_name
     except KeyError as exc:
-        raise NotSent(f"uid {os.getuid()} has no user name here: hosts map users by name") from exc
+        raise InfrastructureError(
+            f"uid {uid} has no user name on this host: requests to other hosts name users"
+        ) from exc
 
 
+@dataclass
 class RemoteHost:
-    """``HostLink`` to the daemon of host ``name`` listening at ``address``:``port``."""
+    name: str  # the host's name as the institution file gives it (the credential is bound to it)
+    address: str
+    port: int
+    munge_socket: Path | None = None
+    timeout: float = 30.0
+    retry_for: float = 3.0
 
-    def __init__(
-        self, name: str, address: str, port: int, munge_socket: Path | None = None, timeout: float = 5.0
-    ) -> None:
-        self.name = name
-        self.address = address
-        self.port = port
-        self.munge_socket = munge_socket
-        self.timeout = timeout
-
-    def request(self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None) -> bytes:
-        """The request's line, with a fresh credential (each is decoded once: munged's replay cache)."""
-        user = _me()
-        try:
-            cred = munge.encode(binding(op, args, request_id, self.name, as_user, user), socket=self.munge_socket)
-        except munge.MungeError as exc:
-            raise NotSent(f"host {self.name}: {exc}") from exc
-        req = CrossingRequest.model_validate(
-            {"op": op, "args": args, "request_id": request_id, "host": self.name, "user": user}
-            | ({"as_user": as_user} if as_user is not None else {})
-            | {"credential": cred}
+    def envelope(
+        self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None, user: str | None = None
+    ) -> RemoteRequest:
+        """The request as it goes on the wire, with a fresh credential bound to it."""
+        user = user or own_user_name()
+        payload = binding(op, args, request_id, self.name, user, as_user)
+        cred = munge.encode(payload, socket=self.munge_socket)
+        return RemoteRequest.model_validate(
+            {
+                "op": op,
+                "args": args,
+                "request_id": request_id,
+                "host": self.name,
+                "user": user,
+                "as_user": as_user,
+                "credential": cred,
+            }
         )
-        return req.model_dump_json(exclude_none=True).encode() + b"\n"
 
-    def call(self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None) -> Any:
-        return self.send(self.request(op, args, request_id=request_id, as_user=as_user))
-
-    def send(self, line: bytes) -> Any:
-        where = f"host {self.name} ({self.address}:{self.port})"
-        try:
-            s = socket.create_connection((self.address, self.port), timeout=self.timeout)
-        except OSError as exc:
-            raise NotSent(f"cannot connect to {where}: {exc.strerror or exc}") from exc
-        buf = bytearray()
-        with s:
+    def call(self, op: str, args: dict[str, Any] | None = None, *, request_id: str, as_user: str | None = None) -> Any:
+        """Send one request; its result, or the error the daemon answered as a CalqueError. A retry
+        after a lost answer sends a new credential (a credential decodes once) with the same request id."""
+        args = dict(args or {})
+        if op == "checkout":
+            args.setdefault("request_id", request_id)  # the host's idempotence key for the grant
+        start = time.monotonic()
+        delay = 0.05
+        while True:
+            line = self.envelope(op, args, request_id=request_id, as_user=as_user).model_dump_json().encode() + b"\n"
+            sent = False
             try:
-                s.sendall(line)
-                while b"\n" not in buf and len(buf) <= MAX_ANSWER:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    buf += chunk
+                with socket.create_connection((self.address, self.port), timeout=self.timeout) as s:
+                    s.sendall(line)
+                    sent = True
+                    return decode_response(self._read(s), f"the session daemon on {self.name}")
             except OSError as exc:
-                raise UnreachableError(f"{where}: {exc.strerror or exc}") from exc
-        if b"\n" not in buf:
-            raise UnreachableError(f"{where} closed the connection without answering")
-        try:
-            resp = SessionResponse.model_validate_json(bytes(buf[: buf.index(b"\n")]))
-        except ValidationError as exc:
-            raise UnreachableError(f"{where} answered something that is not the session protocol") from exc
-        if not resp.ok:
-            err = resp.error
-            raise answer_error(err.kind if err else "internal", err.message if err else "no error given")
-        return resp.result
+                retryable = (not sent and exc.errno in (errno.ECONNREFUSED, errno.EAGAIN)) or (
+                    sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
+                )
+                if not retryable or time.monotonic() + delay > start + self.retry_for:
+                    where = f"{self.name} ({self.address}:{self.port})"
+                    if not sent:
+                        raise NotSent(  # an UnreachableError (exit 6) the broker can tell: nothing reached the host
+                            f"cannot reach the session daemon on {where}: {exc.strerror or exc}; "
+                            "is calque-session.service running there with listen_tcp set?"
+                        ) from exc
+                    raise InfrastructureError(f"the session daemon on {where} did not answer: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _read(self, s: socket.socket) -> bytes:
+        buf = bytearray()
+        while b"\n" not in buf:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "the daemon closed the connection without answering")
+            buf += chunk
+            if len(buf) > MAX_RESPONSE_BYTES:
+                raise InfrastructureError(f"the session daemon on {self.name} sent an oversized response")
+        return bytes(buf[: buf.index(b"\n")])

@@ -213,14 +213,20 @@ class SessionClient:
         return bytes(buf[: buf.index(b"\n")])
 
     def _decode(self, raw: bytes) -> Any:
-        try:
-            resp = SessionResponse.model_validate_json(raw)
-        except ValidationError as exc:
-            why = format_validation_error(exc, "the session daemon sent a response this client cannot read")
-            raise InfrastructureError(why) from exc
-        except json.JSONDecodeError as exc:
-            raise InfrastructureError(f"the session daemon sent a response this client cannot read: {exc}") from exc
-        if not resp.ok:
-            assert resp.error is not None
-            raise _error_for(resp.error.kind, resp.error.message)
-        return resp.result
+        return decode_response(raw)
+
+
+def decode_response(raw: bytes, who: str = "the session daemon") -> Any:
+    """The result in a daemon's answer line, or its error as the CalqueError that keeps its exit code."""
+    try:
+        resp = SessionResponse.model_validate_json(raw)
+    except ValidationError as exc:
+        raise InfrastructureError(
+            format_validation_error(exc, f"{who} sent a response this client cannot read")
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise InfrastructureError(f"{who} sent a response this client cannot read: {exc}") from exc
+    if not resp.ok:
+        assert resp.error is not None
+        raise _error_for(resp.error.kind, resp.error.message)
+    return resp.result

@@ -87,6 +87,11 @@ class AuditLog:
         st = os.fstat(fd)
         return st.st_ino, st.st_dev
 
+    def event(self, event: str, **fields: Any) -> None:
+        """An event about no session (a refused request from another host)."""
+        entry: dict[str, Any] = {"ts": datetime.now(timezone.utc).isoformat(), "event": event, **fields}
+        self._write(entry)
+
     def record(self, event: str, held: Held, *, by_uid: int | None = None, reason: str = "", **extra: Any) -> None:
         s = held.session
         entry: dict[str, Any] = {
@@ -105,13 +110,9 @@ class AuditLog:
             "reason": reason,
         }
         entry.update(extra)
-        self._append(entry)
+        self._write(entry)
 
-    def event(self, event: str, **fields: Any) -> None:
-        """An event about no session (a refused request from another host): its own fields."""
-        self._append({"ts": datetime.now(timezone.utc).isoformat(), "event": event, **fields})
-
-    def _append(self, entry: dict[str, Any]) -> None:
+    def _write(self, entry: dict[str, Any]) -> None:
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         with self._lock:
             self._follow_rotation()

@@ -153,10 +153,14 @@ class FrontDoor:
         max_bytes: int,
         timeout: float,
         quick: Callable[[bytes], bool] = lambda line: False,
+        identify: Callable[[socket.socket], tuple[int, int, int]] = peer_credentials,
     ) -> None:
+        """``identify`` names a connection (pid, uid, gid) for the per-uid bound and the fair queue:
+        SO_PEERCRED on the unix socket; on TCP, a key of the client's address (a negative number)."""
         self.listener = listener
         self.handle = handle
         self.quick = quick
+        self.identify = identify
         self.per_uid = per_uid
         self.max_bytes = max_bytes
         self.timeout = timeout
@@ -235,7 +239,7 @@ class FrontDoor:
                     time.sleep(0.05)  # the socket stays readable: do not spin until a descriptor frees
                 return
             try:
-                pid, uid, gid = peer_credentials(sock)
+                pid, uid, gid = self.identify(sock)
             except OSError:
                 sock.close()
                 continue
@@ -254,7 +258,8 @@ class FrontDoor:
             self._epoll.register(sock.fileno(), select.EPOLLIN)
 
     def _refuse(self, sock: socket.socket, uid: int) -> None:
-        msg = f"uid {uid} already has {self.per_uid} connections open to the session daemon; close some and retry"
+        who = f"uid {uid}" if uid >= 0 else "this address"
+        msg = f"{who} already has {self.per_uid} connections open to the session daemon; close some and retry"
         try:
             sock.send(error("refused", msg), socket.MSG_DONTWAIT)
             sock.shutdown(socket.SHUT_WR)

@@ -63,11 +63,6 @@ class Host:
             broker_nudge=_nudger(config),
         )
 
-    @property
-    def name(self) -> str:
-        """This host's name in the institution (what a session id names it by: ``s-...@NAME``)."""
-        return self.config.host_name or socket.gethostname().split(".")[0]
-
     def close(self) -> None:
         self.registry.close()
         self.audit.close()
@@ -77,4 +72,4 @@ def _nudger(config: SessionConfig) -> Nudger | None:
     if config.broker_nudge is None:
         return None
     addr, _, port = config.broker_nudge.rpartition(":")
-    return Nudger(config.host_name or socket.gethostname().split(".")[0], addr.strip("[]"), int(port))
+    return Nudger(config.host_name or socket.gethostname(), addr.strip("[]"), int(port))  # as crosshost.py names it

@@ -1,5 +1,7 @@
-"""The listening socket (bound by the main process, inherited by the workers) and, in a worker
-process, the front door serving it: each request parsed, its caller named, the service's answer sent."""
+"""The listening sockets (bound by the main process, inherited by the workers) and, in a worker
+process, the front doors serving them: each request parsed, its caller named, the service's answer
+sent. The unix socket's caller is whoever SO_PEERCRED says; the TCP socket's (``listen_tcp``) is whom
+the request's munge credential vouches for (``crosshost.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import logging
 import os
 import socket
 import time
+import zlib
 from pathlib import Path
 
+from calque.session.config import TcpListen
 from calque.session.daemon.frontdoor import Conn, FrontDoor
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError, error, ok, parse_request, quick_request
@@ -30,6 +34,26 @@ def bind_socket(path: Path) -> socket.socket:
     return sock
 
 
+def bind_tcp(listen: TcpListen) -> socket.socket:
+    """The main process's TCP socket for requests from other hosts (each carries a munge credential)."""
+    family = socket.AF_INET6 if ":" in listen.address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((listen.address, listen.port))
+    sock.listen(BACKLOG)
+    return sock
+
+
+def _address_key(sock: socket.socket) -> tuple[int, int, int]:
+    """A TCP connection's key for the front door's per-client bound and fair queue: its address, as a
+    negative number (never a uid). The caller's identity comes later, from its credential."""
+    try:
+        host = sock.getpeername()[0]
+    except OSError:
+        host = "?"
+    return 0, -1 - (zlib.crc32(host.encode()) & 0x7FFFFFFF), 0
+
+
 def unbind_socket(sock: socket.socket, path: Path) -> None:
     sock.close()
     with contextlib.suppress(OSError):
@@ -39,10 +63,26 @@ def unbind_socket(sock: socket.socket, path: Path) -> None:
 class Listener:
     """A worker process's front door on the inherited socket, serving ``service``."""
 
-    def __init__(self, service: Service, fd: int) -> None:
+    def __init__(self, service: Service, fd: int, tcp_fd: int | None = None) -> None:
         self.service = service
         cfg = service.host.config
         self.sock = socket.socket(fileno=fd)
+        self.tcp: FrontDoor | None = None
+        if tcp_fd is not None:
+            from calque.session.daemon.crosshost import CrossHost
+            from calque.session.institution import load_institution
+
+            self.crosshost = CrossHost(service, load_institution(cfg.institution))
+            self.tcp = FrontDoor(
+                socket.socket(fileno=tcp_fd),
+                self._serve_tcp,
+                threads=cfg.max_connections,
+                per_uid=cfg.max_tcp_connections,
+                max_bytes=cfg.max_request_bytes,
+                timeout=cfg.request_timeout,
+                quick=quick_request,
+                identify=_address_key,
+            )
         self.door = FrontDoor(
             self.sock,
             self._serve,
@@ -55,12 +95,16 @@ class Listener:
 
     def start(self) -> None:
         self.door.start()
+        if self.tcp is not None:
+            self.tcp.start()
 
     def drain(self, timeout: float) -> None:
         """Stop taking requests and wait (bounded) for those being served."""
-        self.door.stopping = True
+        doors = [self.door] if self.tcp is None else [self.door, self.tcp]
+        for door in doors:
+            door.stopping = True
         deadline = time.monotonic() + timeout
-        while self.door.in_flight and time.monotonic() < deadline:
+        while any(d.in_flight for d in doors) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def _serve(self, conn: Conn, line: bytes) -> bytes:
@@ -73,4 +117,17 @@ class Listener:
             return error(exc.kind, exc.message)
         except Exception as exc:
             log.exception("request failed")
+            return error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
+
+    def _serve_tcp(self, conn: Conn, line: bytes) -> bytes:
+        try:
+            peer = conn.sock.getpeername()[0]
+        except OSError:
+            peer = "?"
+        try:
+            return ok(self.crosshost.serve(line, peer))
+        except RequestError as exc:
+            return error(exc.kind, exc.message)
+        except Exception as exc:
+            log.exception("request from %s failed", peer)
             return error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")

@@ -31,10 +31,9 @@ from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.enforcer import Enforcer
 from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
-from calque.session.daemon.listener import Listener, bind_socket, unbind_socket
+from calque.session.daemon.listener import Listener, bind_socket, bind_tcp, unbind_socket
 from calque.session.daemon.nodes import reconcile
 from calque.session.daemon.service import Service
-from calque.session.daemon.tcp import TcpListener, bind_tcp
 from calque.session.files import PRIVATE_UMASK
 
 log = logging.getLogger("calque.session")
@@ -70,6 +69,8 @@ class MainProcess:
         self.enforcer.start()
         slices = len(self.host.inventory.slices())
         log.info("calque session daemon serving on %s (%d slices)", self.config.socket, slices)
+        if self.config.listen_tcp is not None:
+            log.info("and on TCP %s:%d", self.config.listen_tcp.address, self.config.listen_tcp.port)
         try:
             while not self._stopping.wait(0.5):
                 for i, child in enumerate(children):
@@ -155,16 +156,13 @@ def worker_main() -> None:
     parent is gone (then finish what is in flight and exit)."""
     config, parent, events_from = _child_setup()
     fd = int(os.environ.pop(_ENV_FD))
+    tcp_fd = os.environ.pop(_ENV_TCP_FD, None)
     raise_descriptor_limit()
     host = Host.build(config, events_from=events_from, tally=True)
     cleanup = Cleanup(host)
-    service = Service(host, cleanup)
-    listener = Listener(service, fd)
-    tcp_fd = os.environ.pop(_ENV_TCP_FD, None)
+    listener = Listener(Service(host, cleanup), fd, int(tcp_fd) if tcp_fd is not None else None)
     cleanup.start()
     listener.start()
-    if tcp_fd is not None:
-        TcpListener(service, int(tcp_fd)).start()
     _until_told_or_orphaned(threading.Event(), parent)
     listener.drain(5.0)
     host.audit.close()
