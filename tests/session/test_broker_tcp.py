@@ -37,7 +37,9 @@ def test_the_broker_grants_over_tcp_and_a_session_there_is_its_holders_only(make
                 yaml.safe_dump(
                     {
                         "version": 1,
-                        "hosts": [{"name": n, "address": "127.0.0.1", "port": p} for n, p in ports.items()],
+                        # hostZ is in the file but nothing listens there: refused connections, skipped (NotSent)
+                        "hosts": [{"name": n, "address": "127.0.0.1", "port": p} for n, p in ports.items()]
+                        + [{"name": "hostZ", "address": "127.0.0.1", "port": _free_port()}],
                         "broker": {"address": "127.0.0.1", "port": broker.port, "service_user": "root"},
                     }
                 )
@@ -55,6 +57,7 @@ def test_the_broker_grants_over_tcp_and_a_session_there_is_its_holders_only(make
             alice, bob, mallory = make_user(), make_user(), make_user()
             grants = [broker.anywhere(u) for u in (alice, bob)]
             assert {g["host"] for g in grants} == {"hostA", "hostB"}
+            assert "host hostZ does not answer" in broker.log()
             assert [g["session"]["user"] for g in grants] == [alice.name, bob.name]
             g = grants[0]
             here = broker.hosts[g["host"]]
