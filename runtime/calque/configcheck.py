@@ -62,7 +62,7 @@ def _broker(path: Path) -> dict[str, Any]:
         "socket": str(cfg.socket),
         "db": str(cfg.db),
         "hosts": sorted(cfg.local_hosts),
-        "labs": sorted(cfg.labs),
+        "institution": str(cfg.institution),
         "tcp": f"{cfg.tcp_addr}:{cfg.tcp_port}" if cfg.tcp_addr else None,
         "mail": cfg.mail.relay if cfg.mail else None,
     }

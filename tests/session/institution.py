@@ -61,6 +61,7 @@ class Broker:
             "tcp_addr": "127.0.0.1",
             "tcp_port": self.port,
             "local_hosts": {name: str(h.socket) for name, h in self.hosts.items()},
+            "institution": str(self.dir / "institution.yaml"),
             "poll_every": 2.0,
             "queue": {"max_queued_per_user": 20, "claim_window": "5s"},
         }
@@ -68,6 +69,10 @@ class Broker:
         path = self.dir / "broker.yaml"
         path.write_text(yaml.safe_dump(cfg))
         return path
+
+    def write_institution(self, **doc: Any) -> None:
+        """``institution.yaml`` for the broker (labs; no remote hosts: they are all on this machine)."""
+        (self.dir / "institution.yaml").write_text(yaml.safe_dump({"version": 1, **doc}))
 
     def start(self) -> None:
         path = self.write_config()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 from .conftest import User, wait_for
 from .institution import Broker, institution
+from .munged import Munged
 
 
 def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checkin(
@@ -62,10 +64,12 @@ def _waiting(broker: Broker, user: User) -> list[dict[str, Any]]:
 
 def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callable[..., User]) -> None:
     with institution(make_user, {"hostA": 2}) as broker:
-        broker.config["labs"] = {
-            "vision": {"groups": ["cqvision"], "share": 1},
-            "nlp": {"groups": ["cqnlp"], "share": 1},
-        }
+        broker.write_institution(
+            labs=[
+                {"name": "vision", "groups": ["cqvision"], "share": 1},
+                {"name": "nlp", "groups": ["cqnlp"], "share": 1},
+            ]
+        )
         broker.config["queue"] = {"aging": "6s", "max_queued_per_user": 4, "claim_window": "5s"}
         broker.start()
         a1, a2 = make_user(["cqvision"]), make_user(["cqvision"])
@@ -479,3 +483,46 @@ def test_wait_timeout_gives_up_in_time_and_shell_exports_name_the_host(make_user
         assert res.returncode == 5 and "waited" in res.stderr and "hostA: MIG-" in res.stderr, res.stderr
         assert 2.0 <= took < 10.0, took
         assert not _waiting(broker, alice)  # it left the queue
+
+
+def test_a_host_reached_over_tcp_with_munge_is_granted_for_the_user(
+    make_user: Callable[..., User], munged: Munged
+) -> None:
+    """hostR is not on the broker's machine as far as the broker knows: it is in institution.yaml with
+    a TCP address, and the broker reaches it with RemoteHost, its own munge credential acting for the
+    user; hostR checks the credential and that root (the broker's service user) may act for users."""
+    with institution(make_user, {"hostL": 1, "hostR": 1}) as broker:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            tcp = probe.getsockname()[1]
+        broker.write_institution(
+            hosts=[{"name": "hostR", "address": "127.0.0.1", "port": tcp, "offers": ["1g.5gb"]}],
+            broker={"address": "127.0.0.1", "port": broker.port, "service_user": "root"},
+        )
+        remote = broker.hosts["hostR"]
+        remote.stop()
+        remote.start(
+            listen_tcp={"address": "127.0.0.1", "port": tcp},
+            institution=str(broker.dir / "institution.yaml"),
+            munge_socket=str(munged.socket),
+        )
+        broker.config["local_hosts"] = {"hostL": str(broker.hosts["hostL"].socket)}
+        broker.config["munge_socket"] = str(munged.socket)
+        broker.start()
+        alice, bob = make_user(), make_user()
+        got = {broker.anywhere(alice)["host"] for _ in range(2)}
+        assert got == {"hostL", "hostR"}  # one slice each: the second --anywhere went over TCP
+        listed = json.loads(remote.cli(None, "session", "list", "--json").stdout)
+        assert [st["holder"] for st in listed if st["busy"]] == [alice.name]  # hostR's own registry
+        # bob waits; alice checks hostR's slice in through the broker (over TCP, as alice): bob gets it.
+        waiter = broker.popen(bob, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: bool(_waiting(broker, bob)), timeout=30)
+        sid = next(st["session_id"] for st in listed if st["busy"])
+        res = broker.cli(alice, "session", "checkin", f"{sid}@hostR")
+        assert res.returncode == 0, res.stderr
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 0, err
+        got = json.loads(out)
+        assert got["host"] == "hostR" and got["session"]["user"] == bob.name
+        events = [e for e in remote.audit_events() if e.get("event") == "checkout"]
+        assert events and events[-1]["user"] == bob.name

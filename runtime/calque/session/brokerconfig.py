@@ -1,5 +1,6 @@
 """The broker's configuration file (``/etc/calque/broker.yaml``): where it keeps its queue, where it
-listens, the queue's rules, the labs and their shares, and the hosts it reaches on its own machine.
+listens, the queue's rules, and the hosts it reaches on its own machine. The institution (its other
+hosts, the labs and their shares) is ``institution.yaml`` (``calque.models.institution``).
 
 Beside ``config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
 execs the broker, as ``calque session serve`` does the daemon's.
@@ -19,7 +20,7 @@ from calque.models.base import BindAddress, CalqueModel, VersionedModel
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
 DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
-DEFAULT_BROKER_PORT = 7823
+DEFAULT_BROKER_PORT = 7460  # as institution.yaml's broker.port defaults
 
 
 class QueueRules(CalqueModel):
@@ -49,13 +50,6 @@ class MailSettings(CalqueModel):
     before_end: list[Seconds] = Field(default_factory=lambda: [600.0, 60.0], description="mail this long before an end")
 
 
-class Lab(CalqueModel):
-    """A lab of the institution: who is in it (their Unix groups) and its share of the slices."""
-
-    groups: list[str] = Field(min_length=1, description="a user in any of these Unix groups queues for this lab")
-    share: float = Field(1.0, gt=0, description="relative: a lab with share 2 is owed twice a lab with share 1")
-
-
 class BrokerConfig(VersionedModel):
     version_label: ClassVar[str] = "broker config"
     upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
@@ -68,16 +62,15 @@ class BrokerConfig(VersionedModel):
     tcp_port: int = Field(DEFAULT_BROKER_PORT, ge=1, le=65535)
     admin_group: str | None = Field("calque-admin", description="members see every request and may cancel any")
     queue: QueueRules = Field(default_factory=QueueRules)
-    labs: dict[str, Lab] = Field(default_factory=dict, description="labs and their shares (everyone else: 'default')")
+    institution: Path = Field(
+        Path("/etc/calque/institution.yaml"),
+        description="the institution's hosts (reached over TCP with munge) and labs with their shares",
+    )
+    munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
     local_hosts: dict[str, Path] = Field(
         default_factory=dict,
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
-    institution: Path = Field(
-        Path("/etc/calque/institution.yaml"),
-        description="the institution's hosts: those not in local_hosts are reached at their TCP address with munge",
-    )
-    munge_socket: Path | None = Field(None, description="munged's socket (default: libmunge's)")
     mail: MailSettings | None = None
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from calque.errors import CalqueError, NothingFreeError, RefusedError, UsageError
+from calque.errors import CalqueError, NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.session import Session
-from calque.session.broker.hosts import HostCache, NotSent
+from calque.session.broker.hosts import HostCache
 from calque.session.broker.store import Row, Store
 
 log = logging.getLogger("calque.broker")
@@ -91,7 +91,7 @@ class Granter:
             return Attempt("busy", row, str(exc))
         except (RefusedError, UsageError) as exc:
             return Attempt("refused", row, str(exc))
-        except NotSent as exc:
+        except UnreachableError as exc:  # never connected (RemoteHost, LocalHost's NotSent): nothing reached it
             self.cache.down(host, str(exc))
             return Attempt("down", row, str(exc))
         except (CalqueError, OSError, ValueError) as exc:

@@ -31,8 +31,8 @@ class NotSent(UnreachableError):
 class HostLink(Protocol):
     """A typed client of one host's daemon (``calque.session.remote.RemoteHost``): ``as_user`` makes
     the call for that user (the host accepts it from the broker's service user only). A host that
-    cannot be connected to raises ``NotSent``; one that broke off after the request went, any other
-    ``UnreachableError``."""
+    cannot be connected to raises ``UnreachableError`` (nothing reached it); one that broke off after
+    the request went, another ``CalqueError`` (it may have done it)."""
 
     def call(self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None) -> Any: ...
 

@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from calque.errors import CalqueError, InfrastructureError, NothingFreeError, RefusedError, UnreachableError, UsageError
+from calque.errors import CalqueError, InfrastructureError, NothingFreeError, RefusedError, UsageError
 from calque.models.session import SessionRequest
 from calque.session.broker.hosts import NotSent
 
@@ -70,10 +70,10 @@ class LocalHost:
             raw = self._as(as_user, line) if as_user is not None else _exchange(self.path, line, self.timeout)
         except NotSent as exc:
             raise NotSent(f"host {self.name}: {exc}") from exc
-        except OSError as exc:
-            raise UnreachableError(f"host {self.name} ({self.path}): {exc.strerror or exc}") from exc
+        except OSError as exc:  # sent, and then no answer: the host may have done it
+            raise InfrastructureError(f"host {self.name} ({self.path}) did not answer: {exc.strerror or exc}") from exc
         if b"\n" not in raw:
-            raise UnreachableError(f"host {self.name} closed the connection without answering")
+            raise InfrastructureError(f"host {self.name} closed the connection without answering")
         doc = json.loads(raw[: raw.index(b"\n")])
         if not doc.get("ok"):
             err = doc.get("error") or {}

@@ -9,11 +9,13 @@ the timers and no front door, a worker the front door and no timers, the metrics
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
 from calque.session.config import SessionConfig
 from calque.session.daemon.audit import AuditLog, EventTally
@@ -23,7 +25,10 @@ from calque.session.daemon.nudge import Nudger
 from calque.session.daemon.registry import Registry
 from calque.session.files import lock_path
 from calque.session.hostlock import HostLock
+from calque.session.institution import load_institution
 from calque.session.slices import load_reader
+
+log = logging.getLogger("calque.session")
 
 
 @dataclass
@@ -69,7 +74,15 @@ class Host:
 
 
 def _nudger(config: SessionConfig) -> Nudger | None:
+    """Whom to tell of a slice taken or freed: ``broker_nudge``, else institution.yaml's broker."""
     if config.broker_nudge is None:
-        return None
+        try:
+            broker = load_institution(config.institution).broker
+        except CalqueError as exc:  # the TCP listener says so where it needs the file; nudges just stop
+            log.warning("no nudges to the broker: %s", exc)
+            return None
+        if broker is None:
+            return None
+        return Nudger(config.host_name or socket.gethostname(), broker.address, broker.port)
     addr, _, port = config.broker_nudge.rpartition(":")
     return Nudger(config.host_name or socket.gethostname(), addr.strip("[]"), int(port))  # as crosshost.py names it
