@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ def _free_port() -> int:
 class Door:
     """The daemon's TCP side, and users making requests to it from their own processes."""
 
-    def __init__(self, host: Host, m: Munged, broker_user: str = "root") -> None:
+    def __init__(self, host: Host, m: Munged, broker_user: str = "root", **config: Any) -> None:
         self.host, self.munged, self.port = host, m, _free_port()
         inst = host.dir / "institution.yaml"
         inst.write_text(
@@ -73,6 +74,7 @@ class Door:
             host_name=HOST,
             institution=str(inst),
             munge_socket=str(m.socket),
+            **config,
         )
 
     def _args(self, op: str, args: dict[str, Any], rid: str, as_user: str | None, user: str | None, to: str) -> str:
@@ -148,6 +150,14 @@ def test_munge_round_trip_replay_and_forgery(munged: Munged) -> None:
     assert bad.value.reason == "bad"
     with pytest.raises(munge.MungeError):
         munge.decode("not a credential \u00e9", socket=munged.socket)
+
+
+def test_an_expired_credential_is_refused(munged: Munged) -> None:
+    cred = munge.encode(b"x", socket=munged.socket, ttl=1)
+    time.sleep(2.5)
+    with pytest.raises(munge.MungeError) as old:
+        munge.decode(cred, socket=munged.socket)
+    assert old.value.reason == "expired"
 
 
 def test_a_credential_made_with_another_key_is_refused(munged: Munged) -> None:
@@ -242,7 +252,7 @@ def test_garbage_on_the_tcp_port_leaves_the_daemon_serving(
     host: Host, munged: Munged, make_user: Callable[..., User]
 ) -> None:
     alice = make_user()
-    door = Door(host, munged)
+    door = Door(host, munged, max_tcp_connections=4, processes=1)  # the bound is per process
     for raw in (b"not json\n", b"\xff\xfe\n", b'{"op": "status"}\n', b"[]\n", b'{"version": 99}\n'):
         answer = door.send(raw)
         assert answer["ok"] is False and answer["error"]["kind"] in ("forbidden", "protocol"), answer
@@ -250,4 +260,14 @@ def test_garbage_on_the_tcp_port_leaves_the_daemon_serving(
     assert big["error"]["kind"] == "protocol" and "larger than" in big["error"]["message"]
     with socket.create_connection(("127.0.0.1", door.port), timeout=10) as s:
         s.sendall(b'{"op": "sta')  # cut off: the request timeout ends it, not the daemon
+        assert b"not complete within" in s.recv(4096)
+    # One address holds at most max_tcp_connections idle connections per process; the next is refused.
+    idle = [socket.create_connection(("127.0.0.1", door.port), timeout=10) for _ in range(4)]
+    try:
+        with socket.create_connection(("127.0.0.1", door.port), timeout=10) as s:
+            s.sendall(b"{}\n")
+            assert b"connections open" in s.recv(4096)
+    finally:
+        for c in idle:
+            c.close()
     assert door.call(alice, "whoami")["ok"]["uid"] == alice.uid

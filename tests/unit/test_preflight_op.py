@@ -11,7 +11,6 @@ KNOWN = [
     "calque_session_service_max_total_ttl",
     "calque_session_service_settings",
     "calque_session_service_user_limits",
-    "calque_session_service_listen_tcp",
     "calque_gpu_layout_mig_configs",
 ]
 
@@ -70,11 +69,22 @@ def test_the_origin_is_the_file_ansible_ranks_highest(tmp_path: Path) -> None:
     }
 
 
-def test_a_tcp_listener_is_checked_by_the_daemons_model_and_empty_is_off() -> None:
-    assert _run({"a": {"variables": {"calque_session_service_listen_tcp": {}}}}) == []
-    ok = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "port": 7461}}
-    assert _run({"a": {"variables": ok}}) == []
-    bad = {"calque_session_service_listen_tcp": {"address": "10.0.0.13", "prot": 7824}}
-    found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}
-    assert set(found) == {"calque_session_service_listen_tcp"}, found
-    assert "prot" in found["calque_session_service_listen_tcp"] or "port" in found["calque_session_service_listen_tcp"]
+def test_the_institution_is_read_as_the_daemons_read_it_and_needs_a_munge_key() -> None:
+    known = [*KNOWN, "calque_session_service_institution", "calque_munge_key_file"]
+    inst = {"hosts": [{"name": "t1", "address": "10.0.0.1"}, {"name": "t1", "address": "teach-2.example"}]}
+
+    def run(v: dict[str, object]) -> dict[str, str]:
+        op = PreflightOp()
+        outcome = op.run(PreflightRequest.model_validate({"hosts": {"a": {"variables": v}}, "known": known}))
+        return {p.variable: p.message for p in outcome.result.problems}
+
+    found = run({"calque_session_service_institution": inst})
+    assert "is not an IP address" in found["calque_session_service_institution.hosts.1.address"]
+    assert "munge key" in found["calque_munge_key_file"]
+    inst["hosts"][1]["address"] = "10.0.0.2"  # type: ignore[index]
+    found = run({"calque_session_service_institution": inst, "calque_munge_key_file": "/vault/munge.key"})
+    assert found == {
+        "calque_session_service_institution": "host names must be unique; repeated: t1 (as the session daemons read it)"
+    }
+    good = {"hosts": [{"name": "t1", "address": "10.0.0.1", "offers": ["1g.24gb"]}], "broker": {"address": "10.0.0.9"}}
+    assert run({"calque_session_service_institution": good, "calque_munge_key_file": "/vault/munge.key"}) == {}

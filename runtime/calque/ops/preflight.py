@@ -36,7 +36,6 @@ SESSION_KEYS = {
     "mps": "calque_session_service_mps",
     "mps_user_model": "calque_session_service_mps_user_model",
     "spot": "calque_session_service_spot",
-    "listen_tcp": "calque_session_service_listen_tcp",  # rendered only when set ({} is off)
 }
 POLICY_KEYS = {
     "admin_group": "calque_session_service_admin_group",
@@ -46,6 +45,8 @@ POLICY_KEYS = {
 }
 SETTINGS = "calque_session_service_settings"
 MIG_CONFIGS = "calque_gpu_layout_mig_configs"
+INSTITUTION = "calque_session_service_institution"
+MUNGE_KEY = "calque_munge_key_file"
 
 
 class HostVariables(CalqueModel):
@@ -94,7 +95,7 @@ def _session_doc(v: dict[str, Any]) -> tuple[dict[str, Any], dict[tuple[str, ...
     doc: dict[str, Any] = {"version": 1}
     source: dict[tuple[str, ...], str] = {}
     for key, var in SESSION_KEYS.items():
-        if var in v and not (key == "listen_tcp" and not v[var]):
+        if var in v:
             doc[key], source[(key,)] = v[var], var
     policy: dict[str, Any] = {}
     for key, var in POLICY_KEYS.items():
@@ -147,6 +148,7 @@ def model_problems(v: dict[str, Any]) -> dict[str, str]:
             for err in exc.errors():
                 var, inner = _variable_of(tuple(str(p) for p in err["loc"]), source)
                 out.setdefault(var, _message(err, inner, fields))
+    out.update(institution_problems(v))
     configs = v.get(MIG_CONFIGS)
     if isinstance(configs, dict):
         for name, entries in configs.items():
@@ -154,6 +156,30 @@ def model_problems(v: dict[str, Any]) -> dict[str, str]:
                 parse_entries(entries)
             except UsageError as exc:
                 out.setdefault(f"{MIG_CONFIGS}.{name}", str(exc))
+    return out
+
+
+def institution_problems(v: dict[str, Any]) -> dict[str, str]:
+    """The institution as the role writes /etc/calque/institution.yaml, read by the model the daemons
+    load; and the munge key it needs."""
+    from calque.models.institution import Institution
+
+    inst = v.get(INSTITUTION)
+    if not isinstance(inst, dict) or not inst:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        Institution.model_validate({"version": 1, **inst})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        out[f"{INSTITUTION}.{where}" if where else INSTITUTION] = f"{msg} (as the session daemons read it)"
+    if not v.get(MUNGE_KEY):
+        out[MUNGE_KEY] = (
+            f"must name the institution's munge key on the controller when {INSTITUTION} is set "
+            "(an Ansible Vault file; or set calque_munge_key_generate: true to make one)"
+        )
     return out
 
 
