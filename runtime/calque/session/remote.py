@@ -23,6 +23,11 @@ from calque.models.institution import RemoteRequest, binding
 from calque.session import munge
 from calque.session.client.wire import MAX_RESPONSE_BYTES, decode_answer
 
+
+class NotSent(UnreachableError):
+    """The host could not be reached at all: the request never left, so nothing was made there."""
+
+
 # Ops safe to send twice: checkout's request id makes it idempotent, the rest change nothing.
 _RETRY_AFTER_SEND = {"checkout", "status", "list", "report", "ping", "whoami", "metrics"}
 
@@ -92,7 +97,7 @@ class RemoteHost:
                 if not retryable or time.monotonic() + delay > start + self.retry_for:
                     where = f"{self.name} ({self.address}:{self.port})"
                     if not sent:
-                        raise UnreachableError(
+                        raise NotSent(  # an UnreachableError (exit 6) the broker can tell: nothing reached the host
                             f"cannot reach the session daemon on {where}: {exc.strerror or exc}; "
                             "is calque-session.service running there with listen_tcp set?"
                         ) from exc

@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from calque.errors import CalqueError, UnreachableError
+from calque.errors import CalqueError
 from calque.models.broker import HostView
 from calque.models.session import SliceState
 
 log = logging.getLogger("calque.broker")
-
-
-class NotSent(UnreachableError):
-    """The host could not be reached at all: the request never left, so nothing was made there."""
 
 
 class HostLink(Protocol):

@@ -21,7 +21,7 @@ from typing import Any
 
 from calque.errors import CalqueError, InfrastructureError, NothingFreeError, RefusedError, UsageError
 from calque.models.session import SessionRequest
-from calque.session.broker.hosts import NotSent
+from calque.session.remote import NotSent
 
 MAX_ANSWER = 16 * 1024 * 1024
 
