@@ -31,11 +31,11 @@ from calque.aws.acquire.gate import (
     require_terminate_consent,
 )
 from calque.aws.acquire.validate import check_launch_inputs
-from calque.aws.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
 from calque.models.acquire import RootVolume
 from calque.models.base import CalqueModel
+from calque.models.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.models.warmth import ScheduleEntry, WarmPoolSettings
 from calque.ops.base import Operation
 from calque.ops.outcome import Failure, Outcome

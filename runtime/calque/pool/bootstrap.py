@@ -31,10 +31,10 @@ from calque import __version__
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import aws_errors
-from calque.aws.pool_names import pool_names
 from calque.aws.store import parse_s3_uri
 from calque.errors import UsageError
 from calque.models import PoolSpec
+from calque.models.pool_names import pool_names
 
 SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
 UNIT_NAME = "calque-pool-worker.service"

@@ -125,7 +125,12 @@ def _check_parameters(target: Target, spec: PoolSpec, spec_path: Path) -> None:
         None
         if target.deployed
         else next(
-            (a.registered_classes[target.name] for a in modal_shim._APPS if target.name in a.registered_classes), None
+            (
+                a.registered_classes[target.name]
+                for a in modal_shim.DECLARED_APPS
+                if target.name in a.registered_classes
+            ),
+            None,
         )
     )
     pset = parameter_set(klass) if klass is not None else None

@@ -29,7 +29,7 @@ description:
     O(i_understand_this_terminates_instances=true). A cohort whose worst-case hourly cost (O(count) times
     the on-demand rate of the dearest listed type) exceeds O(max_hourly_usd) is refused, with the
     arithmetic in the message.
-  - A thin face over the C(calque.ops.cohort) operation and C(calque.aws.acquire.Acquirer), the only code in
+  - A thin face over the C(calque.ops.ec2_cohort) operation and C(calque.aws.acquire.Acquirer), the only code in
     calque that launches or terminates instances.
 author: calque developers (@calque)
 options:
