@@ -179,6 +179,7 @@ def test_modules_are_docs_an_argument_spec_and_one_call(name: str) -> None:
 
 
 def test_the_launch_options_are_declared_once_for_pool_group_and_ec2_cohort() -> None:
+    """One request model, one argument spec piece, one doc fragment."""
     import yaml
 
     _load("pool_group")  # installs the collection finder
@@ -186,7 +187,11 @@ def test_the_launch_options_are_declared_once_for_pool_group_and_ec2_cohort() ->
     fragment = importlib.import_module("ansible_collections.calque.gpu.plugins.doc_fragments.launch")
     documented = yaml.safe_load(fragment.ModuleDocFragment.DOCUMENTATION)["options"]
     assert set(documented) == set(launch.LAUNCH_OPTIONS)  # one doc fragment for one argument spec piece
+    from calque.models.acquire import LaunchOptions
+
+    assert set(LaunchOptions.model_fields) == set(launch.LAUNCH_OPTIONS)  # one request model for them too
     for name in ("pool_group", "ec2_cohort"):
+        assert issubclass(operation(name).Request, LaunchOptions), f"{name}'s request does not extend LaunchOptions"
         _, spec = recorded_call(name)
         shared = {key for key, value in launch.LAUNCH_OPTIONS.items() if spec.get(key) is value}
         assert shared == set(launch.LAUNCH_OPTIONS), f"{name} declares launch options of its own"
