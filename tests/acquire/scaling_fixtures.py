@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from calque.aws.clients import client
-from calque.aws.pool_names import POOL_TAG, pool_names
+from calque.models.pool_names import POOL_TAG, pool_names
 
 
 def make_group(pool: str, *, desired: int = 1, tag_pool: str | None = None, min_size: int = 0) -> str:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
 from calque.errors import RefusedError, UsageError
+from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
 from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from calque.aws.acquire.scaling import TERMINATION_HOOK, backlog_target, policy_names
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
 from calque.aws.queue import PoolQueue
 from calque.errors import RefusedError, UsageError
 from calque.models import QueueSettings
+from calque.models.pool_names import pool_names
 from calque.ops.pool_scaling import PoolScalingOp
 
 from acquire.scaling_fixtures import make_group

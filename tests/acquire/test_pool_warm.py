@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK, supports_hibernation
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
 from calque.cli.main import cli
+from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
 from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
 from click.testing import CliRunner

@@ -176,3 +176,22 @@ def _code_lines(path: Path) -> int:
 @pytest.mark.parametrize("name", sorted(p.stem for p in MODULES.glob("*.py")))
 def test_modules_are_docs_an_argument_spec_and_one_call(name: str) -> None:
     assert _code_lines(MODULES / f"{name}.py") <= 20
+
+
+def test_the_launch_options_are_declared_once_for_pool_group_and_ec2_cohort() -> None:
+    """One request model, one argument spec piece, one doc fragment."""
+    import yaml
+
+    _load("pool_group")  # installs the collection finder
+    launch = importlib.import_module("ansible_collections.calque.gpu.plugins.module_utils._launch")
+    fragment = importlib.import_module("ansible_collections.calque.gpu.plugins.doc_fragments.launch")
+    documented = yaml.safe_load(fragment.ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(documented) == set(launch.LAUNCH_OPTIONS)  # one doc fragment for one argument spec piece
+    from calque.models.acquire import LaunchOptions
+
+    assert set(LaunchOptions.model_fields) == set(launch.LAUNCH_OPTIONS)  # one request model for them too
+    for name in ("pool_group", "ec2_cohort"):
+        assert issubclass(operation(name).Request, LaunchOptions), f"{name}'s request does not extend LaunchOptions"
+        _, spec = recorded_call(name)
+        shared = {key for key, value in launch.LAUNCH_OPTIONS.items() if spec.get(key) is value}
+        assert shared == set(launch.LAUNCH_OPTIONS), f"{name} declares launch options of its own"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
+from calque.models.pool_names import pool_names
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

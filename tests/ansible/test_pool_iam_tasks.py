@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from calque.aws.clients import client
 from calque.aws.iam_policy import pool_iam_documents
-from calque.aws.pool_names import pool_names
+from calque.models.pool_names import pool_names
 from support.ansible import REPO, PlaybookRun, run_playbook
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 from acquire.scaling_fixtures import make_group
 from calque.aws.acquire.scaling import policy_names
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
+from calque.models.pool_names import pool_names
 from support.ansible import run_playbook
 
 pytestmark = pytest.mark.slow

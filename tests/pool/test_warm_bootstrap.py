@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
-from calque.aws.pool_names import pool_names
 from calque.models import PoolSpec
+from calque.models.pool_names import pool_names
 from calque.pool.bootstrap import spec_yaml, stage_workload, worker_user_data
 from calque.pool.runtime_wheel import stage_runtime
 from calque.warm.loader import load_workload

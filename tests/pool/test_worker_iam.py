@@ -38,11 +38,11 @@ import pytest
 import yaml
 from calque.aws.clients import client
 from calque.aws.iam_policy import PoolIamDocuments, pool_iam_documents
-from calque.aws.pool_names import pool_names
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import Item, QueueSettings
+from calque.models.pool_names import pool_names
 from calque.pool import submit as core
 from calque.pool.bootstrap import stage_workload
 from calque.pool.loadguard import WorkerLoadError

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from calque.aws.iam_policy import PoolIamDocuments, pool_arns, pool_iam_documents
-from calque.aws.pool_names import pool_names
 from calque.aws.store import RunStore
 from calque.cli.main import cli, run
 from calque.errors import UsageError
+from calque.models.pool_names import pool_names
 from calque.pool.bootstrap import workload_key
 from click.testing import CliRunner
 

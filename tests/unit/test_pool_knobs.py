@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from calque.aws.acquire.scaling import ScalingSettings, desired_scaling
-from calque.aws.pool_names import pool_names
 from calque.errors import UsageError
+from calque.models.pool_names import pool_names
 from calque.ops.pool_knobs import PoolKnobsOp
 from calque.pool.knobs import read_knobs
 

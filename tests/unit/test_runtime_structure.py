@@ -132,3 +132,94 @@ def test_no_runtime_file_is_longer_than_the_bound() -> None:
         str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, f"files over {MAX_LINES} lines (split them by what they do): {long}"
+
+
+# -- doors: botocore behind calque.aws, no private name across packages, operations named as modules ------
+
+
+def _package_of(module: str) -> str:
+    return module if module in MODULES and MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _third_party_imports(tree: ast.AST) -> set[str]:
+    """Every top-level distribution a source imports, ``if TYPE_CHECKING:`` included (a type is a tie too)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def _private_reaches(module: str, tree: ast.AST) -> list[str]:
+    """``_names`` that ``module`` takes from a calque module of another package: imported, or read off an alias."""
+    package = _package_of(module)
+    offences: list[str] = []
+    aliases: dict[str, str] = {}  # local name -> the calque module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES and a.asname:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("calque"):
+            base = node.module or ""
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                if sub in MODULES:
+                    aliases[a.asname or a.name] = sub
+                elif a.name.startswith("_") and not a.name.startswith("__") and _package_of(base) != package:
+                    offences.append(f"{module} imports {base}.{a.name}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and _package_of(aliases[node.value.id]) != package
+        ):
+            offences.append(f"{module} reads {aliases[node.value.id]}.{node.attr}")
+    return offences
+
+
+def _trees() -> dict[str, ast.AST]:
+    return {m: ast.parse(p.read_text(), str(p)) for m, p in MODULES.items()}
+
+
+def test_botocore_is_imported_only_behind_the_aws_door_and_boto3_nowhere() -> None:
+    sample = ast.parse("if TYPE_CHECKING:\n    from botocore.client import BaseClient\nimport boto3.session\n")
+    assert _third_party_imports(sample) == {"botocore", "boto3"}  # the check itself
+    trees = _trees()
+    botocore = sorted(m for m, t in trees.items() if "botocore" in _third_party_imports(t))
+    outside = [m for m in botocore if not m.startswith("calque.aws.") and m != "calque.aws"]
+    assert outside == [], f"botocore imported outside calque/aws/ (use calque.aws.errors / clients): {outside}"
+    boto3 = sorted(m for m, t in trees.items() if "boto3" in _third_party_imports(t))
+    assert boto3 == [], f"boto3 imported (calque.aws.clients makes botocore clients; boto3 costs start-up): {boto3}"
+
+
+def test_no_private_name_is_taken_across_packages() -> None:
+    sample = ast.parse("from calque.warm import modal_shim\nfrom calque.aws.errors import _shorten\nmodal_shim._X\n")
+    assert _private_reaches("calque.run.script", sample) == [
+        "calque.run.script imports calque.aws.errors._shorten",
+        "calque.run.script reads calque.warm.modal_shim._X",
+    ]  # the check itself
+    offences = [o for m, t in _trees().items() for o in _private_reaches(m, t)]
+    assert offences == [], f"private names used across packages (make them public, or move the code): {offences}"
+
+
+def test_every_operation_lives_in_the_file_named_as_its_module() -> None:
+    from calque.ops import OPERATIONS
+
+    misnamed = {name: target for name, target in OPERATIONS.items() if target.split(":")[0] != f"calque.ops.{name}"}
+    assert misnamed == {}, f"calque.gpu.<name> runs calque.ops.<name>: rename these files {misnamed}"
+    collection = ROOT.parents[1] / "collections/ansible_collections/calque/gpu/plugins/modules"
+    for module in sorted(collection.glob("*.py")):
+        calls = [
+            n
+            for n in ast.walk(ast.parse(module.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "run_op"
+        ]
+        named = [c.args[1].value for c in calls if len(c.args) > 1 and isinstance(c.args[1], ast.Constant)]
+        assert named in ([], [module.stem]), f"{module.name} runs operation {named}, not one of its own name"
+    assert (collection / "ec2_cohort.py").is_file()  # the walk found the collection

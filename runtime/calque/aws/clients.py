@@ -1,4 +1,4 @@
-"""The one factory for boto3 clients.
+"""The one factory for AWS clients (botocore's, what boto3 hands out too).
 
 It honours the standard ``AWS_ENDPOINT_URL`` (and per-service ``AWS_ENDPOINT_URL_<SERVICE>``) or an
 explicit ``endpoint_url``, a region and a profile, and uses botocore's standard retry mode. With
@@ -13,8 +13,8 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-import boto3
 from botocore.config import Config
+from botocore.session import Session
 
 from calque.errors import RefusedError, UsageError
 
@@ -67,6 +67,21 @@ def retry_config(max_attempts: int = 5, **extra: Any) -> Config:
     return Config(retries={"max_attempts": max_attempts, "mode": "standard"}, **extra)
 
 
+_LOADER: Any = None  # the process's one botocore data loader: it caches every service model it has read
+
+
+def _session(profile: str | None) -> Session:
+    """A fresh botocore session (credentials and region read now) sharing the process's data loader, so a
+    second client does not parse the endpoint and service JSON again (``calque pool status`` makes three)."""
+    global _LOADER
+    session = Session(profile=profile) if profile else Session()
+    if _LOADER is None:
+        _LOADER = session.get_component("data_loader")
+    else:
+        session.register_component("data_loader", _LOADER)
+    return session
+
+
 def client(
     service: str,
     *,
@@ -74,17 +89,27 @@ def client(
     endpoint_url: str | None = None,
     profile: str | None = None,
     config: Config | None = None,
+    max_pool_connections: int | None = None,
+    signature_version: str | None = None,
 ) -> Any:
-    """A boto3 client for ``service``, refused while offline unless its endpoint is loopback."""
+    """A boto3 client for ``service``, refused while offline unless its endpoint is loopback.
+
+    ``max_pool_connections`` and ``signature_version`` are botocore's settings of those names, so that
+    no caller outside ``calque.aws`` builds a botocore ``Config``; ``config`` (``retry_config(...)``) is
+    for ``calque.aws`` itself and the tests."""
     endpoint = resolve_endpoint(service, endpoint_url)
     check_offline_endpoint(service, endpoint)
+    # botocore's own session, not boto3's: boto3 adds only resources and S3's transfer methods (neither
+    # used here) and its import pulls in s3transfer, a third of `calque pool status`'s start-up
     try:
-        session = boto3.session.Session(profile_name=profile) if profile else boto3.session.Session()
+        session = _session(profile)
+        region = region or session.get_config_variable("region") or "us-east-1"
     except Exception as exc:  # botocore.exceptions.ProfileNotFound and friends
         raise UsageError(f"cannot use AWS profile {profile!r}: {exc}") from exc
-    region = region or session.region_name or "us-east-1"
-    cfg = retry_config() if config is None else retry_config().merge(config)
-    factory: Any = session.client  # boto3-stubs overloads per service; callers get Any either way
+    extra: dict[str, Any] = {"max_pool_connections": max_pool_connections, "signature_version": signature_version}
+    cfg = retry_config(**{k: v for k, v in extra.items() if v is not None})
+    cfg = cfg if config is None else cfg.merge(config)
+    factory: Any = session.create_client  # typed per service by the stubs; callers get Any either way
     made = factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
     from calque.aws.errors import name_the_call
 

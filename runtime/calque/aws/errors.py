@@ -26,6 +26,12 @@ from botocore.parsers import ResponseParserError
 
 from calque.errors import CalqueError, InfrastructureError, UsageError
 
+__all__ = ["AWS_ERRORS", "BotoCoreError", "ClientError", "ResponseParserError"]  # the door's names for botocore's
+
+# every way a boto3 call fails (a parser's error is not a BotoCoreError): code outside calque.aws catches these
+# by these names, so botocore is imported nowhere else (tests/unit/test_runtime_structure.py)
+AWS_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError, ResponseParserError)
+
 Kind = Literal[
     "not_found",
     "throttled",

@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import Field
 
-from calque.aws.pool_names import POOL_TAG, pool_names
 from calque.aws.store import pool_key_base
 from calque.errors import UsageError
 from calque.models.base import CalqueModel
+from calque.models.pool_names import POOL_TAG, pool_names
 
 POLICY_VERSION = "2012-10-17"
 

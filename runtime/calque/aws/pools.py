@@ -12,8 +12,8 @@ from pydantic import Field
 
 from calque.aws.acquire.group import pool_groups
 from calque.aws.errors import aws_errors
-from calque.aws.pool_names import POOL_TAG
 from calque.models.base import CalqueModel
+from calque.models.pool_names import POOL_TAG
 
 
 class PoolEntry(CalqueModel):

@@ -16,9 +16,9 @@ from pydantic import Field
 
 from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
-from calque.aws.pool_names import POOL_TAG, pool_names, refuse_foreign
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
+from calque.models.pool_names import POOL_TAG, pool_names, refuse_foreign
 
 # SQS's SendMessageBatch takes at most ten entries.
 SEND_BATCH = 10
@@ -70,7 +70,7 @@ class PoolQueue:
         self.sqs = sqs
         self.cloudwatch = cloudwatch
         self.model = model
-        self.pool = pool  # a named pool's queue is named and tagged by the pool (calque.aws.pool_names)
+        self.pool = pool  # a named pool's queue is named and tagged by the pool (calque.models.pool_names)
         self.name = queue_name or (pool_names(pool).queue if pool else pool_queue_name(model))
         self.dlq = dlq_name(self.name)
         self._url: str | None = None

@@ -1,8 +1,8 @@
-"""The ``calque`` root command and the ONLY place where errors become exit codes.
+"""The ``calque`` root command; its errors become exit codes in ``calque.exits`` (the one place).
 
 Exit codes (``calque.errors.EXIT_CODES``): 0 success; 1 partial failure or unexpected error; 2 usage;
 3 infrastructure; 4 refused by a safety gate; 5 nothing free; 6 the session daemon cannot be reached;
-130 aborted. Commands raise ``CalqueError`` subclasses; ``run`` maps them here. With ``--json`` the
+130 aborted. Commands raise ``CalqueError`` subclasses; ``calque.exits.run_command`` maps them. With ``--json`` the
 error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N}}``.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
 
 import click
 
 from calque import __version__
-from calque.errors import EXIT_CODES, EXIT_KINDS, CalqueError, RefusedError
+from calque.errors import EXIT_CODES
+from calque.exits import run_command
 
 # pydantic scans every installed distribution's entry points for plugins when it builds its first
 # model (importlib.metadata: a quarter of `calque session status`'s imports); calque uses none.
@@ -61,62 +61,9 @@ def cli() -> None:
     """Share institutional GPU capacity on AWS: warm pools, MIG slices and MPS slots."""
 
 
-def _wants_json(args: Sequence[str]) -> bool:
-    """Whether the command line asks for ``--json`` (read from the arguments, so that an error raised
-    while click is still parsing them is JSON too)."""
-    for arg in args:
-        if arg == "--":
-            return False
-        if arg == "--json":
-            return True
-    return False
-
-
-def _fail(message: str, code: int, as_json: bool) -> int:
-    if as_json:
-        import json  # only on the error path: start-up stays lean
-
-        error = {"kind": EXIT_KINDS.get(code, "failure"), "message": message, "exit_code": code}
-        click.echo(json.dumps({"error": error}), err=True)
-    else:
-        click.echo(f"calque: error: {message}", err=True)
-    return code
-
-
 def run(args: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this; ``main`` exits with it)."""
-    argv = list(sys.argv[1:] if args is None else args)
-    as_json = _wants_json(argv)
-    try:
-        rv = cli.main(args=argv, prog_name="calque", standalone_mode=False)
-    except CalqueError as exc:
-        return _fail(str(exc), exc.exit_code, as_json)
-    except PermissionError as exc:
-        # A file or device this user may not open is a sentence, never a traceback (exit 4, refused).
-        where = f" on {exc.filename}" if exc.filename else ""
-        why = f"permission denied{where} ({exc.strerror or exc}): run it as a user who may (often root, via sudo)"
-        return _fail(why, RefusedError.exit_code, as_json)
-    except click.exceptions.Abort:
-        if as_json:
-            return _fail("aborted", 130, as_json)
-        click.echo("calque: aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
-        if as_json:
-            return _fail(exc.format_message(), code, as_json)
-        exc.show()
-        return code
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except Exception as exc:
-        from calque.aws.errors import translate_any  # the error path only: start-up stays lean
-
-        aws = translate_any(exc)  # a botocore error no `aws_errors` block caught still reads as a sentence
-        if aws is None:
-            raise
-        return _fail(str(aws), aws.exit_code, as_json)
-    return int(rv) if isinstance(rv, int) else 0
+    return run_command(cli, list(sys.argv[1:] if args is None else args), "calque")
 
 
 def main() -> None:

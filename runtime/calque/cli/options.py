@@ -50,7 +50,7 @@ def given_pool_queue() -> str | None:
     value = click.get_current_context().meta.get("calque.pool")
     if value is None:
         return None
-    from calque.aws.pool_names import pool_names
+    from calque.models.pool_names import pool_names
 
     try:
         return pool_names(value).queue

@@ -33,7 +33,7 @@ def iam_policy(pool_name: str, bucket: str, account: str, prefix: str, document:
     pool needs, including iam:PassRole for that role alone. calque.gpu.pool_iam_policy returns the
     same documents to the playbook.
     """
-    from calque.ops.pool_iam import PoolIamOp
+    from calque.ops.pool_iam_policy import PoolIamOp
 
     if not region:
         raise UsageError("no region: pass --region (or set AWS_REGION), e.g. --region us-east-1")

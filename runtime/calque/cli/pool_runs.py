@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +24,6 @@ from calque.errors import InfrastructureError, PartialFailure, UsageError
 
 # boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
 if TYPE_CHECKING:
-    from calque.aws.queue import PoolQueue
-    from calque.aws.store import RunStore
     from calque.models import RunRecord, RunReport
     from calque.pool.submit import PoolTarget
 
@@ -144,16 +143,30 @@ def submit(
     Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
     """
     from calque.pool import submit as core
+    from calque.pool.runs import submit_and_wait
 
     target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     items = core.read_items(Path(items_path))
-    record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
-    click.echo(f"submitted {_render_record(record)}", err=True)
+
+    def submitted(record: RunRecord) -> None:
+        click.echo(f"submitted {_render_record(record)}", err=True)
+
     if not wait:
+        record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
+        submitted(record)
         emit(record, as_json, _render_record)
         return
-    store = target.store(record.queue_name)
-    rep = _wait_with_progress(store, record, timeout, target.queue())
+    with _claims_bar() as on_progress:
+        rep = submit_and_wait(
+            target,
+            items,
+            method=method,
+            batch_size=batch_size,
+            workload_digest=workload_digest,
+            timeout_s=timeout,
+            on_submitted=submitted,
+            on_progress=on_progress,
+        )
     emit(rep, as_json, render_report)
     core.check_finished(rep, timeout)
     if rep.items_failed or rep.claims_failed:
@@ -163,23 +176,22 @@ def submit(
         )
 
 
-def _wait_with_progress(store: RunStore, record: RunRecord, timeout: float, queue: PoolQueue) -> RunReport:
+@contextlib.contextmanager
+def _claims_bar() -> Iterator[Callable[[int, int], None]]:
+    """A transient bar of claims with a Summary on stderr; what it yields takes (done, total)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from calque.pool import submit as core
 
     console = Console(stderr=True)
     with Progress(
         TextColumn("claims"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
     ) as bar:
-        task = bar.add_task("claims", total=len(record.claims))
+        task = bar.add_task("claims", total=None)
 
         def on_progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        rep: RunReport = core.wait(store, record, timeout_s=timeout, on_progress=on_progress, queue=queue)
-    return rep
+        yield on_progress
 
 
 @click.command()
@@ -203,14 +215,10 @@ def results(
     profile: str | None,
 ) -> None:
     """Print a run's ItemResults as JSONL on stdout, in item order."""
-    from calque.pool import submit as core
-    from calque.pool.deadletter import settle_dead_letters
+    from calque.pool.runs import settled_results
 
     target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
-    store, record = core.load_run(target, run_id)
-    with contextlib.suppress(InfrastructureError):  # the queue may be gone; its runs' results stay readable
-        settle_dead_letters(target.queue(), store)
-    out = core.results(store, record)
+    record, out = settled_results(target, run_id)
     shown = [r for r in out if not r.ok] if failed_only else out
     for r in shown:
         sys.stdout.write(r.model_dump_json() + "\n")

@@ -9,12 +9,10 @@ import click
 
 from calque.cli.options import aws_options, bucket_option, json_option, prefix_option
 from calque.cli.output import emit, table
-from calque.errors import UsageError
 
 if TYPE_CHECKING:
     from calque.aws.acquire.scaling import ScalingStatus
     from calque.models import PoolStatus, QueueDepth
-    from calque.pool.submit import PoolTarget
 
 
 def _render_depth(d: QueueDepth) -> str:
@@ -91,68 +89,35 @@ def status(
     the load error when no worker serves. With --run, the run's report instead (dead-lettered
     claims are first recorded as failed).
     """
-    from calque.aws.clients import client
-    from calque.aws.queue import PoolQueue
-    from calque.cli.pool_runs import render_report
-    from calque.pool.loads import LoadRecords, health, load_error
-    from calque.pool.submit import PoolTarget
+    from calque.pool.status import PoolAddress, run_status
+    from calque.pool.status import status as read_status
 
-    if model is None and pool_name is None:
-        raise UsageError("give --pool (a named pool, e.g. lab-a/embedder) or --model (a pool named by its model)")
-    names = None
     if pool_name is not None:
-        from calque.aws.pool_names import pool_names
+        from calque.models.pool_names import check_pool_name
 
         try:
-            names = pool_names(pool_name)
+            check_pool_name(pool_name)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--pool") from None
-    label = model or pool_name or ""  # --pool names the queue; --model, when given too, labels it
-    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    cloudwatch = client("cloudwatch", region=region, endpoint_url=endpoint_url, profile=profile)
-    queue = PoolQueue(sqs, label, names.queue if names else None, cloudwatch=cloudwatch)
-
-    def target() -> PoolTarget:
-        if not bucket:
-            raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-        return PoolTarget(label, bucket, prefix, region, endpoint_url, profile, queue.name)
-
+    address = PoolAddress(model, pool_name, bucket, prefix, region, endpoint_url, profile)
     if run_id is not None:
-        from calque.pool import submit as core
-        from calque.pool.deadletter import settle_dead_letters
+        from calque.cli.pool_runs import render_report
 
-        store, record = core.load_run(target(), run_id)
-        settle_dead_letters(queue, store)
-        rep = core.report(record, store.summaries(record.results_prefix))
-        emit(rep, as_json, render_report)
-        failing = health(LoadRecords(store).read()).failing
-        if not rep.finished and failing is not None:
-            click.echo(str(load_error(failing, label)), err=True)
+        run = run_status(address, run_id)
+        emit(run.report, as_json, render_report)
+        if run.load_error is not None:
+            click.echo(str(run.load_error), err=True)
         return
-
-    from calque.models import PoolStatus
-
-    depth = queue.depth()
-    workers = None
-    if bucket:
-        records = LoadRecords(target().store(queue.name)).read()
-        failing = health(records).failing
-        why = None if failing is None else str(load_error(failing, label))
-        workers = PoolStatus(**depth.model_dump(), workers=records, load_error=why)
-    if names is None:
-        if workers is None:
-            emit(depth, as_json, _render_depth)
+    view = read_status(address)
+    if view.group is None:
+        if view.workers is None:
+            emit(view.depth, as_json, _render_depth)
         else:
-            emit(workers, as_json, _render_status)
-        return
-    from calque.aws.acquire.scaling import PoolScaling, scaling_status
-
-    autoscaling = client("autoscaling", region=region, endpoint_url=endpoint_url, profile=profile)
-    group = scaling_status(PoolScaling(autoscaling, cloudwatch, names), depth)
-    if workers is None:
-        emit(group, as_json, _render_scaling)
+            emit(view.workers, as_json, _render_status)
+    elif view.workers is None:
+        emit(view.group, as_json, _render_scaling)
     elif as_json:
-        both = {"scaling": group.model_dump(mode="json"), "workers": workers.model_dump(mode="json")}
+        both = {"scaling": view.group.model_dump(mode="json"), "workers": view.workers.model_dump(mode="json")}
         click.echo(json.dumps(both, indent=2))
     else:
-        click.echo(f"{_render_scaling(group)}\n\n{_render_workers(workers)}")
+        click.echo(f"{_render_scaling(view.group)}\n\n{_render_workers(view.workers)}")

@@ -59,6 +59,19 @@ class RootVolume(CalqueModel):
     kms_key_id: str | None = Field(None, description="KMS key for encryption; None uses the account's EBS default key")
 
 
+class LaunchOptions(CalqueModel):
+    """What an instance is launched from, declared once for ``calque.gpu.pool_group`` and
+    ``calque.gpu.ec2_cohort``: their requests extend it, as their argument specs take
+    ``module_utils/_launch.py`` and their docs the ``launch`` fragment."""
+
+    ami: str | None = None
+    ami_ssm_parameter: str | None = None
+    root_volume: RootVolume = Field(default_factory=RootVolume)
+    instance_profile: str | None = None
+    security_groups: list[str] = Field(default_factory=list)
+    key_name: str | None = None
+
+
 class CohortSpec(VersionedModel):
     """What a caller asks the Acquirer for: a named cohort of ``count`` instances."""
 

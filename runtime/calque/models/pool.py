@@ -12,9 +12,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from calque.aws.pool_names import PoolName, pool_names
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel, WholeSeconds
 from calque.models.ids import SafeId, check_id
+from calque.models.pool_names import PoolName, pool_names
 
 # Bump when a model that crosses a process boundary changes incompatibly.
 SCHEMA_VERSION = 1

@@ -16,15 +16,15 @@ from calque.ops.base import Operation
 OPERATIONS = {
     "pool_queue": "calque.ops.pool_queue:PoolQueueOp",
     "pool_scaling": "calque.ops.pool_scaling:PoolScalingOp",
-    "ec2_cohort": "calque.ops.cohort:CohortOp",
+    "ec2_cohort": "calque.ops.ec2_cohort:CohortOp",
     "pool_group": "calque.ops.pool_group:PoolGroupOp",
     "pool_knobs": "calque.ops.pool_knobs:PoolKnobsOp",
     "mig": "calque.ops.mig:MigLayoutOp",
     "mps": "calque.ops.mps:MpsDaemonsOp",
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
-    "pool_iam_policy": "calque.ops.pool_iam:PoolIamOp",
+    "pool_iam_policy": "calque.ops.pool_iam_policy:PoolIamOp",
     "runtime": "calque.ops.runtime:RuntimeOp",
-    "gpu_info": "calque.ops.gpu_facts:GpuFactsOp",
+    "gpu_info": "calque.ops.gpu_info:GpuFactsOp",
     "preflight": "calque.ops.preflight:PreflightOp",  # the controller's action plugin (plugins/action/)
 }
 

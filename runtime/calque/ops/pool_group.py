@@ -31,18 +31,18 @@ from calque.aws.acquire.gate import (
     require_terminate_consent,
 )
 from calque.aws.acquire.validate import check_launch_inputs
-from calque.aws.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
-from calque.models.acquire import RootVolume
+from calque.models.acquire import LaunchOptions
 from calque.models.base import CalqueModel
+from calque.models.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.models.warmth import ScheduleEntry, WarmPoolSettings
 from calque.ops.base import Operation
 from calque.ops.outcome import Failure, Outcome
 from calque.ops.pool_warmth import WarmthPlan, apply_warmth, check_warm_request, plan_warmth, remove_warm_pool
 
 
-class PoolGroupRequest(CalqueModel):
+class PoolGroupRequest(LaunchOptions):
     """A pool's group as pool.yml names it (the module's options)."""
 
     pool: PoolName
@@ -54,12 +54,6 @@ class PoolGroupRequest(CalqueModel):
     subnets: list[str] = Field(default_factory=list)
     market: Literal["spot", "on-demand"] = "spot"
     on_demand_base: int = Field(0, ge=0, le=1000)
-    ami: str | None = None
-    ami_ssm_parameter: str | None = None
-    root_volume: RootVolume = Field(default_factory=RootVolume)
-    instance_profile: str | None = None
-    security_groups: list[str] = Field(default_factory=list)
-    key_name: str | None = None
     user_data: str | None = None
     ttl: str = "3h"
     tags: dict[str, Any] = Field(default_factory=dict)

@@ -5,9 +5,9 @@ the user-data with ``calque.gpu.pool_spec`` (``calque.ops.pool_spec``, as does `
 user-data``) and hands it to ``calque.gpu.ec2_cohort``;
 ``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
 boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
-``/etc/calque/pool.yml`` and starts ``calque pool worker`` under systemd. ``spec_yaml`` is the spec
-file's text; where no instance can run it (the offline tier) a local worker process is started on
-the same text.
+``/etc/calque/pool.yml`` and starts the worker under systemd (``python -m calque.pool``: ``calque
+pool worker``'s command alone, not the whole CLI). ``spec_yaml`` is the spec file's text; where no
+instance can run it (the offline tier) a local worker process is started on the same text.
 
 A workload may be an ``s3://bucket/key.py[::Class]`` URI, so that one spec runs anywhere: the
 worker downloads the script at start (``materialize_workload``) into ``CALQUE_WORKLOAD_CACHE``
@@ -31,10 +31,10 @@ from calque import __version__
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import aws_errors
-from calque.aws.pool_names import pool_names
 from calque.aws.store import parse_s3_uri
 from calque.errors import UsageError
 from calque.models import PoolSpec
+from calque.models.pool_names import pool_names
 
 SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
 UNIT_NAME = "calque-pool-worker.service"
@@ -46,7 +46,7 @@ _USER_DATA = r"""#!/bin/bash
 # 1. the pool spec in @SPEC_PATH@  2. up to "ready" (warm_steps): the driver check, the calque runtime in
 # /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked), `calque pool warm-up` (workload, its
 # weight steps into /var/lib/calque/cache, the calque-ready lifecycle hook: CONTINUE, or ABANDON on failure)
-# 3. @UNIT@ (systemd) running `calque pool worker --spec @SPEC_PATH@`, on this and every later boot.
+# 3. @UNIT@ (systemd) running `python -m calque.pool --spec @SPEC_PATH@`, on this and every later boot.
 # The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
 set -euo pipefail
 PY=$(command -v python3.11 || command -v python3)
@@ -167,7 +167,7 @@ After=network-online.target
 Type=simple
 # every boot: wait while warmed, check "ready" (a start from the warm pool repeats nothing), CONTINUE
 ExecStartPre=/opt/calque/venv/bin/calque pool warm-up --spec @SPEC_PATH@ --wait-in-service
-ExecStart=/opt/calque/venv/bin/calque pool worker --spec @SPEC_PATH@
+ExecStart=/opt/calque/venv/bin/python -m calque.pool --spec @SPEC_PATH@
 TimeoutStartSec=infinity
 Environment=CALQUE_WORKLOAD_CACHE=/var/lib/calque/workloads
 Environment=CALQUE_WEIGHTS_CACHE=/var/lib/calque/cache HF_HOME=/var/lib/calque/cache/huggingface

@@ -25,9 +25,9 @@ from pydantic import ValidationError
 
 from calque.aws.acquire.group import pool_groups
 from calque.aws.errors import aws_errors
-from calque.aws.pool_names import POOL_TAG
 from calque.errors import UsageError, format_validation_error
 from calque.models import PoolSpec
+from calque.models.pool_names import POOL_TAG
 
 _SPEC = re.compile(r"<<'CALQUE_SPEC'\n(?P<b64>.*?)\nCALQUE_SPEC", re.S)
 

@@ -28,16 +28,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-
 from calque.aws.acquire.scaling import TERMINATION_HOOK
+from calque.aws.errors import AWS_ERRORS, BotoCoreError, ClientError
 from calque.pool.spot import Imds
 
 log = logging.getLogger("calque.pool.instance")
 TERMINATING = "Terminated"  # IMDS target-lifecycle-state of an instance on its way out
 # a failed call is logged, never fatal: protection is an optimisation and the hook times out on its own
-_AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
+_AWS_ERRORS = AWS_ERRORS
 
 
 class InstanceGuard(Protocol):

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from botocore.config import Config
-
 from calque.aws.clients import client
 from calque.aws.pricing import hourly_usd
 from calque.aws.queue import PoolQueue
@@ -52,8 +50,8 @@ def start_worker_process(
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``python -m calque.pool worker --spec FILE [--index N]`` as a child process."""
-    cmd = [sys.executable, "-m", "calque.pool", "worker", "--spec", str(spec_path)]
+    """``python -m calque.pool --spec FILE [--index N]`` (``calque pool worker``) as a child process."""
+    cmd = [sys.executable, "-m", "calque.pool", "--spec", str(spec_path)]
     if index is not None:
         cmd += ["--index", str(index)]
     cmd += list(extra_args)
@@ -97,9 +95,8 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
         if index >= len(spec.cuda_visible_devices):
             raise UsageError(f"--index {index} but the spec lists {len(spec.cuda_visible_devices)} devices")
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices[index]
-    cfg = Config(max_pool_connections=16)
-    sqs = client("sqs", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
-    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url, config=cfg)
+    sqs = client("sqs", region=spec.region, endpoint_url=spec.endpoint_url, max_pool_connections=16)
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url, max_pool_connections=16)
     pool_queue = PoolQueue(sqs, spec.model, spec.queue_name)
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
     host = socket.gethostname()

@@ -23,12 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.config import Config
-from botocore.exceptions import ClientError
-
 from calque import __version__
 from calque.aws.clients import client
-from calque.aws.errors import aws_errors, is_not_found
+from calque.aws.errors import ClientError, aws_errors, is_not_found
 from calque.errors import UsageError
 from calque.packaging import build_wheel, build_wheelhouse, sha256_file, wheel_name
 from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_python_version
@@ -50,7 +47,6 @@ __all__ = [
 
 MAX_URL_TTL_S = 7 * 24 * 3600  # SigV4 presigned URLs live at most 7 days
 SHA_METADATA = "calque-sha256"
-_SIGV4 = Config(signature_version="s3v4")
 
 
 @dataclass(frozen=True)
@@ -133,7 +129,7 @@ def _staging_client(ttl_s: int, region: str | None, endpoint_url: str | None, pr
             " shorten the instance TTL or pass an explicit runtime pip requirement"
         )
     # SigV4 (the default SigV2 query auth is refused by newer regions); the URL is valid in ``region``
-    return client("s3", region=region, endpoint_url=endpoint_url, profile=profile, config=_SIGV4)
+    return client("s3", region=region, endpoint_url=endpoint_url, profile=profile, signature_version="s3v4")
 
 
 def _wheel(tmp: str, wheel: str | Path | None, progress: Callable[[str], None]) -> Path:

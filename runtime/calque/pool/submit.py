@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from botocore.config import Config
 from pydantic import ValidationError
 
 from calque.aws.clients import client
@@ -69,8 +68,13 @@ class PoolTarget:
 
     def store(self, queue_name: str) -> RunStore:
         # one connection per staging thread (and a few for readers), so concurrent PUTs never queue on the pool
-        cfg = Config(max_pool_connections=STAGE_THREADS + 8)
-        s3 = client("s3", region=self.region, endpoint_url=self.endpoint_url, profile=self.profile, config=cfg)
+        s3 = client(
+            "s3",
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+            profile=self.profile,
+            max_pool_connections=STAGE_THREADS + 8,
+        )
         return RunStore(s3, self.bucket, self.prefix, queue_name)
 
 

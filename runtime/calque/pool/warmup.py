@@ -34,15 +34,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
-from calque.aws.errors import error_code
-from calque.aws.pool_names import pool_names
+from calque.aws.errors import BotoCoreError, ClientError, error_code
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.base import CalqueModel
+from calque.models.pool_names import pool_names
 from calque.models.warmth import ReadyMark
 from calque.pool.bootstrap import materialize_workload
 from calque.pool.spot import Imds, imds_allowed

@@ -161,7 +161,12 @@ def _differences(target: Target, spec: PoolSpec) -> list[str]:
         None
         if target.deployed
         else next(
-            (a.registered_classes[target.name] for a in modal_shim._APPS if target.name in a.registered_classes), None
+            (
+                a.registered_classes[target.name]
+                for a in modal_shim.DECLARED_APPS
+                if target.name in a.registered_classes
+            ),
+            None,
         )
     )
     pset = parameter_set(klass) if klass is not None else None

@@ -43,7 +43,7 @@ class RunOutcome:
 
 
 def _entrypoint(path: Path, name: str | None) -> Any:
-    entrypoints = {fn.__name__: fn for app in modal_shim._APPS for fn in app.entrypoints}
+    entrypoints = {fn.__name__: fn for app in modal_shim.DECLARED_APPS for fn in app.entrypoints}
     if name:
         if name not in entrypoints:
             raise UsageError(

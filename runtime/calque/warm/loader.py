@@ -89,7 +89,7 @@ def _script_line(exc: BaseException, path: Path) -> str:
 def _import_script(path: Path) -> types.ModuleType:
     # The stand-in modal exists only in this process, only from here on.
     sys.modules["modal"] = modal_shim
-    modal_shim._APPS.clear()
+    modal_shim.DECLARED_APPS.clear()
     mod_name = f"calque_workload_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -122,7 +122,7 @@ def _import_script(path: Path) -> types.ModuleType:
 def _pick_target(module: types.ModuleType, path: Path, name: str | None) -> tuple[str, type | None]:
     classes: dict[str, type] = {}
     functions: dict[str, Any] = {}
-    for app in modal_shim._APPS:
+    for app in modal_shim.DECLARED_APPS:
         classes.update(app.registered_classes)
         functions.update(app.registered_functions)
     if name is not None:
@@ -335,7 +335,7 @@ def _function_workload(path: Path, name: str, parameters: dict[str, Any]) -> Wor
     if parameters:
         raise WorkloadError(f"{path.name}: pool parameters {sorted(parameters)} need an @app.cls class")
     functions: dict[str, Any] = {}
-    for app in modal_shim._APPS:
+    for app in modal_shim.DECLARED_APPS:
         functions.update(app.registered_functions)
     if name != "functions":
         functions = {name: functions[name]}

@@ -230,7 +230,7 @@ class App:
         self.registered_classes: dict[str, type] = {}
         self.registered_functions: dict[str, Callable[..., Any]] = {}
         self.entrypoints: list[Callable[..., Any]] = []
-        _APPS.append(self)
+        DECLARED_APPS.append(self)
 
     def cls(self, *args: Any, **kwargs: Any) -> Callable[[type], type]:
         if args:
@@ -286,7 +286,7 @@ class App:
 
 
 Stub = App  # the pre-0.57 name
-_APPS: list[App] = []
+DECLARED_APPS: list[App] = []  # every App the loaded script made (read by warm.loader and calque run)
 
 
 def is_local() -> bool:

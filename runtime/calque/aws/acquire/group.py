@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from calque.aws.acquire.launch_spec import TAG_MANAGED
 from calque.aws.acquire.template import TAG_CONFIG
 from calque.aws.errors import aws_errors, error_code
-from calque.aws.pool_names import POOL_TAG, refuse_foreign
+from calque.models.pool_names import POOL_TAG, refuse_foreign
 
 MIN_LIFETIME_S = 86400  # AWS's minimum MaxInstanceLifetime; shorter TTLs stay in the user-data
 REFRESHING = ("Pending", "InProgress", "Cancelling", "RollbackInProgress", "Baking")

@@ -1,6 +1,6 @@
 """How a pool's Auto Scaling group follows its queue, down to zero and back (issue 10, section 3).
 
-Four parts, all named from the pool (``calque.aws.pool_names``) and owned by the Acquirer's side:
+Four parts, all named from the pool (``calque.models.pool_names``) and owned by the Acquirer's side:
 
 - a target-tracking policy ``<base>-backlog`` on **backlog per instance**: CloudWatch metric math
   ``(visible + inflight) / inservice`` over SQS ``ApproximateNumberOfMessagesVisible`` and
@@ -32,10 +32,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
 from calque.aws.errors import aws_errors, is_not_found, translate
-from calque.aws.pool_names import POOL_TAG, ForeignPoolError, PoolNames, refuse_foreign
 from calque.errors import RefusedError
 from calque.models import QueueDepth
 from calque.models.base import CalqueModel
+from calque.models.pool_names import POOL_TAG, ForeignPoolError, PoolNames, refuse_foreign
 
 TERMINATION_HOOK = "calque-drain"
 """The lifecycle hook a worker completes once it has drained (the same name in every pool's group)."""

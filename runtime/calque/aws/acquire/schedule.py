@@ -15,8 +15,8 @@ from typing import Any
 
 from calque.aws.acquire.group import describe_group
 from calque.aws.errors import aws_errors
-from calque.aws.pool_names import ForeignPoolError, pool_names
 from calque.errors import RefusedError, UsageError
+from calque.models.pool_names import ForeignPoolError, pool_names
 from calque.models.warmth import PrewarmReport, ScheduleEntry
 
 RECURRING_PREFIX = "calque-sched-"

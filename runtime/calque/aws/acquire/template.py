@@ -25,8 +25,8 @@ from botocore.exceptions import ClientError
 
 from calque.aws.acquire.launch_spec import TAG_MANAGED, USER_DATA_LIMIT, _user_part_type, iso_z
 from calque.aws.errors import aws_errors, describe, error_code, is_not_found
-from calque.aws.pool_names import refuse_foreign
 from calque.errors import UsageError
+from calque.models.pool_names import refuse_foreign
 
 TAG_CONFIG = "calque:config"
 _DESCRIPTION = re.compile(r"^calque (?P<digest>[0-9a-f]{16})(?: urls-expire (?P<expires>\S+))?$")

@@ -29,7 +29,7 @@ description:
     O(i_understand_this_terminates_instances=true). A cohort whose worst-case hourly cost (O(count) times
     the on-demand rate of the dearest listed type) exceeds O(max_hourly_usd) is refused, with the
     arithmetic in the message.
-  - A thin face over the C(calque.ops.cohort) operation and C(calque.aws.acquire.Acquirer), the only code in
+  - A thin face over the C(calque.ops.ec2_cohort) operation and C(calque.aws.acquire.Acquirer), the only code in
     calque that launches or terminates instances.
 author: calque developers (@calque)
 options:
@@ -279,6 +279,7 @@ attempts:
 """
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.calque.gpu.plugins.module_utils._launch import LAUNCH_MUTUALLY_EXCLUSIVE, LAUNCH_OPTIONS
 from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
@@ -292,20 +293,6 @@ def main():
         subnets=dict(type="list", elements="str", default=[]),
         market=dict(type="str", choices=["on-demand", "spot", "spot-then-on-demand"], default="on-demand"),
         spot_max_price=dict(type="float"),
-        ami=dict(type="str"),
-        ami_ssm_parameter=dict(type="str"),
-        root_volume=dict(
-            type="dict",
-            default={},
-            options=dict(
-                size_gib=dict(type="int", default=100),
-                type=dict(type="str", choices=["gp3", "gp2", "io1", "io2"], default="gp3"),
-                kms_key_id=dict(type="str"),
-            ),
-        ),
-        instance_profile=dict(type="str"),
-        security_groups=dict(type="list", elements="str", default=[]),
-        key_name=dict(type="str", no_log=False),
         user_data=dict(type="str"),
         ttl=dict(type="str", default="3h"),
         tags=dict(type="dict", default={}),
@@ -318,12 +305,13 @@ def main():
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
     )
+    argument_spec.update(LAUNCH_OPTIONS)
     run_op(
         AnsibleAWSModule,
         "ec2_cohort",
         argument_spec,
         required_if=[("state", "present", ("count", "instance_types"))],
-        mutually_exclusive=[("ami", "ami_ssm_parameter")],
+        mutually_exclusive=LAUNCH_MUTUALLY_EXCLUSIVE,
     )
 
 

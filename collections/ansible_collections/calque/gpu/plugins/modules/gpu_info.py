@@ -16,7 +16,7 @@ description:
   - Returns every GPU (index, name, UUID, memory, MIG mode current and pending, compute mode), its GPU
     and compute instances, its MIG devices with their UUIDs, the processes on each device, the MPS
     control daemons, and the card's entry in calque's catalog.
-  - Read-only. A thin face over the C(calque.ops.gpu_facts) operation (C(calque.gpu.facts.gather)); C(calque gpu info) reads the same facts.
+  - Read-only. A thin face over the C(calque.ops.gpu_info) operation (C(calque.gpu.facts.gather)); C(calque gpu info) reads the same facts.
 author: calque developers (@calque)
 options:
   pipe_root:

@@ -299,6 +299,7 @@ spend:
 """
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.calque.gpu.plugins.module_utils._launch import LAUNCH_MUTUALLY_EXCLUSIVE, LAUNCH_OPTIONS
 from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 
 
@@ -313,20 +314,6 @@ def main():
         subnets=dict(type="list", elements="str", default=[]),
         market=dict(type="str", choices=["spot", "on-demand"], default="spot"),
         on_demand_base=dict(type="int", default=0),
-        ami=dict(type="str"),
-        ami_ssm_parameter=dict(type="str"),
-        root_volume=dict(
-            type="dict",
-            default={},
-            options=dict(
-                size_gib=dict(type="int", default=100),
-                type=dict(type="str", choices=["gp3", "gp2", "io1", "io2"], default="gp3"),
-                kms_key_id=dict(type="str"),
-            ),
-        ),
-        instance_profile=dict(type="str"),
-        security_groups=dict(type="list", elements="str", default=[]),
-        key_name=dict(type="str", no_log=False),
         user_data=dict(type="str"),
         ttl=dict(type="str", default="3h"),
         tags=dict(type="dict", default={}),
@@ -361,7 +348,8 @@ def main():
             ),
         ),
     )
-    run_op(AnsibleAWSModule, "pool_group", argument_spec, mutually_exclusive=[("ami", "ami_ssm_parameter")])
+    argument_spec.update(LAUNCH_OPTIONS)
+    run_op(AnsibleAWSModule, "pool_group", argument_spec, mutually_exclusive=LAUNCH_MUTUALLY_EXCLUSIVE)
 
 
 if __name__ == "__main__":

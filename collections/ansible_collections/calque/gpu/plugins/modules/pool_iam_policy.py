@@ -23,7 +23,7 @@ description:
     action, for the group tagged C(calque:pool=<pool>)), nothing else.
   - Facts only, no AWS call; C(playbooks/tasks/pool_iam.yml) hands the documents to
     M(amazon.aws.iam_role), M(amazon.aws.iam_policy) and M(amazon.aws.iam_instance_profile).
-  - A thin face over the C(calque.ops.pool_iam) operation (C(calque.aws.iam_policy)); the CLI's
+  - A thin face over the C(calque.ops.pool_iam_policy) operation (C(calque.aws.iam_policy)); the CLI's
     C(calque pool iam-policy) prints the same documents.
 author: calque developers (@calque)
 options:

@@ -15,7 +15,7 @@ from pydantic import Field
 from calque.aws.acquire import Acquirer, Consent
 from calque.aws.acquire.gate import SPEND_FLAGS, TERMINATE_FLAGS
 from calque.errors import UsageError
-from calque.models.acquire import CohortInstance, CohortResult, CohortSpec, LaunchAttempt, Market, RootVolume
+from calque.models.acquire import CohortInstance, CohortResult, CohortSpec, LaunchAttempt, LaunchOptions, Market
 from calque.models.base import CalqueModel
 from calque.ops.base import Operation, validated
 from calque.ops.outcome import Outcome
@@ -25,7 +25,7 @@ RENAMED = {"ttl_seconds": "ttl", "wait_timeout_s": "wait_timeout"}
 _NOT_SPEC = ("state", "i_understand_this_spends_money", "i_understand_this_terminates_instances")
 
 
-class CohortRequest(CalqueModel):
+class CohortRequest(LaunchOptions):
     """A cohort as its caller names it (the module's options); ``spec()`` makes the Acquirer's CohortSpec."""
 
     name: str
@@ -36,12 +36,6 @@ class CohortRequest(CalqueModel):
     subnets: list[str] = Field(default_factory=list)
     market: Market = "on-demand"
     spot_max_price: float | None = None
-    ami: str | None = None
-    ami_ssm_parameter: str | None = None
-    root_volume: RootVolume = Field(default_factory=RootVolume)
-    instance_profile: str | None = None
-    security_groups: list[str] = Field(default_factory=list)
-    key_name: str | None = None
     user_data: str | None = None
     ttl: str = "3h"
     tags: dict[str, Any] = Field(default_factory=dict)
