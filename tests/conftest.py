@@ -63,7 +63,8 @@ def moto_endpoint() -> Iterator[str]:
 def moto(moto_endpoint: str) -> Iterator[str]:
     """The moto endpoint with clean state for this test."""
     req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
-    urllib.request.urlopen(req, timeout=10).read()
+    # A reset of a big state on a loaded 2-core machine has taken over 10 s (twice in full runs).
+    urllib.request.urlopen(req, timeout=60).read()
     from support import fake_instance_refresh, fake_lifecycle_action
 
     fake_instance_refresh.reset()

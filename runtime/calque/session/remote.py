@@ -21,7 +21,7 @@ from typing import Any
 from calque.errors import InfrastructureError, UnreachableError
 from calque.models.institution import RemoteRequest, binding
 from calque.session import munge
-from calque.session.client.wire import MAX_RESPONSE_BYTES, decode_answer
+from calque.session.client.wire import decode_answer, read_answer_line
 
 
 class NotSent(UnreachableError):
@@ -89,7 +89,8 @@ class RemoteHost:
                 with socket.create_connection((self.address, self.port), timeout=self.timeout) as s:
                     s.sendall(line)
                     sent = True
-                    return decode_answer(self._read(s), f"the session daemon on {self.name}")
+                    who = f"the session daemon on {self.name}"
+                    return decode_answer(read_answer_line(s, who), who)
             except OSError as exc:
                 retryable = (not sent and exc.errno in (errno.ECONNREFUSED, errno.EAGAIN)) or (
                     sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
@@ -104,14 +105,3 @@ class RemoteHost:
                     raise InfrastructureError(f"the session daemon on {where} did not answer: {exc}") from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
-
-    def _read(self, s: socket.socket) -> bytes:
-        buf = bytearray()
-        while b"\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionResetError(errno.ECONNRESET, "the daemon closed the connection without answering")
-            buf += chunk
-            if len(buf) > MAX_RESPONSE_BYTES:
-                raise InfrastructureError(f"the session daemon on {self.name} sent an oversized response")
-        return bytes(buf[: buf.index(b"\n")])

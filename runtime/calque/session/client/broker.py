@@ -19,7 +19,7 @@ from typing import Any
 
 from calque.errors import InfrastructureError, UnreachableError
 from calque.models.broker import AnywhereArgs, BrokerRequest, Grant, HostView, QueueEntry
-from calque.session.client.wire import MAX_RESPONSE_BYTES, check_peer, decode_answer, trusted_server_uids
+from calque.session.client.wire import check_peer, decode_answer, read_answer_line, trusted_server_uids
 
 DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
 BROKER_SOCKET_ENV = "CALQUE_BROKER_SOCKET"
@@ -101,25 +101,13 @@ class BrokerClient:
                 s.sendall(line)
                 sent = True
                 s.settimeout(None if wait else self.timeout)
-                raw = self._read(s)
+                raw = read_answer_line(s, "the broker")
         except OSError as exc:
             if sent:
                 raise Dropped(str(exc.strerror or exc)) from exc
             hint = "" if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED) else "; is calque-broker.service running?"
             raise UnreachableError(f"cannot reach the broker at {self.path}: {exc.strerror or exc}{hint}") from exc
         return self._decode(raw)
-
-    @staticmethod
-    def _read(s: socket.socket) -> bytes:
-        buf = bytearray()
-        while b"\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionResetError(errno.ECONNRESET, "the broker closed the connection without answering")
-            buf += chunk
-            if len(buf) > MAX_RESPONSE_BYTES:
-                raise InfrastructureError("the broker sent an oversized response")
-        return bytes(buf[: buf.index(b"\n")])
 
     @staticmethod
     def _decode(raw: bytes) -> Any:

@@ -84,6 +84,19 @@ def check_peer(sock: socket.socket, path: Path, trusted: frozenset[int]) -> None
         )
 
 
+def read_answer_line(s: socket.socket, who: str = "the session daemon") -> bytes:
+    """One answer line from ``s`` (without its newline), at most ``MAX_RESPONSE_BYTES``."""
+    buf = bytearray()
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionResetError(errno.ECONNRESET, f"{who} closed the connection without answering")
+        buf += chunk
+        if len(buf) > MAX_RESPONSE_BYTES:
+            raise InfrastructureError(f"{who} sent an oversized response")
+    return bytes(buf[: buf.index(b"\n")])
+
+
 def decode_answer(raw: bytes, who: str = "the session daemon") -> Any:
     """The ``result`` of a daemon's answer line, or the CalqueError its ``error`` stands for (which
     keeps its exit code); ``who`` names the daemon in messages (another host's, for ``remote.py``)."""
@@ -147,7 +160,7 @@ class SessionSocket:
                     check_peer(s, self.path, self.trusted)  # before anything is sent or believed
                     s.sendall(line)
                     sent = True
-                    raw = self._read(s)
+                    raw = read_answer_line(s)
                 return decode_answer(raw)
             except OSError as exc:
                 retryable = (not sent and exc.errno in _CONNECT_ERRNOS) or (
@@ -165,14 +178,3 @@ class SessionSocket:
                     ) from exc
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
-
-    def _read(self, s: socket.socket) -> bytes:
-        buf = bytearray()
-        while b"\n" not in buf:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionResetError(errno.ECONNRESET, "the daemon closed the connection without answering")
-            buf += chunk
-            if len(buf) > MAX_RESPONSE_BYTES:
-                raise InfrastructureError("the session daemon sent an oversized response")
-        return bytes(buf[: buf.index(b"\n")])

@@ -194,7 +194,13 @@ class Registry:
             end_reason=row["end_reason"],
             env=env,
         )
-        return Held(session=s, slice=sl, last_active=row["last_active"], idle_notice=bool(row["idle_notice_sent"]))
+        return Held(
+            session=s,
+            slice=sl,
+            last_active=row["last_active"],
+            idle_notice=bool(row["idle_notice_sent"]),
+            notices=row["notice_sent"],
+        )
 
     def live(self, uid: int | None = None) -> list[Held]:
         with self._rlock:
