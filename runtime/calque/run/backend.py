@@ -42,6 +42,9 @@ class Run(Protocol):
     def sent(self) -> None:
         """Wait until every item is sent (``.spawn_map``); raises what sending raised."""
 
+    def created(self) -> None:
+        """Wait until the call can be found by its id from another process (``.spawn``, as Modal's returns)."""
+
 
 class Backend(Protocol):
     def start(self, target: Target, items: Iterable[Item]) -> Run:

@@ -59,6 +59,9 @@ class LocalRun:
     def finished(self) -> bool:
         return self._ended
 
+    def created(self) -> None:
+        """An in-process call is found by its id in this process only, where it exists already."""
+
     def sent(self) -> None:
         """In-process, an input is sent when it has run: wait for them all."""
         self._thread.join()

@@ -97,6 +97,10 @@ class PoolRun:
         if self._stage_error is not None:
             raise self._stage_error
 
+    def created(self) -> None:
+        """A pool run is found by its RunRecord, written once its claims are sent: wait for that."""
+        self.sent()
+
     def _stage(self, items: Iterable[Item]) -> None:
         try:
             stage_run(self.pool.queue, self.pool.store, items, run_id=self.run_id, model=self.pool.spec.model,

@@ -193,6 +193,7 @@ class FunctionProxy:
         if self._is_generator:
             raise TypeError(f"{self._target.label} is a generator method: call it with .remote_gen(...)")
         run = self._backend.start(self._target, [_item(self._target, 0, args, kwargs)])
+        run.created()  # its object_id names a call another process can find (FunctionCall.from_id)
         return self._dispatcher.remember(FunctionCall(run, self._target))
 
     def _spawn_map(self, *iterables: Iterable[Any], kwargs: dict[str, Any] | None = None) -> None:
