@@ -111,14 +111,25 @@ def test_a_history_without_refusals_suggests_no_change(
     assert MigPlanner(teaching).plan(entries).changes is False
 
 
-def test_refusals_no_layout_can_avoid_change_nothing(
-    teaching: SimGpu, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("refused_1g", "changes"), [(1, False), (2, False), (4, True)])
+def test_a_refused_3g_ask_weighs_three_refused_1g_asks(
+    teaching: SimGpu, tmp_path: Path, capsys: pytest.CaptureFixture[str], refused_1g: int, changes: bool
 ) -> None:
-    # both 3g slices are in use whenever 1g asks are refused: taking one would refuse 3g asks instead
-    path = _history(tmp_path, teaching, refused_per_day={"1g.10gb": 1})
+    # Both 3g slices are in use whenever 1g asks are refused: taking one 3g for four 1g refuses one 3g
+    # ask a day (three slices) to grant up to four 1g asks. Worth it only when more than three 1g were refused.
+    path = _history(tmp_path, teaching, refused_per_day={"1g.10gb": refused_1g})
     s = _suggest(path, capsys)
-    assert s["changed"] is False
-    assert any("no valid layout of this host's GPUs refuses fewer" in r for r in s["reasons"])
+    assert s["changed"] is changes
+    prof = {p["profile"]: p for p in s["profiles"]}
+    if changes:
+        assert (
+            prof["3g.40gb"]["replayed_refusals_suggested"] == 14 and prof["1g.10gb"]["replayed_refusals_suggested"] == 0
+        )
+        assert any(
+            "3g.40gb loses 1 slice(s)" in r and "14 of its asks would have been refused" in r for r in s["reasons"]
+        )
+    else:
+        assert any("no valid layout of this host's GPUs refuses fewer" in r for r in s["reasons"])
 
 
 def load_layout_from(doc: dict, tmp_path: Path) -> tuple[str, list]:  # type: ignore[type-arg]

@@ -3,8 +3,10 @@
 The history (``calque.session.history``: MIG sessions and refused asks by profile) is replayed per
 profile (``replay.py``) against any number of instances. Starting from the current layout, one GPU at
 a time is given the valid layout of its card (the catalog's profile table and placement grid, as the
-planner checks them) that most lowers the replayed refusals of the whole host; a GPU changes only
-when that strictly lowers them, so a history without refusals changes nothing. Ties go to the layout
+planner checks them) that most lowers the replayed refusals of the whole host, each weighed by the
+compute slices it asked for (a refused 3g ask counts as three refused 1g asks: it is capacity
+refused, not a head count); a GPU changes only when that strictly lowers them, so a history without
+refusals changes nothing. Ties go to the layout
 that uses more of the card's compute slices, then to the one closest to the current (fewer instances
 made and destroyed). MIG is never turned on or off, and unchanged GPUs keep their compute-instance
 splits: the planner then leaves their instances as they are.
@@ -152,8 +154,8 @@ def suggest(state: MigState, history: History, host: str) -> MigSuggestion:
             memo[p, n] = refused(asks.get(p, []), n)
         return memo[p, n]
 
-    def total(counts: Counter[str]) -> int:
-        return sum(f(p, counts[p]) for p in asks)
+    def total(counts: Counter[str]) -> int:  # slices refused: a refused 3g ask weighs three 1g ones
+        return sum(sizes[p][0] * f(p, counts[p]) for p in asks)
 
     after = {i: Counter(c) for i, c in now.items()}
     host_now = sum(now.values(), Counter[str]())
