@@ -21,6 +21,7 @@ from calque.session.daemon.rows import NoFreeSlice, TooManySessions
 from calque.session.history import read_history
 
 from .conftest import Host, User, wait_for
+from .institution import institution
 
 SLICES = [
     Slice(id=f"MIG-{i}", kind="mig", gpu_index=0, gpu_uuid="GPU-0", profile="1g.5gb", mig_uuid=f"MIG-{i}")
@@ -122,3 +123,48 @@ def test_the_daemon_records_a_second_users_refusal_and_the_grant_its_wait_got(
     # one ask: the refusal, the wait's retries counted in it, and the session the wait got
     assert len(rows) == 1 and rows[0].profile == "1g.5gb" and rows[0].attempts >= 3
     assert rows[0].granted == json.loads(got.stdout)["id"]
+
+
+def test_a_broker_request_that_waited_in_its_queue_is_recorded_from_when_it_joined(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "sessions.db"
+    reg = Registry(path)
+    assert _try(reg, "s-a", 1000, 1600.0)
+    reg.checkout(
+        SLICES, session_id="s-b", uid=1001, gid=1001, user="u1001", now=1600.0, ttl=3600.0, max_sessions=None,
+        request_id="r-b", env_for=lambda s: {}, ask=Ask("mig", "1g.5gb", None, 1000.0),
+    )  # fmt: skip
+    # s-b waited 600 s in the broker's queue and was refused nowhere: one row from when it joined
+    assert _rows(path) == [(1001, 1000.0, 1600.0, 1, "1g.5gb", "r-b", "s-b")]
+    # a request refused here first and then granted from the queue is the one ask it already was
+    reg.end("s-a", "checkin", 1700.0)
+    reg.end("s-b", "checkin", 1700.0)
+    assert _try(reg, "s-d", 1000, 1800.0) and _try(reg, "s-e", 1001, 1800.0)
+    assert not _try(reg, "x", 1002, 1810.0, request_id="r-f")
+    reg.end("s-d", "checkin", 1900.0)
+    reg.checkout(
+        SLICES, session_id="s-f", uid=1002, gid=1002, user="u1002", now=1950.0, ttl=3600.0, max_sessions=None,
+        request_id="r-f", env_for=lambda s: {}, ask=Ask("mig", "1g.5gb", None, 1805.0),
+    )  # fmt: skip
+    rows = _rows(path)
+    assert rows[1:] == [(1002, 1810.0, 1810.0, 1, "1g.5gb", "r-f", "s-f")]
+    reg.close()
+
+
+def test_the_broker_tells_the_host_how_long_a_request_waited_in_its_queue(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1}) as broker:
+        broker.start()
+        alice, bob = make_user(), make_user()
+        held = broker.anywhere(alice)
+        joined = time.time()
+        waiter = broker.popen(bob, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
+        assert wait_for(lambda: any(e["user"] == bob.name for e in broker.queue_all()), timeout=30)
+        time.sleep(1.5)  # waited: longer than a grant takes
+        host = broker.hosts["hostA"]
+        host.cli(alice, "session", "checkin", held["session"]["id"], check=True)
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 0, err
+        got = json.loads(out)["session"]["id"]
+        rows = read_history(host.dir / "state/sessions.db", 0.0, time.time() + 1).refusals
+        # the host refused nothing (the broker asks only where a slice is free), yet the wait is there
+        assert len(rows) == 1 and rows[0].granted == got and rows[0].profile == ""
+        assert joined - 1 <= rows[0].first_at <= joined + 30 and rows[0].last_at - rows[0].first_at >= 1.5

@@ -36,7 +36,9 @@ ASSUMPTIONS = [
     "as long as the profile's median session (1 h where the profile has none)",
     "asks would not have changed with the layout; an ask for any MIG slice counts as one for the host's "
     "smallest profile",
-    "one host, from its own registry: asks queued at the broker that no host answered are not in it",
+    "one host, from its own registry: a request the broker granted here after it waited in the broker's "
+    "queue counts from when it joined it; one the broker never granted anywhere (cancelled, timed out) is in "
+    "no host's registry",
 ]
 
 

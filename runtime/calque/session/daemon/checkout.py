@@ -133,7 +133,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             env_for=lambda s: isolation.environment(s, sid, expires),
             mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
             group_limits=host.config.policy.group_limits(c.groups),
-            ask=Ask(args.kind, args.profile or "", args.gpu),
+            ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
         )
     except TooManySessions as exc:
         if exc.group is not None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.daemon.demand import Ask, link_grant, record_refusal
+from calque.session.daemon.demand import Ask, record_grant, record_refusal
 from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
 from calque.session.daemon.schema import (
     BACKFILL_USAGE,
@@ -313,7 +313,7 @@ class Registry:
                     last = db.execute("SELECT uid FROM last_holder WHERE slice_id=?", (sl.id,)).fetchone()
                     prev = last[0] if last is not None and last[0] != uid else None
                 if ask is not None:
-                    link_grant(db, ask, uid, request_id, session_id, now)
+                    record_grant(db, ask, uid, request_id, session_id, now)
                 return Created(sl, env, prev)
             if ask is not None and candidates:  # none offered at all (MPS daemons down) is no want of slices
                 record_refusal(db, ask, uid, request_id, now)
