@@ -7,6 +7,7 @@ back by ``calque gpu mig suggest``'s reader."""
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -168,3 +169,24 @@ def test_the_broker_tells_the_host_how_long_a_request_waited_in_its_queue(make_u
         # the host refused nothing (the broker asks only where a slice is free), yet the wait is there
         assert len(rows) == 1 and rows[0].granted == got and rows[0].profile == ""
         assert joined - 1 <= rows[0].first_at <= joined + 30 and rows[0].last_at - rows[0].first_at >= 1.5
+
+
+def test_another_user_can_neither_read_the_registry_through_suggest_nor_send_a_bad_queued_since(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    mallory = make_user()
+    host.start()
+    db = host.dir / "state/sessions.db"
+    res = host.cli(mallory, "gpu", "mig", "suggest", "--registry", str(db), "--sim-state", str(host.sim.state_path))
+    assert res.returncode == 4, res.stderr
+    assert "permission denied on" in res.stderr and "root" in res.stderr and "Traceback" not in res.stderr
+    for bad in ("-1.0", "1e999", '"yesterday"', "NaN", "[]"):  # 1e999 reads as infinity
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(host.socket))
+            line = '{"version": 1, "op": "checkout", "args": {"ttl": "10m", "queued_since": ' + bad + "}}\n"
+            sock.sendall(line.encode())
+            answer = json.loads(sock.makefile().readline())
+        assert answer["ok"] is False and "queued_since" in answer["error"]["message"], (bad, answer)
+    assert read_history(db, 0.0, time.time() + 1).refusals == []  # nothing recorded from garbage
+    # the daemon kept serving
+    assert host.cli(mallory, "session", "checkout", "--ttl", "10m", "--json").returncode == 0
