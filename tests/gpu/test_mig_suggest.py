@@ -176,3 +176,42 @@ def test_an_older_registry_and_an_empty_window_say_what_to_do(
     # a window after every recorded session: nothing to go on, so no change, and it says so
     s = _suggest(path, capsys, "--since", "1h")
     assert s["changed"] is False and s["profiles"][0]["slice_hours_used"] == 0
+
+
+@pytest.mark.parametrize(
+    ("split", "entry"),
+    [
+        ([1, 1, 1], {"mig-devices": {"1c.3g.40gb": 6}}),  # mig-parted's own key for alike splits
+        ([1, 2], {"mig-devices": {"3g.40gb": 2}, "compute-instances": {"3g.40gb": [1, 2]}}),
+    ],
+)
+def test_an_unchanged_gpu_keeps_its_compute_instance_splits_in_the_suggestion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], split: list[int], entry: dict
+) -> None:  # type: ignore[type-arg]
+    sim = SimGpu.create(tmp_path / "gpus.json", ["H100-80GB", "H100-80GB"])
+    sim.enable_mig()
+    sim.create_instances(0, ["3g.40gb"] * 2, compute_split=split)
+    sim.create_instances(1, ["1g.10gb"] * 7)
+    cfg = tmp_path / "host.yaml"
+    cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {sim.state_path}}}\n")
+    monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
+    # 1g asks refused, and GPU 0's 3g slices busy: no change helps, so GPU 0 is written as it is
+    path = _history(tmp_path, sim, days=2, refused_per_day={"1g.10gb": 1})
+    s = _suggest(path, capsys)
+    assert s["changed"] is False
+    assert s["layout"]["mig-configs"]["calque-suggested"][0] == {"devices": [0], "mig-enabled": True, **entry}
+    _, entries = load_layout_from(s["layout"], tmp_path)
+    assert MigPlanner(sim).plan(entries).changes is False  # splits and all: nothing to do
+
+
+def test_a_host_with_no_gpu_in_mig_mode_has_nothing_to_suggest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim = SimGpu.create(tmp_path / "gpus.json", ["L40S-48GB"])
+    cfg = tmp_path / "host.yaml"
+    cfg.write_text(f"gpu:\n  backend: sim\n  sim: {{state: {sim.state_path}}}\n")
+    monkeypatch.setenv("CALQUE_HOST_CONFIG", str(cfg))
+    path = tmp_path / "state" / "sessions.db"
+    fortnight(path, [], time.time() - DAY, days=1).close()
+    assert run(["gpu", "mig", "suggest", "--registry", str(path)]) == 2
+    assert "no GPU in MIG mode" in capsys.readouterr().err

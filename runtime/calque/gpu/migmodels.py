@@ -198,8 +198,8 @@ class GpuSuggestion(CalqueModel):
     index: int
     card: str | None
     mig_enabled: bool
-    before: dict[str, int] = Field(description="GPU-instance profile -> count, now")
-    after: dict[str, int] = Field(description="GPU-instance profile -> count, suggested")
+    before: dict[str, int] = Field(description="GPU-instance profile -> slices now (a split GI: one per CI)")
+    after: dict[str, int] = Field(description="GPU-instance profile -> slices suggested")
     changed: bool
 
 

@@ -101,6 +101,13 @@ def _asks(history: History, offered: set[str]) -> tuple[dict[str, list[Ask]], li
     return asks, notes
 
 
+def _slices(g: GpuMigState) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for gi in g.instances:
+        out[gi.profile] += max(1, len(gi.compute_instances))
+    return out
+
+
 def _fmt(counts: Counter[str] | dict[str, int]) -> str:
     return " + ".join(f"{n}x {p}" for p, n in sorted(counts.items()) if n) or "no instances"
 
@@ -142,7 +149,8 @@ def suggest(state: MigState, history: History, host: str) -> MigSuggestion:
         raise UsageError(
             "this host has no GPU in MIG mode: there is no MIG layout to suggest (MPS hosts share whole GPUs)"
         )
-    now = {g.index: Counter(gi.profile for gi in g.instances) for g, _ in mig}
+    # slices a user can check out, by profile: a GPU instance split into compute instances is that many
+    now = {g.index: _slices(g) for g, _ in mig}
     sizes = {p.name: (p.compute_slices, p.memory_slices, p.name) for _, c in mig for p in c.profiles}
     present = {p for c in now.values() for p in c} & set(sizes)
     smallest = min(present or sizes, key=sizes.__getitem__)
