@@ -85,6 +85,7 @@ def _asks(history: History, offered: set[str]) -> tuple[dict[str, list[Ask]], li
         durations.setdefault(u.profile, []).append(u.end - u.start)
         if u.session_id not in linked:
             asks.setdefault(u.profile, []).append(Ask(u.start, u.end - u.start))
+    medians = {p: median(d, DEFAULT_SESSION_S) for p, d in durations.items()}
     left_out: set[str] = set()
     for r in history.refusals:
         p = r.profile
@@ -95,7 +96,7 @@ def _asks(history: History, offered: set[str]) -> tuple[dict[str, list[Ask]], li
         if got is not None:
             ask = Ask(r.first_at, got.end - got.start, (got.start, got.end - got.start))
         else:
-            ask = Ask(r.first_at, median(durations.get(p, []), DEFAULT_SESSION_S))
+            ask = Ask(r.first_at, medians.get(p, DEFAULT_SESSION_S))
         asks.setdefault(p, []).append(ask)
     notes = [f"asks for {p}, which no MIG GPU of this host offers, are left out" for p in sorted(left_out)]
     return asks, notes
@@ -158,10 +159,14 @@ def suggest(state: MigState, history: History, host: str) -> MigSuggestion:
     history = replace(history, refusals=[replace(r, profile=r.profile or smallest) for r in history.refusals])
     asks, notes = _asks(history, set(sizes))
     memo: dict[tuple[str, int], int] = {}
+    # with as many instances as the asks ever ran at once, all admitted at their first try, none is refused
+    enough = {p: peak([(x.at, x.at + x.duration) for x in a]) for p, a in asks.items()}
 
     def f(p: str, n: int) -> int:
+        if n >= enough.get(p, 0):
+            return 0
         if (p, n) not in memo:
-            memo[p, n] = refused(asks.get(p, []), n)
+            memo[p, n] = refused(asks[p], n)
         return memo[p, n]
 
     def total(counts: Counter[str]) -> int:  # slices refused: a refused 3g ask weighs three 1g ones
