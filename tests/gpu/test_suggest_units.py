@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from calque.gpu.catalog import load_catalog
 from calque.gpu.layout import LayoutEntry
-from calque.gpu.planner import MigPlanner
+from calque.gpu.planner import MigPlanner, current_layout
 from calque.gpu.replay import Ask, median, peak, refused
 from calque.gpu.sim import SimGpu
-from calque.gpu.suggest import layouts
+from calque.gpu.suggest import layouts, suggest
+from calque.session.history import History, Refusal, Use
 
 H = 3600.0
+DAY = 86400.0
 
 
 def test_replay_counts_the_asks_a_number_of_instances_refuses_at_their_first_try() -> None:
@@ -56,3 +58,34 @@ def test_every_candidate_layout_of_a_card_is_one_the_planner_accepts(card: str, 
     # the search reaches the layouts that use every compute slice of the card
     full = [f for f in found if sum(c.profile(p).compute_slices * n for p, n in f) == c.compute_slices]
     assert full, f"{card}: no layout uses the whole card"
+
+
+def _teaching(tmp_path: Path) -> SimGpu:
+    sim = SimGpu.create(tmp_path / "gpus.json", ["H100-80GB", "H100-80GB"])
+    sim.enable_mig()
+    sim.create_instances(0, ["1g.10gb"] * 7)
+    sim.create_instances(1, ["3g.40gb"] * 2)
+    return sim
+
+
+def test_an_ask_for_any_slice_that_got_a_3g_later_leaves_that_session_a_3g_ask(tmp_path: Path) -> None:
+    sim = _teaching(tmp_path)
+    # every 1g held 09-17 on one day; an ask for any slice refused at 10:00, granted a 3g at 10:00:30
+    uses = [Use(f"s{i}", "1g.10gb", 0, 9 * H, 17 * H) for i in range(7)]
+    uses += [Use("s-3g", "3g.40gb", 1, 10 * H + 30, 12 * H)]
+    refusal = Refusal("", 10 * H, 10 * H + 30, 2, granted="s-3g")
+    s = suggest(current_layout(sim), History("h", 0.0, DAY, 0.0, uses=uses, refusals=[refusal]), "t")
+    prof = {p.profile: p for p in s.profiles}
+    # the any-slice ask counts for the smallest profile, as a refused 1g ask; the 3g session stays a 3g one
+    assert prof["1g.10gb"].refused_asks == 1 and prof["1g.10gb"].replayed_refusals_now == 1
+    assert prof["3g.40gb"].peak_in_use == 1 and prof["3g.40gb"].replayed_refusals_now == 0
+
+
+def test_a_window_older_than_the_records_says_from_when_refusals_are_known(tmp_path: Path) -> None:
+    sim = _teaching(tmp_path)
+    s = suggest(current_layout(sim), History("h", 0.0, 14 * DAY, 13 * DAY), "t")
+    assert s.changed is False
+    assert s.reasons[0].startswith("refusals are recorded since 1970-01-14 00:00 UTC only")
+    assert (
+        "no checkout of a MIG slice was refused between 1970-01-14 00:00 UTC and 1970-01-15 00:00 UTC" in s.reasons[1]
+    )

@@ -27,7 +27,7 @@ from calque.gpu.layout import MIG_PARTED_VERSION, LayoutFile
 from calque.gpu.migmodels import GpuMigState, GpuSuggestion, MigState, MigSuggestion, ProfileDemand
 from calque.gpu.placement import place
 from calque.gpu.replay import Ask, median, peak, refused
-from calque.session.history import History
+from calque.session.history import History, Refusal, Use
 
 CONFIG_NAME = "calque-suggested"
 DEFAULT_SESSION_S = 3600.0  # a refused ask never granted, of a profile with no session to measure
@@ -78,7 +78,14 @@ def layouts(card_key: str, allowed: tuple[str, ...]) -> tuple[tuple[tuple[str, i
 def _asks(history: History, offered: set[str]) -> tuple[dict[str, list[Ask]], list[str]]:
     """Each offered profile's asks: sessions granted at once, refusals (with the session a later try got)."""
     uses = {u.session_id: u for u in history.uses}
-    linked = {r.granted for r in history.refusals if r.granted in uses}
+
+    def got(r: Refusal) -> Use | None:
+        """The session a later try of ``r`` got, when it is of the profile ``r`` counts for (an ask for
+        any slice may have got a larger one: that session stays an ask of its own profile)."""
+        u = uses.get(r.granted or "")
+        return u if u is not None and u.profile == r.profile and r.profile in offered else None
+
+    linked = {u.session_id for r in history.refusals if (u := got(r)) is not None}
     asks: dict[str, list[Ask]] = {}
     durations: dict[str, list[float]] = {}
     for u in history.uses:
@@ -92,9 +99,9 @@ def _asks(history: History, offered: set[str]) -> tuple[dict[str, list[Ask]], li
         if p not in offered:
             left_out.add(p)
             continue
-        got = uses.get(r.granted or "")
-        if got is not None:
-            ask = Ask(r.first_at, got.end - got.start, (got.start, got.end - got.start))
+        later = got(r)
+        if later is not None:
+            ask = Ask(r.first_at, later.end - later.start, (later.start, later.end - later.start))
         else:
             ask = Ask(r.first_at, medians.get(p, DEFAULT_SESSION_S))
         asks.setdefault(p, []).append(ask)
