@@ -6,10 +6,10 @@ a time is given the valid layout of its card (the catalog's profile table and pl
 planner checks them) that most lowers the replayed refusals of the whole host, each weighed by the
 compute slices it asked for (a refused 3g ask counts as three refused 1g asks: it is capacity
 refused, not a head count); a GPU changes only when that strictly lowers them, so a history without
-refusals changes nothing. Ties go to the layout
-that uses more of the card's compute slices, then to the one closest to the current (fewer instances
-made and destroyed). MIG is never turned on or off, and unchanged GPUs keep their compute-instance
-splits: the planner then leaves their instances as they are.
+refusals changes nothing. Ties go to the layout that uses more of the card's compute slices, then to
+the one closest to the current (fewer instances made and destroyed). Capacity is counted in slices
+(a GPU instance split into compute instances is that many). MIG is never turned on or off, and
+unchanged GPUs keep their compute-instance splits: the planner then leaves their instances as they are.
 """
 
 from __future__ import annotations
@@ -179,10 +179,21 @@ def suggest(state: MigState, history: History, host: str) -> MigSuggestion:
     def total(counts: Counter[str]) -> int:  # slices refused: a refused 3g ask weighs three 1g ones
         return sum(sizes[p][0] * f(p, counts[p]) for p in asks)
 
+    after, changed = _climb(mig, now, {p for p, a in asks.items() if a}, total)
+    return _suggestion(state, history, host, mig, now, after, changed, asks, f, notes)
+
+
+def _climb(
+    mig: list[tuple[GpuMigState, Card]],
+    now: dict[int, Counter[str]],
+    demanded: set[str],
+    total: Callable[[Counter[str]], int],
+) -> tuple[dict[int, Counter[str]], set[int]]:
+    """One GPU at a time, the candidate layout that most lowers ``total`` over the host (each GPU
+    changes at most once, and only for a strict improvement); the layouts and the GPUs changed."""
     after = {i: Counter(c) for i, c in now.items()}
-    host_now = sum(now.values(), Counter[str]())
-    counts, best_total, changed = Counter(host_now), total(host_now), set()
-    demanded = {p for p, a in asks.items() if a}
+    counts = sum(now.values(), Counter[str]())
+    best_total, changed = total(counts), set()
     for _ in range(len(mig)):
         best: tuple[tuple[Any, ...], int, Counter[str]] | None = None
         for g, card in mig:
@@ -207,7 +218,7 @@ def suggest(state: MigState, history: History, host: str) -> MigSuggestion:
         counts = counts - after[i] + c
         after[i], best_total = c, t
         changed.add(i)
-    return _suggestion(state, history, host, mig, now, after, changed, asks, f, notes)
+    return after, changed
 
 
 def _suggestion(
