@@ -176,6 +176,11 @@ def test_an_older_registry_and_an_empty_window_say_what_to_do(
     # a window after every recorded session: nothing to go on, so no change, and it says so
     s = _suggest(path, capsys, "--since", "1h")
     assert s["changed"] is False and s["profiles"][0]["slice_hours_used"] == 0
+    # a layout file that cannot be written is a sentence, not a traceback
+    assert run(["gpu", "mig", "suggest", "--registry", str(path), "-o", str(tmp_path / "missing" / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the suggested layout to" in err and "No such file or directory" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(

@@ -207,5 +207,8 @@ def mig_suggest(since: str, registry_file: Path | None, output: Path | None, gpu
     history = read_history(path, until - window, until)
     result = suggest(current_layout(open_backend(gpu)), history, socket.gethostname())
     if output is not None:
-        output.write_text(_layout_yaml(result) + "\n", encoding="utf-8")
+        try:
+            output.write_text(_layout_yaml(result) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the suggested layout to {output}: {exc.strerror or exc}") from exc
     emit(result, as_json, _render_suggestion)
