@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = REPO / "collections/ansible_collections/calque/gpu/files"
+FILES = REPO / "collections/ansible_collections/calque/gpu/roles/monitoring/files"
 RULES = FILES / "prometheus/calque-rules.yml"
 DASHBOARDS = sorted((FILES / "grafana").glob("*.json"))
 
