@@ -1,6 +1,7 @@
 """A real Prometheus server scrapes a real session daemon and a real pool worker, evaluates the
 shipped rules, and fires CalqueSliceIdle for the idle slice a real second user holds; every
-dashboard query is one that server accepts."""
+dashboard query is one that server accepts. Scraping a real broker, it fires
+CalqueSessionsWaitingTooLong for a real user waiting past the aging bound."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from pool.conftest import Pool
 from session.conftest import Host, User
+from session.institution import institution
 
 from .prometheus import PROMETHEUS, free_port, prometheus
 from .promql import DASHBOARDS, dashboard_queries
@@ -72,3 +74,30 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
                 for var in ("$instance", "$model", "$lab"):
                     text = text.replace(var, ".*")
                 prom.query(text)
+
+
+def test_prometheus_fires_sessions_waiting_too_long_past_the_brokers_aging_bound(
+    make_user: Callable[..., User], tmp_path: Path
+) -> None:
+    aging_s = 8.0
+    with institution(make_user, {"hostA": 1}) as broker:
+        port = free_port()
+        broker.config.update({"metrics_port": port, "queue": {"max_queued_per_user": 20, "aging": f"{aging_s:g}s"}})
+        broker.start()
+        alice, carol = make_user(), make_user()
+        broker.anywhere(alice)  # the only slice
+        with prometheus(tmp_path, {"calque-broker": port}) as prom:
+            prom.wait('up{job="calque-broker"} == 1', 30, "the broker scraped")
+            waiter = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
+            try:
+                queued = time.monotonic()
+                firing = 'ALERTS{alertname="CalqueSessionsWaitingTooLong", alertstate="firing"}'
+                (alert,) = prom.wait(firing, 60, "the waiting alert firing")
+                assert time.monotonic() - queued >= aging_s - 1
+                labels = alert["metric"]
+                assert labels["lab"] == "default" and labels["severity"] == "warning"
+                assert carol.name not in json.dumps(labels)
+                assert _value(prom.query('calque:broker_queued:sum_by_lab{lab="default"}')) == 1
+            finally:
+                waiter.kill()
+                waiter.wait(10)
