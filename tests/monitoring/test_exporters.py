@@ -10,7 +10,7 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.models import QueueSettings
 from calque.pool.backlog import NAME, BacklogSampler
-from calque.pool.metrics import Metrics
+from calque.pool.metrics import Metrics, worker_labels
 from calque.session.broker.metrics import BrokerCollector, collector_registry
 from calque.session.broker.store import NewRequest, Store
 from prometheus_client import CollectorRegistry, generate_latest
@@ -100,3 +100,12 @@ def test_a_failed_backlog_reading_leaves_a_gap_not_a_stale_figure(moto: str) -> 
     assert not sampler.sample()
     text = generate_latest(metrics.registry).decode()
     assert "calque_pool_queue_messages{" not in text  # the family stays, its samples are gone
+
+
+def test_a_named_pools_workers_carry_its_name_and_an_unnamed_ones_do_not() -> None:
+    assert worker_labels("org/m", "h:1/0", "lab-a/embedder") == {
+        "model": "org/m",
+        "worker": "h:1/0",
+        "pool": "lab-a/embedder",
+    }
+    assert worker_labels("org/m", "h:1", None) == {"model": "org/m", "worker": "h:1"}

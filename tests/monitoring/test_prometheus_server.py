@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from calque.aws.clients import client
+from calque.aws.queue import PoolQueue
+from calque.models import QueueSettings
 from pool.conftest import Pool
 from session.conftest import Host, User
 from session.institution import institution
@@ -41,7 +44,9 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
 ) -> None:
     session_port, worker_port = free_port(), free_port()
     host.start(metrics_port=session_port, idle={"below": "5%", "for": f"{IDLE_FOR_S:g}s", "warn": "5s"})
-    pool = make_pool(metrics_port=worker_port, backlog_poll_s=1, backlog_target=3)
+    pool = make_pool(pool="lab-a/steady", metrics_port=worker_port, backlog_poll_s=1, backlog_target=3)
+    named = PoolQueue(client("sqs"), pool.model, pool="lab-a/steady")  # a lab's pool: its queue from the name
+    named.ensure(QueueSettings(visibility_timeout=30, receive_wait=1, max_receive_count=10, encryption=False))
     worker = pool.start()
     worker.wait_log("metrics on http://127.0.0.1:")
     with prometheus(tmp_path, {"calque-session": session_port, "calque-pool": worker_port}) as prom:
@@ -67,6 +72,9 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
         assert _value(prom.wait(f"calque:pool_backlog_target{model}", 15, "the backlog target")) == 3
         assert _value(prom.wait(f"calque:pool_backlog{model}", 15, "the backlog")) == 0
         assert prom.query('ALERTS{alertname="CalquePoolBacklogAboveTarget"}') == []
+        # the labs dashboard reads a named pool's lab from its pool label
+        by_lab = prom.query('sum by (lab) (label_replace(calque_pool_up, "lab", "$1", "pool", "([^/]+)/.*"))')
+        assert [(r["metric"]["lab"], float(r["value"][1])) for r in by_lab] == [("lab-a", 1.0)]
         # Every panel's and variable's query parses and evaluates on this server.
         for path in DASHBOARDS:
             for expr in dashboard_queries(path):

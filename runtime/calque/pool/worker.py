@@ -46,7 +46,7 @@ from calque.pool.crashes import CrashMarks
 from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.intake import Receiver
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
-from calque.pool.metrics import Metrics
+from calque.pool.metrics import Metrics, worker_labels
 from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
 from calque.pool.stream import chunk_sink
@@ -100,7 +100,7 @@ class Worker:
         self.store = store
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.instance_type = instance_type or spec.instance_type
-        self.metrics = metrics or Metrics({"model": spec.model, "worker": self.worker_id})
+        self.metrics = metrics or Metrics(worker_labels(spec.model, self.worker_id, spec.pool))
         self.vt = pool_queue.visibility_timeout()
         self.heartbeat_s = spec.heartbeat_s or max(self.vt / 3.0, 0.1)
         self.receive_wait = min(spec.queue.receive_wait, 20, POLL_SLICE_S)
