@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from calque.aws.clients import client
 from calque.models.pool_names import pool_names
 
@@ -77,9 +78,14 @@ def test_raising_count_scales_out_and_lowering_it_needs_the_terminate_consent(mo
 
 @pytest.mark.slow
 def test_a_spec_change_shows_what_will_roll_then_rolls_to_a_new_template_version(moto: str, tmp_path: Path) -> None:
+    from calque.aws.acquire.scaling import backlog_target
+
     rc, _ = play(tmp_path, "pool.yml")
     assert rc == 0
     old = in_group()
+    # the workers export the scaling policy's target beside the backlog (docs/monitoring.md)
+    staged = yaml.safe_load((tmp_path / "spec" / "pool.yml").read_text())
+    assert staged["backlog_target"] == backlog_target(latency_s=60, seconds_per_claim=2)  # the sandbox's scaling
     spec = {"method": "embed", "parameters": {"dim": 16}, "workers": 1, "spot_watch": False, "shutdown_grace_s": 5}
     rc, tasks = play(tmp_path, "pool.yml", "--check", "--diff", calque_pool_spec=spec)
     assert rc == 0

@@ -77,6 +77,12 @@ class BrokerConfig(VersionedModel):
     max_request_bytes: int = Field(64 * 1024, ge=256)
     max_connections: int = Field(1024, ge=1, le=65536, description="connections held at once (waiters hold one)")
     max_connections_per_uid: int = Field(64, ge=1, le=4096)
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus metrics (the queue by lab, its waits) on <port>"
+    )
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
+    )
 
 
 def load_broker_config(path: Path | None) -> BrokerConfig:

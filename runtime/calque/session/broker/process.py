@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
+from calque import exposition
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
@@ -41,6 +42,7 @@ class Broker:
     dispatcher: Dispatcher
     service: BrokerService
     server: BrokerServer
+    metrics: exposition.MetricsEndpoint | None = None
 
     @classmethod
     def build(cls, config: BrokerConfig, inst: Institution) -> Broker:
@@ -64,9 +66,17 @@ class Broker:
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
+        if self.config.metrics_port is not None:
+            from calque.session.broker.metrics import collector_registry
+
+            reg = collector_registry(self.store.live, self.config.queue.aging)
+            self.metrics = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", self.metrics.addr, self.metrics.port)
         log.info("calque broker serving on %s (%d hosts)", self.config.socket, len(self.cache.names))
 
     def stop(self) -> None:
+        if self.metrics is not None:  # before the store closes: a scrape reads it
+            self.metrics.close()
         self.server.stop()
         self.dispatcher.stop()
         self.store.close()
