@@ -57,13 +57,18 @@ class FleetIamDocuments(CalqueModel):
     tags: dict[str, str] = Field(default_factory=dict)
 
 
-def host_policy(fleet_class: str, key: MungeKeySource, *, region: str, account: str, bucket: str) -> dict[str, Any]:
+def host_policy(
+    fleet_class: str, key: MungeKeySource | None, *, region: str, account: str, bucket: str
+) -> dict[str, Any]:
     """The class's hosts' inline policy: the munge key, their registration, their group, nothing else."""
     pool = fleet_pool(fleet_class)
     arns = pool_arns(pool, bucket=bucket, region=region, account=account)
     part = partition(region)
     statements: list[dict[str, Any]] = []
-    if key.ssm_parameter is not None:
+    via = ""
+    if key is None:  # names only (a teardown): a policy that reads no key
+        pass
+    elif key.ssm_parameter is not None:
         statements.append(
             _statement(
                 "MungeKeyOnly", ("ssm:GetParameter",), f"arn:{part}:ssm:{region}:{account}:parameter{key.ssm_parameter}"
@@ -75,7 +80,7 @@ def host_policy(fleet_class: str, key: MungeKeySource, *, region: str, account: 
             _statement("MungeKeyOnly", ("s3:GetObject",), f"arn:{part}:s3:::{key.s3_bucket}/{key.s3_key}")
         )
         via = f"s3.{region}.amazonaws.com"
-    if key.kms_key_arn:
+    if key is not None and key.kms_key_arn:
         statements.append(
             _statement("MungeKeyDecrypt", ("kms:Decrypt",), key.kms_key_arn, StringEquals={"kms:ViaService": via})
         )
@@ -115,7 +120,7 @@ def broker_policy(classes: list[str], *, region: str, account: str) -> dict[str,
 
 
 def fleet_iam_documents(
-    fleet_class: str, key: MungeKeySource, *, region: str, account: str, bucket: str
+    fleet_class: str, key: MungeKeySource | None, *, region: str, account: str, bucket: str
 ) -> FleetIamDocuments:
     """Every IAM name and document of class ``fleet_class``."""
     pool = fleet_pool(fleet_class)

@@ -19,7 +19,9 @@ from calque.ops.outcome import Outcome
 
 class FleetIamRequest(CalqueModel):
     fleet_class: ClassName
-    munge_key: dict[str, Any] = Field(description="ssm_parameter, or s3_bucket and s3_key (and kms_key_arn)")
+    munge_key: dict[str, Any] | None = Field(
+        None, description="ssm_parameter, or s3_bucket and s3_key (and kms_key_arn); None: names only (teardown)"
+    )
     bucket: str = Field(description="the bucket the class's runtime is staged in")
     region: str
     account: str = Field(description="the AWS account id (12 digits)")
@@ -30,7 +32,7 @@ class FleetIamOp(Operation[FleetIamRequest, FleetIamDocuments, FleetIamDocuments
     Request = FleetIamRequest
 
     def plan(self, request: FleetIamRequest) -> FleetIamDocuments:
-        key = validated(MungeKeySource, request.munge_key, "invalid munge_key")
+        key = None if request.munge_key is None else validated(MungeKeySource, request.munge_key, "invalid munge_key")
         return fleet_iam_documents(
             request.fleet_class, key, region=request.region, account=request.account, bucket=request.bucket
         )

@@ -33,6 +33,7 @@ class FleetScalingRequest(CalqueModel):
     idle_s: int = Field(1200, description="seconds a host has no live session before it may go")
     drain_timeout_s: int = Field(7200, description="seconds a leaving host is held while it drains")
     max_step: int = Field(4, description="the most hosts one scale-out step adds")
+    keep_drain_hook: bool = Field(False, description="absent: keep the drain hook while the group drains (teardown)")
 
     def settings(self) -> FleetScalingSettings:
         data = self.model_dump(include={"slices_per_host", "boot_s", "idle_s", "drain_timeout_s", "max_step"})
@@ -80,6 +81,8 @@ class FleetScalingOp(Operation[FleetScalingRequest, FleetScalingPlan, FleetScali
         settings = request.settings() if request.state == "present" else FleetScalingSettings(slices_per_host=1)
         want = desired_fleet_scaling(names, request.fleet_class, settings)
         current = scaling.read(want)  # absent: read against a default plan, which names every part
+        if request.state == "absent" and request.keep_drain_hook:
+            current.hooks = {}  # the hook holds each leaving host while it drains; it goes with the group
         return FleetScalingPlan(request, scaling, current, want if request.state == "present" else None)
 
     def check(self, plan: FleetScalingPlan) -> Outcome[FleetScalingResult]:

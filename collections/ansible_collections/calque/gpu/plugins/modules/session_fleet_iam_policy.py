@@ -34,9 +34,8 @@ options:
     description:
       - Where the institution's munge key lives, one of C(ssm_parameter) (a SecureString holding base64 of
         C(munge.key)) or C(s3_bucket) and C(s3_key) (an object stored with SSE); C(kms_key_arn) when a KMS key of
-        your own encrypts it.
+        your own encrypts it. Unset renders the names only (a teardown), with a policy that reads no key.
     type: dict
-    required: true
   bucket:
     description:
       - The bucket the class's runtime is staged in.
@@ -124,7 +123,7 @@ from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 def main():
     argument_spec = dict(
         fleet_class=dict(type="str", required=True),
-        munge_key=dict(type="dict", required=True),
+        munge_key=dict(type="dict"),
         bucket=dict(type="str", required=True),
         region=dict(type="str", required=True),
         account=dict(type="str", required=True),

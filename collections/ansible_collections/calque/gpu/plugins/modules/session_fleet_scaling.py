@@ -62,6 +62,12 @@ options:
       - The most hosts one scale-out step adds.
     type: int
     default: 4
+  keep_drain_hook:
+    description:
+      - With O(state=absent), keep the C(calque-drain) hook, so that a teardown that drains the group next still holds
+        each leaving host while it drains (the hook goes with the group).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - calque.gpu.runtime
   - calque.gpu.offline
@@ -129,6 +135,7 @@ def main():
         idle_s=dict(type="int", default=1200),
         drain_timeout_s=dict(type="int", default=7200),
         max_step=dict(type="int", default=4),
+        keep_drain_hook=dict(type="bool", default=False),
     )
     run_op(AnsibleAWSModule, "session_fleet_scaling", argument_spec)
 
