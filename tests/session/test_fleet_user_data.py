@@ -19,14 +19,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from calque.aws.clients import client
 from calque.models.fleet import SessionHostSpec, registration_path
 from calque.session.fleet.userdata import session_host_user_data
 
-from .test_fleet import CLASS, instance  # noqa: F401 (the fixture)
 from .conftest import REPO, Host
+from .test_fleet import CLASS
+from .test_fleet import instance as instance  # the fixture, shared
 
 KEY = os.urandom(64)
 
@@ -55,12 +55,7 @@ def step(script: Path, name: str, root: Path, imds_url: str, **extra: str) -> su
     return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_the_user_data_steps_make_a_session_host(
-    host: Host,
-    instance: tuple[str, Any],
-    moto: str,
-    tmp_path: Path,  # noqa: F811
-) -> None:
+def test_the_user_data_steps_make_a_session_host(host: Host, instance: Any, moto: str, tmp_path: Path) -> None:
     iid, imds = instance
     client("ssm").put_parameter(Name="/calque/munge-key", Type="SecureString", Value=base64.b64encode(KEY).decode())
     script = tmp_path / "user-data.sh"
@@ -96,11 +91,7 @@ def test_the_user_data_steps_make_a_session_host(
     assert "not protected" in done.stdout
 
 
-def test_the_munge_key_from_s3_needs_server_side_encryption(
-    instance: tuple[str, Any],
-    moto: str,
-    tmp_path: Path,  # noqa: F811
-) -> None:
+def test_the_munge_key_from_s3_needs_server_side_encryption(instance: Any, moto: str, tmp_path: Path) -> None:
     _, imds = instance
     s3 = client("s3")
     s3.create_bucket(Bucket="institution-secrets")
