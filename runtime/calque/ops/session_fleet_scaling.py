@@ -32,7 +32,7 @@ class FleetScalingRequest(CalqueModel):
     boot_s: int = Field(420, description="a host's boot to registered with the broker")
     idle_s: int = Field(1200, description="seconds a host has no live session before it may go")
     drain_timeout_s: int = Field(7200, description="seconds a leaving host is held while it drains")
-    max_step: int = Field(4, description="the most hosts one scale-out step adds")
+    max_step: int = Field(10, description="the most hosts one scale-out step adds")
     keep_drain_hook: bool = Field(False, description="absent: keep the drain hook while the group drains (teardown)")
 
     def settings(self) -> FleetScalingSettings:

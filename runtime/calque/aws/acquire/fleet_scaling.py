@@ -44,7 +44,7 @@ class FleetScalingSettings(CalqueModel):
     boot_s: int = Field(420, ge=60, le=3600, description="a host's boot to registered (EstimatedInstanceWarmup)")
     idle_s: int = Field(1200, ge=60, le=86400, description="a host idle this long may go")
     drain_timeout_s: int = Field(7200, ge=30, le=7200, description="the lifecycle hook's hold while a host drains")
-    max_step: int = Field(4, ge=1, le=100, description="the most hosts one scale-out step adds")
+    max_step: int = Field(10, ge=1, le=100, description="the most hosts one scale-out step adds")
 
     @property
     def idle_periods(self) -> int:

@@ -61,7 +61,7 @@ options:
     description:
       - The most hosts one scale-out step adds.
     type: int
-    default: 4
+    default: 10
   keep_drain_hook:
     description:
       - With O(state=absent), keep the C(calque-drain) hook, so that a teardown that drains the group next still holds
@@ -134,7 +134,7 @@ def main():
         boot_s=dict(type="int", default=420),
         idle_s=dict(type="int", default=1200),
         drain_timeout_s=dict(type="int", default=7200),
-        max_step=dict(type="int", default=4),
+        max_step=dict(type="int", default=10),
         keep_drain_hook=dict(type="bool", default=False),
     )
     run_op(AnsibleAWSModule, "session_fleet_scaling", argument_spec)
