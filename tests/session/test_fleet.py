@@ -173,3 +173,36 @@ def test_the_broker_and_the_scaling_name_the_same_metrics() -> None:
         pool_names("fleet/x"), "x", fleet_scaling.FleetScalingSettings(slices_per_host=4)
     ).alarms
     assert {a["MetricName"] for a in doc.values()} == {"UnservedRequests", demand.IDLE_METRIC}
+
+
+def test_a_host_leaving_its_group_drains_deregisters_then_completes_the_hook(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str
+) -> None:
+    """The drain hook (``calque-drain``) holds the instance; IMDS says Terminated. The helper runs the
+    drain step, deletes its registration, waits while a session is live (bounded by --hold), then
+    completes the action with CONTINUE. moto has no lifecycle actions: tests/support/fake_lifecycle_action.py
+    stands for the one AWS opens."""
+    from support import fake_lifecycle_action as fla
+
+    iid, imds = instance
+    client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP, LifecycleHookName="calque-drain", HeartbeatTimeout=600, DefaultResult="CONTINUE",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+    )  # fmt: skip
+    host.start(mps=False)
+    assert fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb").returncode == 0
+    alice = make_user()
+    host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", check=True)
+    imds.paths["autoscaling/target-lifecycle-state"] = "Terminated"
+    fla.open_action(GROUP, "calque-drain", iid)
+    began = time.monotonic()
+    done = fleet_cli(
+        imds, moto, "protect", "--class", CLASS, "--every", "1", "--hold", "4", "--socket", str(host.socket)
+    )
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began >= 4  # it waited for the live session, up to --hold
+    assert [(c.instance_id, c.hook, c.result) for c in fla.COMPLETED] == [(iid, "calque-drain", "CONTINUE")]
+    found = client("ssm").get_parameters_by_path(Path=registration_path(CLASS), Recursive=True)["Parameters"]
+    assert found == []  # the broker stops routing to it
+    # the session itself was not ended by the helper: it runs to its deadline (drain's promise)
+    assert any(s.session_id for s in host.client().list_slices())
