@@ -131,7 +131,10 @@ class FleetDemand:
     def once(self, now: float | None = None) -> list[ClassDemand]:
         """One period: registrations read, demand counted and published; returns what was counted."""
         if self.settings.discover:
-            self.discover()
+            try:
+                self.discover()
+            except Exception:  # the hosts it knows are still counted and published
+                log.exception("reading the classes' registrations failed")
         t = time.time() if now is None else now
         self.last = count_demand(self.settings, self.store.in_state("queued"), self.cache.views(), self.members, t)
         data = metric_data(self.last, datetime.fromtimestamp(t, timezone.utc))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
-from calque.aws.errors import AWS_ERRORS, aws_errors
+from calque.aws.errors import aws_errors
 
 log = logging.getLogger("calque.session.fleet")
 TERMINATING = "Terminated"
@@ -137,13 +137,17 @@ def watch(
     while rounds is None or n < rounds:
         n += 1
         try:
-            if terminating():
+            leaving = terminating()
+            if not leaving:
+                host.sync(live())
+        except Exception as exc:  # the daemon restarting, IMDS or AWS slow: the next period asks again
+            log.warning("fleet helper: %s (next try in %gs)", exc, every)
+            leaving = False
+        if leaving:
+            try:
                 on_leave()
-                return
-            host.sync(live())
-        except AWS_ERRORS as exc:
-            log.warning("fleet helper: %s (next try in %gs)", exc, every)
-        except Exception as exc:  # the daemon restarting, IMDS slow: the next period asks again
-            log.warning("fleet helper: %s (next try in %gs)", exc, every)
+            except Exception as exc:  # the hook's own timeout CONTINUEs the termination anyway
+                log.warning("fleet helper: leaving the group: %s; the hook's timeout ends it", exc)
+            return
         if rounds is None or n < rounds:
             time.sleep(every)
