@@ -123,7 +123,7 @@ from ansible_collections.calque.gpu.plugins.module_utils._ops import run_op
 def main():
     argument_spec = dict(
         fleet_class=dict(type="str", required=True),
-        munge_key=dict(type="dict"),
+        munge_key=dict(type="dict", no_log=False),  # where the key lives, not the key
         bucket=dict(type="str", required=True),
         region=dict(type="str", required=True),
         account=dict(type="str", required=True),

@@ -39,7 +39,7 @@ options:
     default: present
   slices_per_host:
     description:
-      - Slices one host of the class offers (its MIG layout): the unserved requests one added host answers.
+      - Slices one host of the class offers (its MIG layout), which is the number of unserved requests one added host answers.
     type: int
     default: 1
   boot_s:

@@ -16,7 +16,7 @@ description:
   - Stages this controller's calque wheel (and its pinned wheelhouse) in O(bucket) as M(calque.gpu.pool_spec) does,
     and renders the class's user-data from O(spec) (a C(SessionHostSpec)).
   - At first boot the instance installs the runtime, writes the class's session config, institution file and MIG
-    layout, installs the institution's munge key from the SSM SecureString or S3 object named in O(spec.munge_key),
+    layout, installs the institution's munge key from the SSM SecureString or S3 object named in the C(munge_key) of O(spec),
     applies the layout through C(calque-gpu.service), starts C(calque-session.service) named for the instance and
     listening on its private address, registers with the broker and starts the fleet helper
     (C(calque session fleet protect)).
