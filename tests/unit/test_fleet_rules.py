@@ -3,9 +3,12 @@ policy's steps, the hosts' IAM documents, the munge key's one place."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from calque.aws.acquire.fleet_scaling import FleetScalingSettings
 from calque.aws.fleet_iam import broker_policy, host_policy
+from calque.errors import UsageError
 from calque.models.fleet import MungeKeySource, fleet_pool, registration_path, serves
 from pydantic import ValidationError
 
@@ -76,3 +79,19 @@ def test_the_broker_publishes_only_into_its_namespace() -> None:
 def test_the_munge_key_is_in_exactly_one_place(doc: dict[str, str]) -> None:
     with pytest.raises(ValidationError):
         MungeKeySource.model_validate(doc)
+
+
+def test_broker_yaml_takes_a_fleet_section_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    from calque.session.brokerconfig import load_broker_config
+
+    good = tmp_path / "broker.yaml"
+    good.write_text(
+        "fleet:\n  region: eu-west-2\n  wait_s: 2m\n  classes:\n    teaching-rtx6000: {offers: [1g.24gb]}\n"
+    )
+    fleet = load_broker_config(good).fleet
+    assert fleet is not None and fleet.wait_s == 120 and fleet.classes["teaching-rtx6000"].offers == ["1g.24gb"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fleet:\n  region: eu-west-2\n  classes:\n    Teaching: {offers: []}\n")
+    with pytest.raises(UsageError) as err:
+        load_broker_config(bad)
+    assert "Teaching" in str(err.value) and "offers" in str(err.value)
