@@ -1,8 +1,11 @@
 """``calque gpu mig ...``: show the MIG layout, plan a change (with the sessions and processes it ends
-first), apply it; part of the ``calque gpu`` group."""
+first), apply it, suggest one from the session registry's demand; part of the ``calque gpu`` group."""
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -11,6 +14,8 @@ from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import gpu_backend_options, json_option, session_socket_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
+from calque.errors import UsageError
+from calque.gpu.migmodels import MigSuggestion
 from calque.gpu.planner import MigState, current_layout
 from calque.gpu.selection import GpuSelection
 from calque.ops.mig import MigLayoutOp, MigRequest
@@ -128,3 +133,82 @@ def mig_apply(
     """
     request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket)
     emit_outcome(MigLayoutOp(progress=progress).run(request), as_json, _render_layouts)
+
+
+def _render_suggestion(s: MigSuggestion) -> str:
+    head = f"{s.host}: MIG demand from {s.since:%Y-%m-%d %H:%M}Z to {s.until:%Y-%m-%d %H:%M}Z ({s.registry}); " + (
+        f"the suggestion avoids {s.refusals_avoided} of the refusals replayed" if s.changed else "no change"
+    )
+    rows = [
+        [
+            p.profile,
+            f"{p.slices_now} -> {p.slices_suggested}",
+            p.refused_asks,
+            p.peak_in_use,
+            f"{p.slice_hours_used:g}",
+            f"{p.slice_hours_idle:g}",
+            f"{p.replayed_refusals_now} -> {p.replayed_refusals_suggested}",
+        ]
+        for p in s.profiles
+    ]
+    headers = ["profile", "slices", "refused", "peak", "slice-h used", "slice-h idle", "replayed refusals"]
+    lines = [head, "", table(headers, rows), ""]
+    lines += [f"- {r}" for r in s.reasons]
+    lines += ["", "assuming: " + "; ".join(s.assumptions), "", _layout_yaml(s)]
+    return "\n".join(lines).rstrip()
+
+
+def _layout_yaml(s: MigSuggestion) -> str:
+    import yaml
+
+    return yaml.safe_dump(s.layout, sort_keys=False, default_flow_style=None).rstrip()
+
+
+@mig.command("suggest")
+@click.option("--since", default="14d", show_default=True, help="How far back the history reaches, e.g. 36h or 30d.")
+@click.option(
+    "--registry",
+    "registry_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The session registry to read (default: the `db` of /etc/calque/session.yaml).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the suggested layout (mig-parted version: v1 YAML) here, for `calque gpu mig plan --config`.",
+)
+@gpu_backend_options
+@json_option
+def mig_suggest(since: str, registry_file: Path | None, output: Path | None, gpu: GpuSelection, as_json: bool) -> None:
+    """Suggest a MIG layout for this host from its session registry: refused checkouts and slice-hours by profile.
+
+    Reads the registry read-only (the daemon need not run) and the GPUs' current layout, replays the
+    history against candidate layouts of each card and prints the layout that refuses fewest asks,
+    with its expected effect per profile and why. A history without refusals suggests no change.
+    Changes nothing on the host: plan and apply the written layout with `calque gpu mig plan|apply`.
+    """
+    from calque.durations import parse_duration
+    from calque.gpu.suggest import suggest
+    from calque.session.config import load_config
+    from calque.session.history import read_history
+
+    try:
+        window = parse_duration(since, what="--since")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if window <= 0:
+        raise UsageError("--since must be positive, e.g. 14d")
+    path = registry_file if registry_file is not None else load_config(None).db
+    until = time.time()
+    history = read_history(path, until - window, until)
+    result = suggest(current_layout(open_backend(gpu)), history, socket.gethostname())
+    if output is not None:
+        try:
+            output.write_text(_layout_yaml(result) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the suggested layout to {output}: {exc.strerror or exc}") from exc
+    emit(result, as_json, _render_suggestion)

@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PlainValidator,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -229,6 +230,9 @@ class CheckoutArgs(RequestArgs):
     ttl: Duration | None = None
     consent: StrictBool = Field(False, description="MPS only: the caller accepts a GPU shared with no isolation")
     request_id: Annotated[StrictStr, Field(max_length=128)] | None = None
+    # The broker's: when a request it grants joined its queue (epoch seconds). The host records the
+    # wait as demand (``session/daemon/demand.py``); it grants nothing and changes no limit.
+    queued_since: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> CheckoutArgs:

@@ -175,7 +175,7 @@ class Dispatcher:
                 queue.remove(pick)
                 if row is None:  # cancelled or timed out meanwhile
                     continue
-                attempt = self.granter.attempt(row, view.name)
+                attempt = self.granter.attempt(row, view.name, queued=True)  # from the queue: it waited
                 if attempt.outcome == "granted":
                     if attempt.row is not None:
                         self.on_grant(attempt.row)

@@ -33,9 +33,12 @@ class Attempt:
     message: str = ""
 
 
-def checkout_args(row: Row) -> dict[str, Any]:
-    """The host checkout a request asks for, with its request id (the host's idempotency key)."""
+def checkout_args(row: Row, queued: bool = False) -> dict[str, Any]:
+    """The host checkout a request asks for, with its request id (the host's idempotency key); for a
+    request granted from the queue, when it joined it (the host records the wait as demand)."""
     args: dict[str, Any] = {"mps": row.kind == "mps", "consent": row.consent, "request_id": row.id}
+    if queued:
+        args["queued_since"] = float(row.enqueued_at)
     if row.profile is not None:
         args["profile"] = row.profile
     if row.ttl is not None:
@@ -70,22 +73,22 @@ class Granter:
             self._active.discard(request_id)
         self.notify(request_id)
 
-    def attempt(self, row: Row, host: str, *, answering: bool = False) -> Attempt:
+    def attempt(self, row: Row, host: str, *, answering: bool = False, queued: bool = False) -> Attempt:
         """Ask ``host`` for ``row``'s slice; ``row`` is already ``granting`` on ``host``. ``answering``:
         the caller answers the request's client itself (the grant is claimed in the same commit)."""
         if not self._claim_slot(row.id):
             return Attempt("unreachable", row, "another thread is granting this request")
         try:
-            return self._attempt(row, host, answering)
+            return self._attempt(row, host, answering, queued)
         finally:
             self._release_slot(row.id)
 
-    def _attempt(self, row: Row, host: str, answering: bool) -> Attempt:
+    def _attempt(self, row: Row, host: str, answering: bool, queued: bool) -> Attempt:
         link = self.cache.links.get(host)
         if link is None:
             return Attempt("refused", self.store.finish(row.id, "refused", f"host {host} is not in the institution"))
         try:
-            raw = link.call("checkout", checkout_args(row), request_id=row.id, as_user=row.user)
+            raw = link.call("checkout", checkout_args(row, queued), request_id=row.id, as_user=row.user)
             session = Session.model_validate(raw)
         except NothingFreeError as exc:
             return Attempt("busy", row, str(exc))

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from calque.durations import parse_duration
 from calque.models.session import CheckoutArgs, Session, Slice
 from calque.session.daemon import isolation
+from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
@@ -132,6 +133,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             env_for=lambda s: isolation.environment(s, sid, expires),
             mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
             group_limits=host.config.policy.group_limits(c.groups),
+            ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
         )
     except TooManySessions as exc:
         if exc.group is not None:

@@ -14,6 +14,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -21,9 +22,12 @@ from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
+from calque.session.daemon.demand import Ask, record_grant, record_refusal
 from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
 from calque.session.daemon.schema import (
     BACKFILL_USAGE,
+    DEMAND_SCHEMA,
+    DEMAND_SINCE,
     IDLE_NOTICE_V3_TO_V4,
     INSERT_USAGE,
     SCHEMA,
@@ -84,6 +88,8 @@ class Registry:
             if version == 2:
                 _run_script(db, USAGE_V2_TO_V3)
             _run_script(db, SCHEMA)
+            _run_script(db, DEMAND_SCHEMA)
+            db.execute(DEMAND_SINCE, (repr(time.time()),))  # kept from the first time (INSERT OR IGNORE)
             columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
             if "idle_notice_sent" not in columns:
                 db.execute(IDLE_NOTICE_V3_TO_V4)
@@ -232,11 +238,14 @@ class Registry:
         env_for: Callable[[Slice], dict[str, str]],
         mps_one_user_per_daemon: bool = True,
         group_limits: Mapping[str, int] | None = None,
+        ask: Ask | None = None,
     ) -> tuple[Held, bool]:
         """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions.
 
         ``group_limits``: the caller's groups that have a session limit, each counted over all of the
-        group's members (Slurm's GrpTRES), in the same transaction as the caller's own count."""
+        group's members (Slurm's GrpTRES), in the same transaction as the caller's own count.
+        ``ask``: what the caller asked for; a refusal for want of a free slice is recorded as demand
+        in the same transaction, and a grant ends the ask it continues (``demand.py``)."""
         groups = dict(group_limits or {})
 
         # Under the commit lock (every writer on the host waits on it) only SQL runs: the answer is
@@ -303,7 +312,11 @@ class Registry:
                 if sl.kind == "mig":
                     last = db.execute("SELECT uid FROM last_holder WHERE slice_id=?", (sl.id,)).fetchone()
                     prev = last[0] if last is not None and last[0] != uid else None
+                if ask is not None:
+                    record_grant(db, ask, uid, request_id, session_id, now)
                 return Created(sl, env, prev)
+            if ask is not None and candidates:  # none offered at all (MPS daemons down) is no want of slices
+                record_refusal(db, ask, uid, request_id, now)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
             return Busy(rows, skipped)
 
