@@ -392,6 +392,9 @@ def _add_run_and_shell() -> None:
 
     add_to(session, socket_option)
     add_front(session)
+    from calque.cli.session_fleet import fleet
+
+    session.add_command(fleet)
 
 
 _add_run_and_shell()

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from calque.configfile import load_model
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
+from calque.models.fleet import DemandSettings
 
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
@@ -71,6 +72,9 @@ class BrokerConfig(VersionedModel):
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
     mail: MailSettings | None = None
+    fleet: DemandSettings | None = Field(
+        None, description="elastic session-host classes: the demand published for them, their hosts' registrations"
+    )
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")
     request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from types import FrameType
 
 from calque import exposition
+from calque.errors import CalqueError
+from calque.models.fleet import HostRegistration
+from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
@@ -32,6 +35,11 @@ class Institution:
     links: Mapping[str, HostLink]
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
+    link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
+
+
+def _no_link(reg: HostRegistration) -> HostLink:
+    raise CalqueError(f"host {reg.name} registered, but this broker was built with no way to reach new hosts")
 
 
 @dataclass
@@ -43,6 +51,7 @@ class Broker:
     service: BrokerService
     server: BrokerServer
     metrics: exposition.MetricsEndpoint | None = None
+    fleet: FleetDemand | None = None
 
     @classmethod
     def build(cls, config: BrokerConfig, inst: Institution) -> Broker:
@@ -57,12 +66,17 @@ class Broker:
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
         server = BrokerServer(config, service, inst.labs)
-        return cls(config, store, cache, dispatcher, service, server)
+        fleet = None
+        if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
+            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link)
+        return cls(config, store, cache, dispatcher, service, server, fleet=fleet)
 
     def start(self) -> None:
         for name in self.cache.names:  # a first look at every host before anyone is answered
             self.cache.refresh(name)
         self.dispatcher.start()
+        if self.fleet is not None:
+            self.fleet.start()
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
@@ -77,6 +91,8 @@ class Broker:
     def stop(self) -> None:
         if self.metrics is not None:  # before the store closes: a scrape reads it
             self.metrics.close()
+        if self.fleet is not None:
+            self.fleet.stop()
         self.server.stop()
         self.dispatcher.stop()
         self.store.close()
