@@ -37,7 +37,19 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal[
-    "checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt", "metrics"
+    "checkout",
+    "checkin",
+    "extend",
+    "status",
+    "list",
+    "release",
+    "report",
+    "ping",
+    "whoami",
+    "adopt",
+    "metrics",
+    "ledger",  # the host's usage events, priced (calque report; calque.models.ledger)
+    "budget_override",  # an admin's audited extra allowance for a lab this month
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
@@ -287,6 +299,22 @@ class ReportArgs(RequestArgs):
         return self
 
 
+class LedgerArgs(ReportArgs):
+    """``ledger``: the host's usage events over ``since`` (a user's own; every user's for an admin)."""
+
+    model_config = _DEFERRED
+    since: Duration = "30d"
+
+
+class BudgetOverrideArgs(RequestArgs):
+    """``budget_override``: ``extra`` more of the lab's budget unit this month, for ``reason`` (audited)."""
+
+    model_config = _DEFERRED
+    lab: str = Field(min_length=1, max_length=64)
+    extra: float = Field(gt=0, description="in the budget's unit: GPU-hours or USD")
+    reason: str = Field(min_length=1, max_length=500)
+
+
 class Pong(CalqueModel):
     model_config = _DEFERRED
     pong: bool
@@ -331,6 +359,8 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "ping": RequestArgs,
     "whoami": RequestArgs,
     "metrics": RequestArgs,
+    "ledger": LedgerArgs,
+    "budget_override": BudgetOverrideArgs,
 }
 
 

@@ -53,6 +53,15 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE TABLE IF NOT EXISTS budget_overrides(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  at REAL NOT NULL,
+  extra REAL NOT NULL,
+  by_uid INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  PRIMARY KEY(lab, month, at)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -60,7 +69,8 @@ CREATE TABLE IF NOT EXISTS last_holder(
 """
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
-# Additive: an older calque ignores the table, so the schema version stays.
+# ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
+# Additive, both: an older calque ignores the tables, so the schema version stays.
 SCHEMA_VERSION = 4
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from calque.durations import parse_duration
 from calque.models.session import (
+    BudgetOverrideArgs,
     CheckoutArgs,
     EndReason,
     ExtendArgs,
+    LedgerArgs,
     ReleaseArgs,
     ReportArgs,
     RequestArgs,
@@ -177,6 +179,18 @@ class Service:
         since = ts(until.timestamp() - since_s)
         report = usage_report(self.host.registry, since, until, None if c.admin else c.uid)
         return report.model_dump(mode="json")
+
+    def op_ledger(self, c: Caller, args: LedgerArgs) -> Any:
+        from calque.session.daemon.ledger import host_ledger  # the catalog and price tables on first use
+
+        until = time.time()
+        since = until - parse_duration(args.since, what="since")  # parses: checked by LedgerArgs
+        return host_ledger(self.host, since, until, None if c.admin else c.uid).model_dump(mode="json")
+
+    def op_budget_override(self, c: Caller, args: BudgetOverrideArgs) -> Any:
+        from calque.session.daemon.ledger import override
+
+        return override(self.host, c, args.lab, args.extra, args.reason).model_dump(mode="json")
 
     def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
         # prometheus_client only where metrics are read; holders by user for admins only

@@ -1,0 +1,143 @@
+"""This host's part of the ledger: its sessions as priced usage events (``ledger`` op), its labs'
+month-to-date use against their budgets (the checkout gate), and an admin's audited override.
+
+Each session is read from the usage table (ended) and the sessions table (live, up to now), weighted
+by its slice's share of the GPU. A user's lab is the institution's lab naming one of their Unix
+groups now (``institution.yaml``'s labs, from ``calque_labs``).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import datetime, timezone
+
+from calque.errors import CalqueError
+from calque.ledger.budgets import lab_spend, month_of, month_start, refusal
+from calque.ledger.events import SessionSpan, Window, session_event, slice_fraction, utc
+from calque.models.institution import Institution, Lab
+from calque.models.ledger import HostLedger, LabSpend, UsageEvent
+from calque.session.daemon.host import Host
+from calque.session.daemon.identity import Caller, groups_of
+from calque.session.daemon.wire import RequestError
+from calque.session.institution import load_institution
+
+_SPANS = """
+SELECT u.uid, u.user, u.kind, u.profile, u.gpu, u.started_at, u.ended_at,
+       s.gid, json_extract(s.slice_json, '$.active_thread_percentage') AS atp
+FROM usage u LEFT JOIN sessions s ON s.id = u.session_id
+WHERE u.ended_at >= :since AND u.started_at <= :until{mine_u}
+UNION ALL
+SELECT uid, user, json_extract(slice_json, '$.kind'), json_extract(slice_json, '$.profile'),
+       json_extract(slice_json, '$.gpu_index'), created_at, :until, gid,
+       json_extract(slice_json, '$.active_thread_percentage')
+FROM sessions WHERE ended_at IS NULL AND created_at <= :until{mine}
+"""
+
+
+def host_name(host: Host) -> str:
+    return host.config.host_name or socket.gethostname()
+
+
+def institution(host: Host) -> Institution:
+    try:
+        return load_institution(host.config.institution)
+    except CalqueError:
+        return Institution()  # a broken file is the listener's and the broker's to report; no labs here
+
+
+def _cards(host: Host) -> dict[int, str | None]:
+    if host.reader is None:
+        return {}
+    return {g.index: g.card or g.name for g in host.reader.gpus()}
+
+
+def host_events(host: Host, since: float, until: float, uid: int | None = None) -> list[UsageEvent]:
+    """This host's sessions overlapping [since, until] as usage events (``uid``'s only, when given)."""
+    inst = institution(host)
+    cards = _cards(host)
+    labs: dict[tuple[str, int], str | None] = {}
+    mine = "" if uid is None else " AND uid=:uid"
+    sql = _SPANS.format(mine_u=mine.replace("uid", "u.uid", 1), mine=mine)
+    rows = host.registry.query(sql, {"since": since, "until": until, "uid": uid})
+    window = Window(since, until)
+    out: list[UsageEvent] = []
+    name = host_name(host)
+    for r in rows:
+        gid = r["gid"] if r["gid"] is not None else -1
+        key = (r["user"], gid)
+        if key not in labs:
+            lab = inst.lab_of(groups_of(r["user"], gid)) if inst.labs else None
+            labs[key] = lab.name if lab else None
+        card = cards.get(r["gpu"])
+        span = SessionSpan(
+            host=name,
+            user=r["user"],
+            lab=labs[key],
+            kind=r["kind"],
+            profile=r["profile"],
+            card=card,
+            gpu_fraction=slice_fraction(card, r["kind"], r["profile"], r["atp"]),
+            started=r["started_at"],
+            ended=r["ended_at"],
+        )
+        e = session_event(span, window)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def host_ledger(host: Host, since: float, until: float, uid: int | None = None) -> HostLedger:
+    """The events of [since, until] (``uid``'s only, when given) and every budgeted lab's month here."""
+    labs = [lab for lab in institution(host).labs if lab.budget is not None]
+    return HostLedger(
+        host=host_name(host),
+        taken_at=datetime.now(timezone.utc),
+        since=utc(since),
+        until=utc(until),
+        events=host_events(host, since, until, uid),
+        budgets=[spend_of(host, lab, until) for lab in labs],
+    )
+
+
+def overrides(host: Host, lab: str, month: str) -> float:
+    rows = host.registry.query(
+        "SELECT COALESCE(SUM(extra), 0.0) AS extra FROM budget_overrides WHERE lab=? AND month=?", (lab, month)
+    )
+    return float(rows[0]["extra"])
+
+
+def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
+    """``lab``'s use on this host this month, with this month's overrides."""
+    t = utc(now if now is not None else time.time())
+    start = month_start(t).timestamp()
+    return lab_spend(lab, host_events(host, start, t.timestamp()), t, overrides(host, lab.name, month_of(t)))
+
+
+def budget_gate(host: Host, c: Caller) -> None:
+    """Refuse a checkout by a member of a lab that has spent its month's budget (``refused``: exit 4)."""
+    inst = institution(host)
+    lab = inst.lab_of(c.groups) if inst.labs else None
+    if lab is None or lab.budget is None:
+        return
+    spend = spend_of(host, lab)
+    if spend.state == "over":
+        raise RequestError("refused", refusal(spend))
+
+
+def override(host: Host, c: Caller, lab_name: str, extra: float, reason: str) -> LabSpend:
+    """An admin's extra allowance for ``lab_name`` this month: written, audited, the new state returned."""
+    if not c.admin:
+        raise RequestError("forbidden", "only root or the admin group may override a lab's budget")
+    lab = institution(host).lab(lab_name)
+    if lab is None or lab.budget is None:
+        raise RequestError("not_found", f"no lab {lab_name!r} with a budget in institution.yaml")
+    now = time.time()
+    month = month_of(utc(now))
+    host.registry.execute(
+        "INSERT INTO budget_overrides(lab, month, at, extra, by_uid, reason) VALUES (?,?,?,?,?,?)",
+        (lab_name, month, now, extra, c.uid, reason),
+    )
+    unit = lab.budget.unit
+    host.audit.event("budget_override", lab=lab_name, month=month, extra=extra, unit=unit, by_uid=c.uid, reason=reason)
+    return spend_of(host, lab, now)
