@@ -27,4 +27,4 @@ def load_institution(config: BrokerConfig) -> Institution:
             )
     labs = {lab.name: frozenset(lab.groups) for lab in inst.labs}
     shares = {lab.name: lab.share for lab in inst.labs}
-    return Institution(links=links, labs=labs, shares=shares)
+    return Institution(links=links, labs=labs, shares=shares, budget_labs=tuple(inst.labs))

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
+from calque.models.institution import Lab
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
+from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.server import BrokerServer
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -31,6 +33,7 @@ class Institution:
     links: Mapping[str, HostLink]
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
+    budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
 
 
 @dataclass
@@ -48,12 +51,14 @@ class Broker:
         cache = HostCache(inst.links)
         granter = Granter(store, cache, claim_window=config.queue.claim_window)
         dispatcher = Dispatcher(config, store, cache, granter, inst.shares)
+        mailer = None
         if config.mail is not None:
             from calque.session.broker.mail import Mailer
 
             mailer = Mailer(config.mail)
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
+        service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer)
         server = BrokerServer(config, service, inst.labs)
         return cls(config, store, cache, dispatcher, service, server)
 
@@ -61,6 +66,8 @@ class Broker:
         for name in self.cache.names:  # a first look at every host before anyone is answered
             self.cache.refresh(name)
         self.dispatcher.start()
+        if self.service.ledger is not None:
+            self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
@@ -68,6 +75,8 @@ class Broker:
 
     def stop(self) -> None:
         self.server.stop()
+        if self.service.ledger is not None:
+            self.service.ledger.stop()
         self.dispatcher.stop()
         self.store.close()
 
