@@ -27,8 +27,11 @@ def month_start(t: datetime) -> datetime:
 def lab_spend(lab: Lab, events: Iterable[UsageEvent], now: datetime, extra: float = 0.0) -> LabSpend:
     """``lab``'s use this month from ``events`` (already windowed to the month); its budget's state."""
     mine = [e for e in events if e.lab == lab.name]
-    gpu_hours = sum(e.gpu_seconds for e in mine) / 3600.0
-    usd = sum(e.ec2_usd or 0.0 for e in mine)
+    return budget_state(lab, sum(e.gpu_seconds for e in mine) / 3600.0, sum(e.ec2_usd or 0.0 for e in mine), now, extra)
+
+
+def budget_state(lab: Lab, gpu_hours: float, usd: float, now: datetime, extra: float = 0.0) -> LabSpend:
+    """``lab``'s month given what it used (GPU-hours and EC2 dollars), against its budget plus ``extra``."""
     spend = LabSpend(lab=lab.name, month=month_of(now), gpu_hours=round(gpu_hours, 6), ec2_usd=round(usd, 6))
     b = lab.budget
     if b is None:
