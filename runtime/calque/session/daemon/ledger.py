@@ -13,8 +13,9 @@ import time
 from datetime import datetime, timezone
 
 from calque.errors import CalqueError
-from calque.ledger.budgets import lab_spend, month_of, month_start, refusal
+from calque.ledger.budgets import budget_state, month_of, month_start, refusal
 from calque.ledger.events import SessionSpan, Window, session_event, slice_fraction, utc
+from calque.ledger.prices import ec2_usd_per_gpu_hour
 from calque.models.institution import Institution, Lab
 from calque.models.ledger import HostLedger, LabSpend, UsageEvent
 from calque.session.daemon.host import Host
@@ -39,11 +40,26 @@ def host_name(host: Host) -> str:
     return host.config.host_name or socket.gethostname()
 
 
+_INSTITUTION: dict[str, tuple[tuple[int, int], Institution]] = {}
+
+
 def institution(host: Host) -> Institution:
+    """``institution.yaml`` as it is now (parsed again only when the file changes: every checkout reads it)."""
+    path = host.config.institution
     try:
-        return load_institution(host.config.institution)
+        st = path.stat()
+    except OSError:
+        return Institution()
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _INSTITUTION.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        inst = load_institution(path)
     except CalqueError:
-        return Institution()  # a broken file is the listener's and the broker's to report; no labs here
+        inst = Institution()  # a broken file is the listener's and the broker's to report; no labs here
+    _INSTITUTION[str(path)] = (stamp, inst)
+    return inst
 
 
 def _cards(host: Host) -> dict[int, str | None]:
@@ -107,18 +123,45 @@ def overrides(host: Host, lab: str, month: str) -> float:
     return float(rows[0]["extra"])
 
 
+_TOTALS = """
+SELECT user, gid, kind, profile, gpu, atp,
+       SUM(MAX(0.0, MIN(ended_at, :until) - MAX(started_at, :since))) AS seconds
+FROM ({spans}) GROUP BY user, gid, kind, profile, gpu, atp
+"""
+
+
 def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
-    """``lab``'s use on this host this month, with this month's overrides."""
+    """``lab``'s use on this host this month, with this month's overrides: one grouped query, so a
+    checkout pays for the month's distinct (user, slice shape) pairs, not for every session."""
     t = utc(now if now is not None else time.time())
     start = month_start(t).timestamp()
-    return lab_spend(lab, host_events(host, start, t.timestamp()), t, overrides(host, lab.name, month_of(t)))
+    inst, cards = institution(host), _cards(host)
+    sql = _TOTALS.format(spans=_SPANS.format(mine_u="", mine=""))
+    gpu_s = usd = 0.0
+    members: dict[tuple[str, int], bool] = {}
+    for r in host.registry.query(sql, {"since": start, "until": t.timestamp()}):
+        key = (r["user"], r["gid"] if r["gid"] is not None else -1)
+        if key not in members:
+            found = inst.lab_of(groups_of(*key))
+            members[key] = found is not None and found.name == lab.name
+        if not members[key]:
+            continue
+        card = cards.get(r["gpu"])
+        g = (r["seconds"] or 0.0) * slice_fraction(card, r["kind"], r["profile"], r["atp"])
+        gpu_s += g
+        usd += (ec2_usd_per_gpu_hour(card) or 0.0) * g / 3600.0
+    return budget_state(lab, gpu_s / 3600.0, usd, t, overrides(host, lab.name, month_of(t)))
 
 
-def budget_gate(host: Host, c: Caller) -> None:
-    """Refuse a checkout by a member of a lab that has spent its month's budget (``refused``: exit 4)."""
+def budget_gate(host: Host, c: Caller, request_id: str | None) -> None:
+    """Refuse a checkout by a member of a lab that has spent its month's budget (``refused``: exit 4).
+    A retried request (its id already has a session) is answered with it, as without a budget."""
     inst = institution(host)
     lab = inst.lab_of(c.groups) if inst.labs else None
     if lab is None or lab.budget is None:
+        return
+    retried = "SELECT 1 FROM sessions WHERE uid=? AND request_id=?"
+    if request_id is not None and host.registry.query(retried, (c.uid, request_id)):
         return
     spend = spend_of(host, lab)
     if spend.state == "over":
