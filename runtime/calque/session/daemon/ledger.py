@@ -123,23 +123,29 @@ def overrides(host: Host, lab: str, month: str) -> float:
     return float(rows[0]["extra"])
 
 
-_TOTALS = """
-SELECT user, gid, kind, profile, gpu, atp,
-       SUM(MAX(0.0, MIN(ended_at, :until) - MAX(started_at, :since))) AS seconds
-FROM ({spans}) GROUP BY user, gid, kind, profile, gpu, atp
+_ENDED = """
+SELECT u.user, s.gid, u.kind, u.profile, u.gpu, json_extract(s.slice_json, '$.active_thread_percentage') AS atp,
+       SUM(MAX(0.0, MIN(u.ended_at, :until) - MAX(u.started_at, :since))) AS seconds
+FROM usage u LEFT JOIN sessions s ON s.id = u.session_id
+WHERE u.ended_at >= :lo AND u.ended_at < :hi GROUP BY 1, 2, 3, 4, 5, 6
 """
+_LIVE = """
+SELECT user, gid, json_extract(slice_json, '$.kind') AS kind, json_extract(slice_json, '$.profile') AS profile,
+       json_extract(slice_json, '$.gpu_index') AS gpu, json_extract(slice_json, '$.active_thread_percentage') AS atp,
+       SUM(MAX(0.0, :until - MAX(created_at, :since))) AS seconds
+FROM sessions WHERE ended_at IS NULL AND created_at <= :until GROUP BY 1, 2, 3, 4, 5, 6
+"""
+# A lab's month up to the start of this hour, per (registry, lab, hour): usage rows are written once,
+# at a session's end, so the sessions that ended before the hour began never change.
+_BEFORE_HOUR: dict[tuple[str, str, float], tuple[float, float]] = {}
 
 
-def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
-    """``lab``'s use on this host this month, with this month's overrides: one grouped query, so a
-    checkout pays for the month's distinct (user, slice shape) pairs, not for every session."""
-    t = utc(now if now is not None else time.time())
-    start = month_start(t).timestamp()
+def _sum(host: Host, lab: Lab, sql: str, params: dict[str, float]) -> tuple[float, float]:
+    """GPU-seconds and EC2 dollars of ``lab``'s members in the grouped rows of ``sql``."""
     inst, cards = institution(host), _cards(host)
-    sql = _TOTALS.format(spans=_SPANS.format(mine_u="", mine=""))
     gpu_s = usd = 0.0
     members: dict[tuple[str, int], bool] = {}
-    for r in host.registry.query(sql, {"since": start, "until": t.timestamp()}):
+    for r in host.registry.query(sql, params):
         key = (r["user"], r["gid"] if r["gid"] is not None else -1)
         if key not in members:
             found = inst.lab_of(groups_of(*key))
@@ -150,7 +156,27 @@ def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
         g = (r["seconds"] or 0.0) * slice_fraction(card, r["kind"], r["profile"], r["atp"])
         gpu_s += g
         usd += (ec2_usd_per_gpu_hour(card) or 0.0) * g / 3600.0
-    return budget_state(lab, gpu_s / 3600.0, usd, t, overrides(host, lab.name, month_of(t)))
+    return gpu_s, usd
+
+
+def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
+    """``lab``'s use on this host this month, with this month's overrides. What ended before this
+    hour is summed once an hour (a user's lab is read then); the last hour's ends and the live
+    sessions at every call, found through ``usage_by_end``: a checkout pays for an hour, not a month."""
+    t = now if now is not None else time.time()
+    start = month_start(utc(t)).timestamp()
+    hour = max(start, t - t % 3600 - 60.0)  # a minute's margin: an end written just after its time still counts
+    key = (str(host.config.db), lab.name, hour)
+    before = _BEFORE_HOUR.get(key)
+    if before is None:
+        before = _sum(host, lab, _ENDED, {"since": start, "until": hour, "lo": start, "hi": hour})
+        for old in [k for k in _BEFORE_HOUR if k[:2] == key[:2]]:
+            del _BEFORE_HOUR[old]
+        _BEFORE_HOUR[key] = before
+    recent = _sum(host, lab, _ENDED, {"since": start, "until": t, "lo": hour, "hi": t + 1.0})
+    live = _sum(host, lab, _LIVE, {"since": start, "until": t})
+    gpu_s, usd = before[0] + recent[0] + live[0], before[1] + recent[1] + live[1]
+    return budget_state(lab, gpu_s / 3600.0, usd, utc(t), overrides(host, lab.name, month_of(utc(t))))
 
 
 def budget_gate(host: Host, c: Caller, request_id: str | None) -> None:

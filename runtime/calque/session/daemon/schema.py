@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE INDEX IF NOT EXISTS usage_by_end ON usage(ended_at);
 CREATE TABLE IF NOT EXISTS budget_overrides(
   lab TEXT NOT NULL,
   month TEXT NOT NULL,
@@ -69,8 +70,10 @@ CREATE TABLE IF NOT EXISTS last_holder(
 """
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
+# ``usage_by_end``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
+# hours before this one are summed once, the last hour's rows found through it); one page more per end.
 # ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
-# Additive, both: an older calque ignores the tables, so the schema version stays.
+# Additive, all three: an older calque ignores them, so the schema version stays.
 SCHEMA_VERSION = 4
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
