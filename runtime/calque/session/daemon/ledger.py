@@ -162,7 +162,7 @@ def _sum(host: Host, lab: Lab, sql: str, params: dict[str, float]) -> tuple[floa
 def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
     """``lab``'s use on this host this month, with this month's overrides. What ended before this
     hour is summed once an hour (a user's lab is read then); the last hour's ends and the live
-    sessions at every call, found through ``usage_by_end``: a checkout pays for an hour, not a month."""
+    sessions at every call, found through ``usage_ended_at``: a checkout pays for an hour, not a month."""
     t = now if now is not None else time.time()
     start = month_start(utc(t)).timestamp()
     hour = max(start, t - t % 3600 - 60.0)  # a minute's margin: an end written just after its time still counts

@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
-CREATE INDEX IF NOT EXISTS usage_by_end ON usage(ended_at);
+CREATE INDEX IF NOT EXISTS usage_ended_at ON usage(ended_at);
 CREATE TABLE IF NOT EXISTS budget_overrides(
   lab TEXT NOT NULL,
   month TEXT NOT NULL,
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS last_holder(
 """
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
-# ``usage_by_end``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
+# ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
 # hours before this one are summed once, the last hour's rows found through it); one page more per end.
 # ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
 # Additive, all three: an older calque ignores them, so the schema version stays.
