@@ -122,3 +122,22 @@ def test_a_lab_budget_in_institution_yaml_is_checked(tmp_path: Path) -> None:
     ok = Institution.model_validate(yaml.safe_load("version: 1\nlabs: [{name: x, groups: [g], budget: {usd: 50}}]"))
     assert ok.labs[0].budget is not None and ok.labs[0].budget.unit == "USD"
     assert ok.lab_of({"other", "g"}) is ok.labs[0] and ok.lab_of({"other"}) is None
+
+
+def test_a_host_that_never_answered_is_listed_stale_with_nothing(tmp_path: Path) -> None:
+    from calque.ledger.report import build_report, render_table
+    from calque.session.broker.ledger import BrokerLedger
+    from calque.session.broker.local import LocalHost
+    from calque.session.broker.store import Store
+
+    state = tmp_path / "state"
+    store = Store(state / "broker.db")
+    try:
+        links = {"ghost": LocalHost("ghost", tmp_path / "nothing-listens.sock", timeout=1.0)}
+        (h,) = BrokerLedger(store, links, [], None).collect("1d")
+        assert (h.host, h.stale, h.events) == ("ghost", True, [])
+        r = build_report("lab", h.since, h.until, [h])
+        assert [(s.name, s.stale) for s in r.sources] == [("ghost", True)]
+        assert "stale: ghost did not answer" in render_table(r)
+    finally:
+        store.close()

@@ -26,9 +26,9 @@ from calque.aws.clients import client
 from calque.aws.store import RunStore
 from calque.gpu.sim import SimGpu
 from calque.ledger.events import Window
-from calque.ledger.pools import group_instances, pool_summaries, pool_usage
+from calque.ledger.pools import group_instances, pool_summaries, pool_usage, spec_usage
 from calque.ledger.report import build_report, render_csv
-from calque.models import Summary
+from calque.models import PoolSpec, Summary
 from calque.models.pool_names import pool_names
 from calque.session.config import load_config
 from calque.session.daemon import ledger
@@ -135,7 +135,9 @@ def test_the_ledger_of_a_scripted_day_equals_the_hand_computed_one(
         teach.close()
         research.close()
     window = Window(since, until)
-    pool_events = pool_usage(POOL, pool_summaries(store), group_instances(ec2, POOL), window)
+    spec = PoolSpec(model="embedder", pool=POOL, workload="embedder.py", bucket="lab-a-pool", prefix="calque")
+    pool_events = spec_usage(spec, window)  # what `calque report --pool-spec` reads: S3 and EC2 on moto
+    assert pool_events == pool_usage(POOL, pool_summaries(store), group_instances(ec2, POOL), window)
     pools = [(POOL, datetime.fromtimestamp(until, timezone.utc), pool_events)]
 
     def rows(by: str) -> dict[str, tuple[float, float, float]]:
