@@ -5,7 +5,8 @@ ended sessions of 500 users over 90 days (a third of them this month, in the gat
 times the month of one budgeted lab:
 
 * calque: ``calque.session.daemon.ledger.spend_of`` (the month before this hour summed once an hour, the
-  last hour's ends through ``usage_ended_at`` and the live sessions at every call; the first call is in the median's set);
+  last hour's ends through ``usage_ended_at`` and the live sessions at every call; the first call is
+  among those the median is taken of);
 * baseline: every session of the month as a priced usage event, summed (``host_events`` + ``lab_spend``),
   what ``calque report`` does for a window.
 

@@ -89,13 +89,20 @@ def test_the_institution_report_keeps_a_down_host_as_stale_and_labs_are_mailed_a
         assert "rc@example.edu" in over.get_payload()
         time.sleep(2.5)  # two more rounds: each state is mailed once a month
         assert len(sink.messages) == 2, [m["Subject"] for m in sink.messages]
+        # bob spent lab-b's budget on hostB; hostA, where lab-b used nothing, refuses him too: the broker
+        # tells each host what the labs used on the others, and its checkout gate adds it
+        refused = hosts["hostA"].cli(bob, "session", "checkout")
+        assert refused.returncode == 4 and "lab lab-b has used" in refused.stderr, refused.stderr
+        assert hosts["hostA"].cli(alice, "session", "checkout", "--json").returncode == 0  # lab-a is under
+        status = hosts["hostA"].cli(bob, "budget", "status")  # what hostA's gate sees, lab-b's use on hostB in it
+        assert status.returncode == 0 and "over" in status.stdout, status.stdout
 
         hosts["hostB"].stop()  # down: its usage is reported from its last answer, marked stale
         stale = _report(broker, None, "lab")
         assert {(s["name"], s["stale"]) for s in stale["sources"]} == {("hostA", False), ("hostB", True)}
         srows = {r["key"]: r for r in stale["rows"]}
         assert srows["lab-b"]["stale"] and srows["lab-b"]["gpu_hours"] == rows["lab-b"]["gpu_hours"]
-        assert srows["lab-a"]["events"] == 2 and srows["lab-a"]["stale"]  # one of its events is hostB's
+        assert srows["lab-a"]["events"] == 3 and srows["lab-a"]["stale"]  # hostA's two (one live) and hostB's
         human = broker.cli(None, "report", "--institution", "--since", "1d")
         assert human.returncode == 0 and "stale: hostB did not answer" in human.stdout, human.stdout
         own = _report(broker, bob, "user")

@@ -65,3 +65,15 @@ def test_a_lab_over_its_budget_is_refused_and_a_lab_under_it_is_not(host: Host, 
     assert labs["lab-a"]["ec2_usd"] > 0 and labs["lab-a"]["modal_usd"] > 0
     own = json.loads(host.cli(bob, "report", "--by", "user", "--json", check=True).stdout)
     assert [r["key"] for r in own["rows"]] == [bob.name]  # a member sees only their own usage
+
+    # what labs used on other hosts is the broker's to say: a member who tries to zero lab-a's is refused
+    forge = (
+        "import sys; from calque.session.client.connection import SessionClient\n"
+        "try:\n"
+        "    zero = {'lab-a': {'gpu_hours': 0, 'usd': 0}}\n"
+        "    SessionClient(sys.argv[1]).call('budget_elsewhere', month='2026-12', labs=zero)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)"
+    )
+    out = host.run_as(alice, [*host.python, "-c", forge, str(host.socket)], check=True).stdout
+    assert "only the institution's broker (or root)" in out, out

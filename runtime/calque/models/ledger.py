@@ -63,7 +63,10 @@ class HostLedger(VersionedModel):
     until: datetime
     events: list[UsageEvent]
     stale: bool = Field(False, description="the host did not answer now: this is its last answer, from taken_at")
-    budgets: list[LabSpend] = Field(default_factory=list, description="each budgeted lab's month to date here")
+    budgets: list[LabSpend] = Field(
+        default_factory=list,
+        description="each budgeted lab's month as this host's checkout gate sees it (with the broker's sum of others)",
+    )
 
 
 class LedgerRow(CalqueModel):

@@ -50,6 +50,7 @@ SessionOp = Literal[
     "metrics",
     "ledger",  # the host's usage events, priced (calque report; calque.models.ledger)
     "budget_override",  # an admin's audited extra allowance for a lab this month
+    "budget_elsewhere",  # the broker: each lab's month on the institution's other hosts
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
@@ -315,6 +316,20 @@ class BudgetOverrideArgs(RequestArgs):
     reason: str = Field(min_length=1, max_length=500)
 
 
+class LabUse(CalqueModel):
+    model_config = _DEFERRED
+    gpu_hours: float = Field(ge=0)
+    usd: float = Field(ge=0)
+
+
+class BudgetElsewhereArgs(RequestArgs):
+    """``budget_elsewhere``: what each lab used in ``month`` on the institution's other hosts (the broker's sum)."""
+
+    model_config = _DEFERRED
+    month: str = Field(pattern=r"^\d{4}-\d{2}$")
+    labs: dict[str, LabUse] = Field(default_factory=dict)
+
+
 class Pong(CalqueModel):
     model_config = _DEFERRED
     pong: bool
@@ -361,6 +376,7 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "metrics": RequestArgs,
     "ledger": LedgerArgs,
     "budget_override": BudgetOverrideArgs,
+    "budget_elsewhere": BudgetElsewhereArgs,
 }
 
 

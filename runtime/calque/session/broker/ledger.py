@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from calque.errors import CalqueError
-from calque.ledger.budgets import lab_spend, month_start, refusal
+from calque.ledger.budgets import lab_spend, month_of, month_start, refusal
 from calque.models.institution import Lab
 from calque.models.ledger import HostLedger, LabSpend
 from calque.session.broker.callers import Caller
@@ -76,7 +76,8 @@ class BrokerLedger:
         return out
 
     def spends(self, now: float | None = None) -> list[LabSpend]:
-        """Each budgeted lab's month to date, institution-wide (overrides are per host: the largest counts)."""
+        """Each budgeted lab's month to date, institution-wide (overrides are per host: the largest counts);
+        each host that answered is told what the labs used on the others (its checkout gate adds it)."""
         t = datetime.fromtimestamp(now if now is not None else time.time(), tz=timezone.utc)
         since = max(1.0, t.timestamp() - month_start(t).timestamp())
         hosts = self.collect(f"{since:.0f}")
@@ -85,7 +86,21 @@ class BrokerLedger:
         for lab in self.labs:
             extra = max((b.extra for h in hosts for b in h.budgets if b.lab == lab.name), default=0.0)
             out.append(lab_spend(lab, events, t, extra))
+        for h in hosts:
+            if not h.stale:
+                self._tell(h.host, t, [x for x in hosts if x.host != h.host])
         return out
+
+    def _tell(self, name: str, t: datetime, others: list[HostLedger]) -> None:
+        labs = {}
+        for lab in self.labs:
+            mine = [e for h in others for e in h.events if e.lab == lab.name]
+            gpu_h = sum(e.gpu_seconds for e in mine) / 3600.0
+            labs[lab.name] = {"gpu_hours": gpu_h, "usd": sum(e.ec2_usd or 0.0 for e in mine)}
+        try:
+            self.links[name].call("budget_elsewhere", {"month": month_of(t), "labs": labs}, request_id=call_id())
+        except CalqueError as exc:
+            log.warning("could not tell host %s the labs' use elsewhere: %s", name, exc)
 
     def check_budgets(self, now: float | None = None) -> list[LabSpend]:
         """Mail each lab that reached its notice share or its budget, once a month per state."""

@@ -18,6 +18,7 @@ from calque.ledger.events import SessionSpan, Window, session_event, slice_fract
 from calque.ledger.prices import ec2_usd_per_gpu_hour
 from calque.models.institution import Institution, Lab
 from calque.models.ledger import HostLedger, LabSpend, UsageEvent
+from calque.models.session import BudgetElsewhereArgs
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, groups_of
 from calque.session.daemon.wire import RequestError
@@ -112,8 +113,31 @@ def host_ledger(host: Host, since: float, until: float, uid: int | None = None) 
         since=utc(since),
         until=utc(until),
         events=host_events(host, since, until, uid),
-        budgets=[spend_of(host, lab, until) for lab in labs],
+        budgets=[spend_of(host, lab, until) for lab in labs],  # as the checkout gate sees them
     )
+
+
+def sees_all(host: Host, c: Caller) -> bool:
+    """Whether ``c`` reads every user's usage here: root, the admin group, or the institution's broker."""
+    broker = institution(host).broker
+    return c.admin or (broker is not None and c.user == broker.service_user)
+
+
+def elsewhere(host: Host, c: Caller, args: BudgetElsewhereArgs) -> dict[str, int]:
+    """The broker's sum of each lab's month on the other hosts, kept for the checkout gate."""
+    if not sees_all(host, c):
+        raise RequestError("forbidden", "only the institution's broker (or root) tells a host what labs used elsewhere")
+    now = time.time()
+    sql = "INSERT OR REPLACE INTO budget_elsewhere(lab, month, gpu_hours, usd, at) VALUES (?,?,?,?,?)"
+    for lab, use in args.labs.items():
+        host.registry.execute(sql, (lab, args.month, use.gpu_hours, use.usd, now))
+    return {"labs": len(args.labs)}
+
+
+def _elsewhere(host: Host, lab: str, month: str) -> tuple[float, float]:
+    sql = "SELECT gpu_hours, usd FROM budget_elsewhere WHERE lab=? AND month=?"
+    rows = host.registry.query(sql, (lab, month))
+    return (float(rows[0]["gpu_hours"]), float(rows[0]["usd"])) if rows else (0.0, 0.0)
 
 
 def overrides(host: Host, lab: str, month: str) -> float:
@@ -159,7 +183,7 @@ def _sum(host: Host, lab: Lab, sql: str, params: dict[str, float]) -> tuple[floa
     return gpu_s, usd
 
 
-def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
+def spend_of(host: Host, lab: Lab, now: float | None = None, *, with_elsewhere: bool = True) -> LabSpend:
     """``lab``'s use on this host this month, with this month's overrides. What ended before this
     hour is summed once an hour (a user's lab is read then); the last hour's ends and the live
     sessions at every call, found through ``usage_ended_at``: a checkout pays for an hour, not a month."""
@@ -176,7 +200,11 @@ def spend_of(host: Host, lab: Lab, now: float | None = None) -> LabSpend:
     recent = _sum(host, lab, _ENDED, {"since": start, "until": t, "lo": hour, "hi": t + 1.0})
     live = _sum(host, lab, _LIVE, {"since": start, "until": t})
     gpu_s, usd = before[0] + recent[0] + live[0], before[1] + recent[1] + live[1]
-    return budget_state(lab, gpu_s / 3600.0, usd, utc(t), overrides(host, lab.name, month_of(utc(t))))
+    month = month_of(utc(t))
+    if with_elsewhere:  # the institution's other hosts, as the broker last summed them
+        other_h, other_usd = _elsewhere(host, lab.name, month)
+        gpu_s, usd = gpu_s + other_h * 3600.0, usd + other_usd
+    return budget_state(lab, gpu_s / 3600.0, usd, utc(t), overrides(host, lab.name, month))
 
 
 def budget_gate(host: Host, c: Caller, request_id: str | None) -> None:

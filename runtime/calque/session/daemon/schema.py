@@ -63,6 +63,14 @@ CREATE TABLE IF NOT EXISTS budget_overrides(
   reason TEXT NOT NULL,
   PRIMARY KEY(lab, month, at)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS budget_elsewhere(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  gpu_hours REAL NOT NULL,
+  usd REAL NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY(lab, month)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -73,7 +81,8 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
 # hours before this one are summed once, the last hour's rows found through it); one page more per end.
 # ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
-# Additive, all three: an older calque ignores them, so the schema version stays.
+# ``budget_elsewhere``: each lab's month on the institution's other hosts, as the broker last summed it.
+# Additive, all four: an older calque ignores them, so the schema version stays.
 SCHEMA_VERSION = 4
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
