@@ -1,5 +1,7 @@
-"""This host's part of the ledger: its sessions as priced usage events (``ledger`` op), its labs'
-month-to-date use against their budgets (the checkout gate), and an admin's audited override.
+"""This host's part of the ledger: its sessions as priced usage events (``ledger`` op: a user's own,
+every user's for root, the admin group and the institution's broker), its labs' month-to-date use
+against their budgets (the checkout gate: this host's sessions plus what the broker last said the lab
+used on the other hosts, ``budget_elsewhere``), and an admin's audited override.
 
 Each session is read from the usage table (ended) and the sessions table (live, up to now), weighted
 by its slice's share of the GPU. A user's lab is the institution's lab naming one of their Unix
