@@ -38,7 +38,20 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal[
-    "checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt", "metrics"
+    "checkout",
+    "checkin",
+    "extend",
+    "status",
+    "list",
+    "release",
+    "report",
+    "ping",
+    "whoami",
+    "adopt",
+    "metrics",
+    "ledger",  # the host's usage events, priced (calque report; calque.models.ledger)
+    "budget_override",  # an admin's audited extra allowance for a lab this month
+    "budget_elsewhere",  # the broker: each lab's month on the institution's other hosts
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
@@ -291,6 +304,36 @@ class ReportArgs(RequestArgs):
         return self
 
 
+class LedgerArgs(ReportArgs):
+    """``ledger``: the host's usage events over ``since`` (a user's own; every user's for an admin)."""
+
+    model_config = _DEFERRED
+    since: Duration = "30d"
+
+
+class BudgetOverrideArgs(RequestArgs):
+    """``budget_override``: ``extra`` more of the lab's budget unit this month, for ``reason`` (audited)."""
+
+    model_config = _DEFERRED
+    lab: str = Field(min_length=1, max_length=64)
+    extra: float = Field(gt=0, description="in the budget's unit: GPU-hours or USD")
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class LabUse(CalqueModel):
+    model_config = _DEFERRED
+    gpu_hours: float = Field(ge=0)
+    usd: float = Field(ge=0)
+
+
+class BudgetElsewhereArgs(RequestArgs):
+    """``budget_elsewhere``: what each lab used in ``month`` on the institution's other hosts (the broker's sum)."""
+
+    model_config = _DEFERRED
+    month: str = Field(pattern=r"^\d{4}-\d{2}$")
+    labs: dict[str, LabUse] = Field(default_factory=dict)
+
+
 class Pong(CalqueModel):
     model_config = _DEFERRED
     pong: bool
@@ -335,6 +378,9 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "ping": RequestArgs,
     "whoami": RequestArgs,
     "metrics": RequestArgs,
+    "ledger": LedgerArgs,
+    "budget_override": BudgetOverrideArgs,
+    "budget_elsewhere": BudgetElsewhereArgs,
 }
 
 

@@ -76,6 +76,9 @@ class BrokerConfig(VersionedModel):
         None, description="elastic session-host classes: the demand published for them, their hosts' registrations"
     )
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
+    ledger_every: Seconds = Field(
+        300.0, gt=0, description="seconds between rounds of each lab's month against its budget (and its mail)"
+    )
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")
     request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)

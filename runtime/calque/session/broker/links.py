@@ -39,4 +39,4 @@ def load_institution(config: BrokerConfig) -> Institution:
             retry_for=0.0,
         )
 
-    return Institution(links=links, labs=labs, shares=shares, link=link)
+    return Institution(links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs))

@@ -15,10 +15,12 @@ from types import FrameType
 from calque import exposition
 from calque.errors import CalqueError
 from calque.models.fleet import HostRegistration
+from calque.models.institution import Lab
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
+from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.server import BrokerServer
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -36,6 +38,7 @@ class Institution:
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
     link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
+    budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
 
 
 def _no_link(reg: HostRegistration) -> HostLink:
@@ -59,12 +62,14 @@ class Broker:
         cache = HostCache(inst.links)
         granter = Granter(store, cache, claim_window=config.queue.claim_window)
         dispatcher = Dispatcher(config, store, cache, granter, inst.shares)
+        mailer = None
         if config.mail is not None:
             from calque.session.broker.mail import Mailer
 
             mailer = Mailer(config.mail)
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
+        service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer)
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
@@ -77,6 +82,8 @@ class Broker:
         self.dispatcher.start()
         if self.fleet is not None:
             self.fleet.start()
+        if self.service.ledger is not None:
+            self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
@@ -94,6 +101,8 @@ class Broker:
         if self.fleet is not None:
             self.fleet.stop()
         self.server.stop()
+        if self.service.ledger is not None:
+            self.service.ledger.stop()
         self.dispatcher.stop()
         self.store.close()
 

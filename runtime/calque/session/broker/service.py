@@ -17,11 +17,12 @@ from typing import Any
 
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
-from calque.models.session import Session, positive_seconds
+from calque.models.session import LedgerArgs, Session, positive_seconds
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
+from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.store import NewRequest, Row, Store
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
@@ -41,6 +42,7 @@ class BrokerService:
         self.granter = granter
         self.dispatcher = dispatcher
         self.rules = dispatcher.config.queue
+        self.ledger: BrokerLedger | None = None  # set by the process (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -256,6 +258,12 @@ class BrokerService:
         answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
         self.dispatcher.nudge(args.host)
         return answer
+
+    def usage(self, c: Caller, args: LedgerArgs) -> list[dict[str, Any]]:
+        """Every host's ledger (``calque report --institution``): the caller's own events unless an admin."""
+        if self.ledger is None:
+            raise UsageError("this broker keeps no ledger")
+        return [h.model_dump(mode="json") for h in self.ledger.collect(str(args.since), c)]
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:
         out = []

@@ -15,8 +15,10 @@ from pydantic import ValidationError
 from calque.errors import RefusedError, UsageError
 from calque.models.session import (
     Adopted,
+    BudgetOverrideArgs,
     CheckoutArgs,
     ExtendArgs,
+    LedgerArgs,
     MetricsText,
     ReleaseArgs,
     ReportArgs,
@@ -37,6 +39,7 @@ from calque.session.client.wire import (
 )
 
 if TYPE_CHECKING:
+    from calque.models.ledger import HostLedger, LabSpend
     from calque.models.session import UsageReport
 
 __all__ = [
@@ -92,6 +95,19 @@ class SessionClient(SessionSocket):
         from calque.models.session import UsageReport
 
         return UsageReport.model_validate(self.call("report", **typed(ReportArgs, since=since).model_dump()))
+
+    def ledger(self, since: str | float = "30d") -> HostLedger:
+        """This host's usage events over ``since``, priced (yours only unless you are an admin)."""
+        from calque.models.ledger import HostLedger
+
+        return HostLedger.model_validate(self.call("ledger", **typed(LedgerArgs, since=since).model_dump()))
+
+    def budget_override(self, lab: str, extra: float, reason: str) -> LabSpend:
+        """An admin's audited extra allowance for ``lab`` this month; the lab's state after it."""
+        from calque.models.ledger import LabSpend
+
+        args = typed(BudgetOverrideArgs, lab=lab, extra=extra, reason=reason)
+        return LabSpend.model_validate(self.call("budget_override", **args.model_dump()))
 
     def adopt(self, session_id: str | None = None) -> Adopted:
         """Move this very process into the session's cgroup (``calque session run`` then execs)."""

@@ -18,6 +18,7 @@ from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
+from calque.session.daemon.ledger import budget_gate
 from calque.session.daemon.nodes import grant
 from calque.session.daemon.rows import Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
@@ -112,6 +113,9 @@ def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
 
 def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
     ttl = _ttl(host, c, ids, args)
+    budget_gate(
+        host, c, args.request_id
+    )  # a member of a lab over its month's budget is refused (institution.yaml's labs)
     # Slots whose daemon is down go to the registry as no candidate at all: a retried request still
     # gets its session, the caller's limits still apply, and the refusal below says why.
     cands, down = _offered(host, _candidates(host, args))

@@ -405,6 +405,15 @@ class Registry:
         with self._rlock:
             return self._rdb.execute(sql, {"since": since, "until": until, "uid": uid}).fetchall()
 
+    def query(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of a read on the read connection (the ledger's queries: ``ledgerdb.py``)."""
+        with self._rlock:
+            return self._rdb.execute(sql, params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """One durable write through the batched writer (the ledger's overrides: ``ledgerdb.py``)."""
+        self._write(lambda db: db.execute(sql, params))
+
     def extend(self, session_id: str, new_expiry: float) -> Held | None:
         return self._update(
             session_id,

@@ -54,6 +54,24 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE INDEX IF NOT EXISTS usage_ended_at ON usage(ended_at);
+CREATE TABLE IF NOT EXISTS budget_overrides(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  at REAL NOT NULL,
+  extra REAL NOT NULL,
+  by_uid INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  PRIMARY KEY(lab, month, at)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS budget_elsewhere(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  gpu_hours REAL NOT NULL,
+  usd REAL NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY(lab, month)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -62,6 +80,11 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.
+# ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
+# hours before this one are summed once, the last hour's rows found through it); one page more per end.
+# ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
+# ``budget_elsewhere``: each lab's month on the institution's other hosts, as the broker last summed it.
+# Additive, all four: an older calque ignores them (created by every open, as the tables above).
 # ``demand``: one row per checkout refused because no slice of its kind and profile was free (exit 5),
 # written in the checkout's own transaction. A client that waits (``--wait`` retries, the broker's
 # retried request id) adds attempts to its row instead of new rows; when a later try is granted, the

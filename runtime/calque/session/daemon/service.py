@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from calque.durations import parse_duration
 from calque.models.session import (
+    BudgetElsewhereArgs,
+    BudgetOverrideArgs,
     CheckoutArgs,
     EndReason,
     ExtendArgs,
+    LedgerArgs,
     ReleaseArgs,
     ReportArgs,
     RequestArgs,
@@ -177,6 +180,24 @@ class Service:
         since = ts(until.timestamp() - since_s)
         report = usage_report(self.host.registry, since, until, None if c.admin else c.uid)
         return report.model_dump(mode="json")
+
+    def op_ledger(self, c: Caller, args: LedgerArgs) -> Any:
+        from calque.session.daemon.ledger import host_ledger, sees_all  # the price tables on first use
+
+        until = time.time()
+        since = until - parse_duration(args.since, what="since")  # parses: checked by LedgerArgs
+        every = sees_all(self.host, c)
+        return host_ledger(self.host, since, until, None if every else c.uid).model_dump(mode="json")
+
+    def op_budget_override(self, c: Caller, args: BudgetOverrideArgs) -> Any:
+        from calque.session.daemon.ledger import override
+
+        return override(self.host, c, args.lab, args.extra, args.reason).model_dump(mode="json")
+
+    def op_budget_elsewhere(self, c: Caller, args: BudgetElsewhereArgs) -> Any:
+        from calque.session.daemon.ledger import elsewhere
+
+        return elsewhere(self.host, c, args)
 
     def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
         # prometheus_client only where metrics are read; holders by user for admins only
