@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from calque.models.ledger import LabSpend
 from calque.pool.metrics import Metrics
 from calque.session.broker.metrics import BrokerCollector
 from calque.session.daemon.metrics import SessionCollector
@@ -21,7 +22,7 @@ from .promql import DASHBOARDS, RULES, all_queries, dashboard_queries, names, ru
 PROMTOOL = shutil.which("promtool")
 UNIT_TESTS = Path(__file__).resolve().parent / "promtool/calque-rules.test.yml"
 # Queried before anything exports it: the lab ledger (issue 24 §3) exports it, per lab.
-PENDING = {"calque_lab_budget_used_ratio"}
+PENDING: set[str] = set()  # names a rule or panel may query before their exporter exists
 
 
 def _exposed(families: Iterable[Metric]) -> set[str]:
@@ -40,7 +41,9 @@ def _exposed(families: Iterable[Metric]) -> set[str]:
 def exported() -> set[str]:
     """What calque's exporters register: the session daemon's (idle reclaim on), the broker's, a pool worker's."""
     session = SessionCollector(slices=list, live=list, tally=None, idle_for=1800.0)
-    broker = BrokerCollector(live=list, aging=1800.0)
+    spend = LabSpend(lab="lab-a", month="2026-12", gpu_hours=8.0, ec2_usd=16.0, unit="GPU-hours", limit=10.0,
+                     used=0.8, state="notice")  # fmt: skip
+    broker = BrokerCollector(live=list, aging=1800.0, budgets=lambda: [spend])
     worker = Metrics({"model": "m", "worker": "w"})
     return _exposed(session.collect()) | _exposed(broker.collect()) | _exposed(worker.registry.collect())
 

@@ -9,6 +9,7 @@ import shutil
 import socket
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,10 @@ def test_the_institution_report_keeps_a_down_host_as_stale_and_labs_are_mailed_a
             "labs": {"lab-a": "lab-a@example.edu", "lab-b": "lab-b@example.edu"},
         }
         broker.config["ledger_every"] = 1.0
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            metrics_port = probe.getsockname()[1]
+        broker.config["metrics_port"] = metrics_port
         broker.start()
 
         fresh = _report(broker, None, "lab")
@@ -87,6 +92,9 @@ def test_the_institution_report_keeps_a_down_host_as_stale_and_labs_are_mailed_a
         assert by_to["lab-b@example.edu"].startswith("[calque] lab lab-b has spent its budget")
         over = next(m for m in sink.messages if m["To"] == "lab-b@example.edu")
         assert "rc@example.edu" in over.get_payload()
+        # the same round's month per lab on the broker's metrics endpoint (CalqueLabNearBudget/OverBudget)
+        ratio = _budget_ratios(metrics_port)
+        assert ratio["lab-b"] >= 1.0 and 0.0 < ratio["lab-a"] < 0.8, ratio
         time.sleep(2.5)  # two more rounds: each state is mailed once a month
         assert len(sink.messages) == 2, [m["Subject"] for m in sink.messages]
         # bob spent lab-b's budget on hostB; hostA, where lab-b used nothing, refuses him too: the broker
@@ -113,6 +121,19 @@ def test_the_institution_report_keeps_a_down_host_as_stale_and_labs_are_mailed_a
             h.stop()
         smtp.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _budget_ratios(port: int) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        s.labels["lab"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "calque_lab_budget_used_ratio"
+    }
 
 
 def test_a_lab_budget_in_institution_yaml_is_checked(tmp_path: Path) -> None:

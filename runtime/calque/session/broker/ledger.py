@@ -41,6 +41,7 @@ class BrokerLedger:
         self.links = dict(links)
         self.labs = [lab for lab in labs if lab.budget is not None]
         self.mailer = mailer  # None: notices are only logged
+        self.last: list[LabSpend] = []  # the latest round's month per lab (the metrics endpoint shows it)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -105,7 +106,7 @@ class BrokerLedger:
     def check_budgets(self, now: float | None = None) -> list[LabSpend]:
         """Mail each lab that reached its notice share or its budget, once a month per state."""
         at = now if now is not None else time.time()
-        spends = self.spends(at)
+        spends = self.last = self.spends(at)
         for s in spends:
             if s.state not in ("notice", "over") or not self.store.first_budget_notice(s.lab, s.month, s.state, at):
                 continue

@@ -16,6 +16,7 @@ from calque import exposition
 from calque.errors import CalqueError
 from calque.models.fleet import HostRegistration
 from calque.models.institution import Lab
+from calque.models.ledger import LabSpend
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
@@ -90,7 +91,12 @@ class Broker:
         if self.config.metrics_port is not None:
             from calque.session.broker.metrics import collector_registry
 
-            reg = collector_registry(self.store.live, self.config.queue.aging)
+            ledger = self.service.ledger
+
+            def budgets() -> list[LabSpend]:  # the ledger's last round: a scrape never asks the hosts
+                return ledger.last if ledger is not None else []
+
+            reg = collector_registry(self.store.live, self.config.queue.aging, budgets)
             self.metrics = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", self.metrics.addr, self.metrics.port)
         log.info("calque broker serving on %s (%d hosts)", self.config.socket, len(self.cache.names))
