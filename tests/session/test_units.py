@@ -172,14 +172,15 @@ def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refu
     assert reg.get("live").idle_notice  # type: ignore[union-attr]
     reg.close()
     db = sqlite3.connect(tmp_path / "s.db")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert db.execute("SELECT COUNT(*) FROM drains").fetchone()[0] == 0  # schema 5: drains, none yet
     ddl = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
     assert "WITHOUT ROWID" in ddl and "PRIMARY KEY(uid, ended_at, session_id)" in ddl
     assert db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'usage_by%'").fetchall() == []
-    db.execute("PRAGMA user_version=5")
+    db.execute("PRAGMA user_version=6")
     db.commit()
     db.close()
-    with pytest.raises(InfrastructureError, match="schema 5 registry, newer than this calque's 4"):
+    with pytest.raises(InfrastructureError, match="schema 6 registry, newer than this calque's 5"):
         Registry(tmp_path / "s.db")
 
 

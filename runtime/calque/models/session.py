@@ -37,11 +37,25 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal[
-    "checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt", "metrics"
+    "checkout",
+    "checkin",
+    "extend",
+    "status",
+    "list",
+    "release",
+    "report",
+    "ping",
+    "whoami",
+    "adopt",
+    "metrics",
+    "drain",
+    "undrain",
+    "drains",
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
-EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout"]
+# "drained": it reached the deadline a drain with ``--by`` set (``calque session drain``).
+EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout", "drained"]
 
 
 class Slice(CalqueModel):
@@ -102,6 +116,26 @@ class Session(VersionedModel):
         return max(0.0, (self.expires_at - now).total_seconds())
 
 
+class Drain(CalqueModel):
+    """A drain of this host (``gpu`` None) or of one GPU: no new checkouts there; live sessions run to
+    their own deadlines, or to ``deadline`` when the drain set one (``--by``)."""
+
+    model_config = _DEFERRED
+
+    gpu: int | None = Field(None, description="the GPU index drained; None: the whole host")
+    reason: str
+    by_user: str = Field(description="who drained it (root or a member of the admin group)")
+    by_uid: int
+    since: datetime
+    deadline: datetime | None = Field(None, description="live sessions there end by then (None: at their own)")
+
+    def describe(self) -> str:
+        """One sentence for a refusal, naming where, who and why."""
+        where = "this host" if self.gpu is None else f"GPU {self.gpu}"
+        until = f"; live sessions there end by {self.deadline:%Y-%m-%d %H:%M:%SZ}" if self.deadline else ""
+        return f"{where} is drained by {self.by_user} since {self.since:%Y-%m-%d %H:%M:%SZ}: {self.reason}{until}"
+
+
 class SliceState(CalqueModel):
     """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder;
     ``why_not`` on a free slice the caller would be refused (the serialised-per-user MPS rule), and on
@@ -121,6 +155,7 @@ class SliceState(CalqueModel):
     unavailable: bool = Field(
         default=False, description="an MPS slot whose control daemon does not answer: offered to nobody"
     )
+    drained: Drain | None = Field(default=None, description="its GPU (or the host) is drained: offered to nobody")
 
 
 class UsageRow(CalqueModel):
@@ -277,6 +312,42 @@ class ReleaseArgs(RequestArgs):
     reason: Annotated[StrictStr, Field(max_length=500)] | None = None
 
 
+class DrainArgs(RequestArgs):
+    """An admin's drain of the host (``gpu`` None) or of one GPU; ``by``: live sessions end that soon."""
+
+    model_config = _DEFERRED
+
+    gpu: Annotated[StrictInt, Field(ge=0, le=1023)] | None = None
+    by: Duration | None = None
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=500)]
+
+    @model_validator(mode="after")
+    def _positive(self) -> DrainArgs:
+        if self.by is not None:
+            positive_seconds(self.by, "--by")
+        if not self.reason.strip():
+            raise ValueError("--reason must say why (it is shown to everyone refused a checkout there)")
+        return self
+
+
+class UndrainArgs(RequestArgs):
+    """``gpu`` None: every drain of the host (its own and each GPU's); else that GPU's only."""
+
+    model_config = _DEFERRED
+
+    gpu: Annotated[StrictInt, Field(ge=0, le=1023)] | None = None
+
+
+class Drained(CalqueModel):
+    """``drain``'s answer: the drain as recorded, and the live sessions it covers (with their deadlines)."""
+
+    model_config = _DEFERRED
+
+    drain: Drain
+    sessions: list[Session] = Field(default_factory=list)
+    shortened: list[str] = Field(default_factory=list, description="sessions whose deadline the drain moved in")
+
+
 class ReportArgs(RequestArgs):
     model_config = _DEFERRED
     since: Duration = "7d"
@@ -331,6 +402,9 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "ping": RequestArgs,
     "whoami": RequestArgs,
     "metrics": RequestArgs,
+    "drain": DrainArgs,
+    "undrain": UndrainArgs,
+    "drains": RequestArgs,
 }
 
 

@@ -21,14 +21,19 @@ from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
-from calque.session.daemon.schema import (
-    BACKFILL_USAGE,
-    IDLE_NOTICE_V3_TO_V4,
-    INSERT_USAGE,
-    SCHEMA,
-    SCHEMA_VERSION,
-    USAGE_V2_TO_V3,
+from calque.session.daemon import schema
+from calque.session.daemon.rows import (
+    AllDrained,
+    Busy,
+    Created,
+    Held,
+    NoFreeSlice,
+    TooManySessions,
+    covering,
+    drain_of,
+    slice_json,
+    slice_of,
+    ts,
 )
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
 from calque.session.hostlock import HostLock
@@ -76,21 +81,21 @@ class Registry:
         db.execute("BEGIN IMMEDIATE")
         try:
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
+            if version > schema.SCHEMA_VERSION:
                 raise InfrastructureError(
-                    f"{self.path} is a schema {version} registry, newer than this calque's {SCHEMA_VERSION}; "
+                    f"{self.path} is a schema {version} registry, newer than this calque's {schema.SCHEMA_VERSION}; "
                     "upgrade calque on this host"
                 )
             if version == 2:
-                _run_script(db, USAGE_V2_TO_V3)
-            _run_script(db, SCHEMA)
+                _run_script(db, schema.USAGE_V2_TO_V3)
+            _run_script(db, schema.SCHEMA)
             columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
             if "idle_notice_sent" not in columns:
-                db.execute(IDLE_NOTICE_V3_TO_V4)
+                db.execute(schema.IDLE_NOTICE_V3_TO_V4)
             if version < 2:
-                db.execute(BACKFILL_USAGE)
-            if version < SCHEMA_VERSION:
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                db.execute(schema.BACKFILL_USAGE)
+            if version < schema.SCHEMA_VERSION:
+                db.execute(f"PRAGMA user_version={schema.SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -171,6 +176,14 @@ class Registry:
                     fut.set_exception(err)
                 else:
                     fut.set_result(result)
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in a write transaction of its own (group-committed with the others): ``drains.py``'s."""
+        return self._write(fn)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._rlock:
+            return self._rdb.execute(sql, params).fetchall()
 
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
@@ -256,6 +269,9 @@ class Registry:
                 if n >= limit:
                     raise TooManySessions(n, limit, grp)
             busy = {r[0] for r in db.execute("SELECT slice_id FROM sessions WHERE ended_at IS NULL")}
+            # Read in this transaction: a drain committed before it is never missed (none after it can start).
+            drains = {r["gpu"]: r for r in db.execute("SELECT * FROM drains")}
+            passed: dict[int, sqlite3.Row] = {}
             # MPS serialises clients of different Unix users on one control daemon: a daemon another
             # user holds a slot of is not offered (docs/gpu-mps.md), unless the host runs multi-user MPS.
             foreign = set()
@@ -270,6 +286,10 @@ class Registry:
                 }
             skipped = False
             for sl in candidates:
+                drain = drains.get(sl.gpu_index, drains.get(schema.HOST_WIDE))
+                if drain is not None:
+                    passed[drain["gpu"]] = drain
+                    continue
                 if sl.id in busy:
                     continue
                 if sl.kind == "mps" and sl.pipe_directory in foreign:
@@ -305,7 +325,7 @@ class Registry:
                     prev = last[0] if last is not None and last[0] != uid else None
                 return Created(sl, env, prev)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            return Busy(rows, skipped)
+            return Busy(rows, skipped, [passed[g] for g in sorted(passed)])
 
         found = self._write(op)
         if isinstance(found, sqlite3.Row):
@@ -327,12 +347,16 @@ class Registry:
                 env=env,
             )
             return Held(session=s, slice=sl, last_active=now, handed_from=found.previous_uid), True
+        drained = [drain_of(r) for r in found.drains]
+        if drained and all(covering(drained, c.gpu_index) for c in candidates):
+            raise AllDrained(drained)
         cand = {c.id for c in candidates}
         held = list(map(self._held, found.rows))
         daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if found.skipped_mps else set()
         raise NoFreeSlice(
             [h for h in held if h.session.slice_id in cand],
             [h for h in held if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid],
+            drained,
         )
 
     def _update(
@@ -367,7 +391,7 @@ class Registry:
         def record_usage(db: sqlite3.Connection, row: sqlite3.Row) -> None:
             sl = slice_of(row["slice_json"])
             usage = (row["uid"], row["user"], sl.kind, sl.profile, sl.gpu_index, row["slice_id"], row["created_at"])
-            db.execute(INSERT_USAGE, (session_id, *usage, now, reason))
+            db.execute(schema.INSERT_USAGE, (session_id, *usage, now, reason))
             db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
             db.execute("INSERT OR REPLACE INTO last_holder(slice_id, uid) VALUES (?,?)", (row["slice_id"], row["uid"]))
 

@@ -1,5 +1,6 @@
-"""The registry's SQLite schema (version 4: each session's idle notice beside its idle clock; 3: usage
-rows clustered by uid and end time; 2 added the usage table and per-group live counts).
+"""The registry's SQLite schema (version 5: drains, ``calque session drain``; 4: each session's idle
+notice beside its idle clock; 3: usage rows clustered by uid and end time; 2 added the usage table
+and per-group live counts).
 
 A session's idle clock is ``last_active`` (when its slice was last seen active; a checkout starts it)
 and ``idle_notice_sent``: both in the row, so a daemon restart keeps every clock and sends no notice
@@ -53,6 +54,14 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE TABLE IF NOT EXISTS drains(
+  gpu INTEGER PRIMARY KEY,
+  reason TEXT NOT NULL,
+  by_user TEXT NOT NULL,
+  by_uid INTEGER NOT NULL,
+  since REAL NOT NULL,
+  deadline REAL
+);
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -61,7 +70,12 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.
-SCHEMA_VERSION = 4
+# ``drains``: one row per drained GPU, ``gpu`` = HOST_WIDE for the whole host; a checkout's transaction
+# reads it, so a drain committed before a checkout is never missed. Schema 4 to 5 is this table alone
+# (made by SCHEMA above); the version moves anyway: an older calque would ignore it and hand out
+# drained GPUs, so it must refuse a registry that has drains.
+SCHEMA_VERSION = 5
+HOST_WIDE = -1
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).
