@@ -15,6 +15,7 @@ from datetime import datetime
 import pytest
 
 from .conftest import Host, User, wait_for
+from .munged import Munged
 from .test_timers import _spawn
 
 pytestmark = pytest.mark.slow
@@ -173,3 +174,31 @@ def test_garbage_drain_requests_are_refused_by_name_and_the_daemon_serves_on(
     assert host.cli(alice, "session", "checkout", "--ttl", "10m").returncode == 0
     for who in (bob, ops):  # and it still knows who is who
         assert json.loads(host.cli(who, "session", "drains", "--json", check=True).stdout) == []
+
+
+def test_drain_of_another_host_goes_through_munge_and_that_host_decides_who_is_an_admin(
+    host: Host, munged: Munged, make_user: Callable[..., User]
+) -> None:
+    from .test_crosshost import HOST, Door
+
+    alice, bob = make_user(), make_user()
+    group = "cqadm" + alice.name[2:6]
+    ops = make_user([group])
+    host.config["policy"] = {"admin_group": group, "default": {"max_sessions": 4, "max_ttl": "8h"}}
+    door = Door(host, munged)
+    inst = host.dir / "institution.yaml"
+    remote = ["--institution", str(inst), "--munge-socket", str(munged.socket)]
+
+    res = host.cli(bob, "session", "drain", HOST, "--gpu", "0", "--reason", "mine", *remote)
+    assert res.returncode == 4 and "only root or members of" in res.stderr, res.stderr
+    res = host.cli(ops, "session", "drain", HOST, "--gpu", "0", "--reason", "over tcp", "--json", *remote)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["drain"]["by_user"] == ops.name
+    refused = door.call(alice, "checkout", {"profile": "1g.5gb", "ttl": "10m"}, rid="d" * 16)
+    assert refused["exit"] == 4 and "over tcp" in refused["message"], refused
+    table = host.cli(alice, "session", "drains", HOST, *remote, check=True).stdout
+    assert "over tcp" in table and ops.name in table
+    unknown = host.cli(ops, "session", "drain", "nowhere-7", "--reason", "x", *remote)
+    assert unknown.returncode == 2 and "teach-1" in unknown.stderr, unknown.stderr
+    assert host.cli(ops, "session", "undrain", HOST, *remote).returncode == 0
+    assert "ok" in door.call(alice, "checkout", {"profile": "1g.5gb", "ttl": "10m"}, rid="e" * 16)
