@@ -161,6 +161,8 @@ class Enforcer:
             f"session {h.session.id} on {h.slice.id} ends in {left} s; "
             f"`calque session extend {h.session.id} --by 30m` or save your work"
         )
+        if self._at_drain_deadline(h):  # no extension passes a drain's deadline: say so, not "extend"
+            msg = f"session {h.session.id} on {h.slice.id} ends in {left} s (drained); save your work"
         # The signal goes with the first notice only: a workload's handler runs once per deadline.
         pids = processes_on(self.host.reader, h.slice, h.session.uid) if first else []
         signalled = signal_pids(pids, h.session.uid, self._notice_sig) if first else []
