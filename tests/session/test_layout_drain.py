@@ -76,8 +76,9 @@ def test_a_layout_change_drains_only_the_changed_gpu_waits_for_its_session_and_u
     late = MigLayoutOp().run(_request(host, whole, drain_wait=1), check_mode=True)
     refusal = next(w for w in late.warnings if w.startswith("the real run will be refused"))
     assert "drain wait of 1 s" in refusal and short["id"] in refusal and alice.name in refusal
-    with pytest.raises(RefusedError, match="drain wait"):
+    with pytest.raises(RefusedError, match="drain wait") as exc:
         MigLayoutOp().run(_request(host, whole, drain_wait=1))
+    assert "calque_gpu_layout_force" in str(exc.value)
     assert host.client().drains() == []  # refused before anything: nothing drained
 
     # Long enough: check mode predicts the drain of GPU 0 alone, the wait, and the undrain.
@@ -130,6 +131,10 @@ def test_a_drain_made_by_someone_else_stays_and_force_ends_what_outlives_the_wai
     _two_a100s(host)
     host.start()
     long = _checkout(host, alice, 0, "4h")
+    # No wait (the role's default): refused as without a drain, naming the variable that forces it.
+    with pytest.raises(RefusedError, match="calque_gpu_layout_force") as exc:
+        MigLayoutOp().run(_request(host, {"7g.40gb": 1}))
+    assert long["id"] in str(exc.value) and host.client().drains() == []
     host.client().drain("fan check", gpu=0)  # root's own drain, before the layout
     forced = MigLayoutOp().run(_request(host, {"7g.40gb": 1}, drain_wait=2, force=True))
     assert [s.session_id for s in forced.result.ended_sessions] == [long["id"]]

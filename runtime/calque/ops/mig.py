@@ -163,7 +163,7 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
         except BusyInstancesError as exc:
             refusal = str(exc)  # apply raises it; check mode says so and shows what force would do
             plan = planner.plan(entries, force=True, config=name, holders=holders)
-            if request.drain:  # sessions that run out within the wait are waited for, not refused
+            if request.drain and request.drain_wait > 0:  # sessions that run out within it are waited for
                 refusal = late_sessions(plan, request.drain_wait, time.time())
         changing = changing_gpus(plan, request.allow_reset)
         closed = outside(request.window, datetime.now(timezone.utc)) if changing else None

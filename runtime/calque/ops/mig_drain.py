@@ -96,7 +96,8 @@ def late_sessions(plan: MigPlan, wait: float, now: float) -> str | None:
         return None
     return (
         f"the layout would destroy held slices that do not run out within the drain wait of {wait:g} s "
-        f"(calque_gpu_layout_drain_wait): {'; '.join(late)}. Wait longer, or pass force to end them then"
+        f"(calque_gpu_layout_drain_wait): {'; '.join(late)}. Wait longer, or force it (--force; "
+        "calque_gpu_layout_force: true in the calque.gpu.gpu_layout role), which ends them once the wait is over"
     )
 
 
