@@ -269,7 +269,8 @@ class Registry:
                 if n >= limit:
                     raise TooManySessions(n, limit, grp)
             busy = {r[0] for r in db.execute("SELECT slice_id FROM sessions WHERE ended_at IS NULL")}
-            # Read in this transaction: a drain committed before it is never missed (none after it can start).
+            # Read in this transaction (writers are serialised): every drain committed before it is seen,
+            # and a drain after it lists the session this one makes.
             drains = {r["gpu"]: r for r in db.execute("SELECT * FROM drains")}
             passed: dict[int, sqlite3.Row] = {}
             # MPS serialises clients of different Unix users on one control daemon: a daemon another
