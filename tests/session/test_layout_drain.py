@@ -163,3 +163,39 @@ def test_outside_the_change_window_nothing_changes_and_check_mode_says_so(host: 
         _request(host, {"7g.40gb": 1}, window=[f"daily {now:%H}:00-{(now.hour + 1) % 24:02d}:00"])
     )
     assert inside.changed
+
+
+def test_calque_gpu_mig_plan_with_drain_wait_shows_the_drain_around_the_change(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice = make_user()
+    _two_a100s(host)
+    host.start()
+    held = _checkout(host, alice, 0, "10m")
+    layout = host.dir / "whole.yaml"
+    layout.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "mig-configs": {"whole": [{"devices": [0], "mig-enabled": True, "mig-devices": {"7g.40gb": 1}}]},
+            }
+        )
+    )
+    args = [
+        "gpu",
+        "mig",
+        "plan",
+        "--config",
+        str(layout),
+        "--gpu-backend",
+        "sim",
+        "--sim-state",
+        str(host.sim.state_path),
+    ]
+    args += ["--session-socket", str(host.socket), "--json"]
+    plan = json.loads(host.cli(None, *args, "--drain-wait", "1h", check=True).stdout)
+    assert plan["actions"][0] == "GPU 0: drain (no new checkouts while its layout changes)"
+    assert plan["actions"][-1] == "GPU 0: undrain" and plan["result"]["refusal"] is None
+    short = json.loads(host.cli(None, *args, "--drain-wait", "1m", check=True).stdout)
+    assert held["id"] in short["result"]["refusal"] and "drain wait of 60 s" in short["result"]["refusal"]
+    assert host.client().drains() == []  # a plan drains nothing
