@@ -3,11 +3,14 @@ host (p5.48xlarge) with live sessions: the role drains only the GPU whose layout
 session on a slice it destroys to run out by its own deadline (``calque_gpu_layout_drain_wait``),
 changes it and undrains it; the session on another GPU never ends and its slices never move; a second
 run changes nothing; outside ``calque_gpu_layout_window`` the change is refused before anything
-changes (check mode says so)."""
+changes (check mode says so). And ``calque session drain --by`` on that host: the session on the
+drained GPU ends at the new deadline (reason ``drained``), the drain outlives a restart of
+``calque-session.service``, and ``undrain`` gives the GPU back."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -75,13 +78,22 @@ def _events(estate: Estate) -> list[dict[str, Any]]:
     return [json.loads(x) for x in estate.fleet.ssh(H100, f"cat {AUDIT}").stdout.splitlines() if x.strip()]
 
 
-def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on_the_others(estate: Estate) -> None:
-    f = estate.fleet
+@pytest.fixture(scope="module")
+def converged(estate: Estate) -> Estate:
+    """site.yml once, and four users who log in by ssh."""
     first = estate.site("drain-first")
     assert first.returncode == 0, first.stdout[-6000:]
-    for user in ("alice", "bob"):
-        f.ssh(H100, f"id {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}")
-        f.authorize(H100, user)
+    for user in ("alice", "bob", "carol", "dave"):
+        estate.fleet.ssh(H100, f"id {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}")
+        estate.fleet.authorize(H100, user)
+    return estate
+
+
+def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on_the_others(
+    converged: Estate,
+) -> None:
+    estate = converged
+    f = estate.fleet
     before = _devices(estate)
     assert sorted(before) == list(range(8)) and all(len(v) == 7 for v in before.values())
 
@@ -124,3 +136,36 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     again = estate.site("drain-again", "-e", f"@{wait}", *ROLE)
     assert again.returncode == 0 and recap(again.stdout)[H100]["changed"] == 0, again.stdout[-6000:]
     assert len([e for e in _events(estate) if e["event"] == "drain"]) == 1
+
+
+def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain_gives_the_gpu_back(
+    converged: Estate,
+) -> None:
+    estate = converged
+    f = estate.fleet
+    carol = _as(estate, "carol", "calque session checkout --gpu 5 --ttl 1h --json")
+    drained = json.loads(f.ssh(H100, "calque session drain --gpu 5 --by 20s --reason 'fan swap' --json").stdout)
+    assert drained["shortened"] == [carol["id"]] and drained["drain"]["by_user"] == "root"
+
+    refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
+    assert refused.returncode == 4 and "GPU 5 is drained by root" in refused.stderr and "fan swap" in refused.stderr
+    f.ssh(H100, "systemctl restart calque-session.service")  # a drain is in the registry, not the process
+    refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
+    assert refused.returncode == 4 and "fan swap" in refused.stderr, refused.stderr
+    listed = f.ssh(H100, "calque session list", user="dave").stdout
+    assert "drained: GPU 5 is drained by root" in listed
+    assert 'calque_session_drained{gpu="5"} 1.0' in f.ssh(H100, "calque session metrics").stdout
+
+    deadline = time.monotonic() + 90
+    ends: list[str] = []
+    while time.monotonic() < deadline and not ends:  # bounded: the deadline is 20 s away
+        ends = [e["event"] for e in _events(estate) if e.get("session") == carol["id"] and e["event"] == "drained"]
+        time.sleep(2)
+    assert ends == ["drained"], [e for e in _events(estate) if e.get("session") == carol["id"]]
+    assert _as(estate, "carol", "calque session status --json") == []
+    notices = [e for e in _events(estate) if e.get("session") == carol["id"] and e["event"] == "drain_deadline"]
+    assert len(notices) == 1 and notices[0]["reason"] == "fan swap"
+
+    assert "fan swap" in f.ssh(H100, "calque session undrain --gpu 5").stdout
+    dave = _as(estate, "dave", "calque session checkout --gpu 5 --ttl 10m --json")
+    assert dave["gpu_index"] == 5
