@@ -177,6 +177,7 @@ def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refu
     db = sqlite3.connect(tmp_path / "s.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == 5
     assert db.execute("SELECT COUNT(*) FROM demand").fetchone()[0] == 0  # schema 5: demand records, empty
+    assert db.execute("SELECT COUNT(*) FROM drains").fetchone()[0] == 0  # schema 5: drains, none yet
     ddl = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
     assert "WITHOUT ROWID" in ddl and "PRIMARY KEY(uid, ended_at, session_id)" in ddl
     assert db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'usage_by%'").fetchall() == []

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from calque.cli.gpu_request import open_backend, progress, request_backend
-from calque.cli.options import gpu_backend_options, json_option, session_socket_option
+from calque.cli.options import DURATION, gpu_backend_options, json_option, session_socket_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
 from calque.errors import UsageError
@@ -76,9 +76,23 @@ force_option = click.option(
     "--force", is_flag=True, help="Destroy busy instances: end their sessions (reason layout), stop their processes."
 )
 
+drain_option = click.option(
+    "--drain-wait",
+    type=DURATION,
+    default=None,
+    help="Drain the GPUs the layout changes first (undrained after) and let sessions on slices it destroys "
+    "run out for this long, e.g. 2h (ended then only with --force).",
+)
+
 
 def _mig_request(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, socket: str | None
+    config_file: str,
+    select: str | None,
+    force: bool,
+    allow_reset: bool,
+    gpu: GpuSelection,
+    socket: str | None,
+    drain_wait: float | None = None,
 ) -> MigRequest:
     return MigRequest(
         config=config_file,
@@ -86,6 +100,8 @@ def _mig_request(
         force=force,
         allow_reset=allow_reset,
         session_socket=socket,
+        drain=drain_wait is not None,
+        drain_wait=int(drain_wait or 0),
         **request_backend(gpu),
     )
 
@@ -94,14 +110,21 @@ def _mig_request(
 @config_option
 @select_option
 @force_option
+@drain_option
 @session_socket_option
 @gpu_backend_options
 @json_option
 def mig_plan(
-    config_file: str, select: str | None, force: bool, session_socket: str | None, gpu: GpuSelection, as_json: bool
+    config_file: str,
+    select: str | None,
+    force: bool,
+    drain_wait: float | None,
+    session_socket: str | None,
+    gpu: GpuSelection,
+    as_json: bool,
 ) -> None:
     """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first."""
-    request = _mig_request(config_file, select, force, False, gpu, session_socket)
+    request = _mig_request(config_file, select, force, False, gpu, session_socket, drain_wait)
     emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
 
 
@@ -112,6 +135,7 @@ def mig_plan(
 @click.option(
     "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
 )
+@drain_option
 @session_socket_option
 @gpu_backend_options
 @json_option
@@ -120,6 +144,7 @@ def mig_apply(
     select: str | None,
     force: bool,
     allow_reset: bool,
+    drain_wait: float | None,
     session_socket: str | None,
     gpu: GpuSelection,
     as_json: bool,
@@ -131,7 +156,7 @@ def mig_apply(
     holding the GPU prevented exits 1. Instances with processes or live sessions are busy: refused (exit 4)
     without --force; with it, their sessions are ended first (reason layout) and their processes stopped.
     """
-    request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket)
+    request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket, drain_wait)
     emit_outcome(MigLayoutOp(progress=progress).run(request), as_json, _render_layouts)
 
 

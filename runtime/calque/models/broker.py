@@ -14,14 +14,12 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
 from calque.models.session import (
     CheckoutArgs,
-    Duration,
     LedgerArgs,
     Session,
     SliceState,
-    positive_seconds,
 )
 from calque.models.versions import SESSION_PROTOCOL_VERSION
 

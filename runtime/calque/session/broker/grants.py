@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from calque.errors import CalqueError, NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.session import Session
-from calque.session.broker.hosts import HostCache
+from calque.session.broker.hosts import HostCache, free_matching, matching
 from calque.session.broker.store import Row, Store
 
 log = logging.getLogger("calque.broker")
@@ -93,6 +93,8 @@ class Granter:
         except NothingFreeError as exc:
             return Attempt("busy", row, str(exc))
         except (RefusedError, UsageError) as exc:
+            if self._drained_since(host, row):
+                return Attempt("busy", row, str(exc))  # drained after the broker's last look: wait elsewhere
             return Attempt("refused", row, str(exc))
         except UnreachableError as exc:  # never connected (RemoteHost, LocalHost's NotSent): nothing reached it
             self.cache.down(host, str(exc))
@@ -115,6 +117,15 @@ class Granter:
         self.cache.taken(host, session.slice_id, session.id, session.expires_at)
         log.info("granted %s to %s: session %s on %s", row.id, row.user, session.id, host)
         return Attempt("granted", held)
+
+    def _drained_since(self, host: str, row: Row) -> bool:
+        """The host refused because every matching slice there is drained now (listed again to see):
+        the request waits for another host, or for the undrain, as it would for a busy one."""
+        view, _ = self.cache.refresh(host)
+        mine = matching(view, row.kind, row.profile)
+        return (
+            bool(mine) and not free_matching(view, row.kind, row.profile) and all(s.drained for s in mine if not s.busy)
+        )
 
     def settle(self, attempt: Attempt, row: Row) -> Row | None:
         """What a failed attempt leaves: busy (or a host that is down) puts a waiting request back in

@@ -150,4 +150,9 @@ def matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]
 
 
 def free_matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
-    return [s for s in matching(view, kind, profile) if not s.busy] if view.reachable else []
+    """The matching slices a checkout there could get: free, and not on a drained GPU (or host)."""
+    return [s for s in matching(view, kind, profile) if offered(s)] if view.reachable else []
+
+
+def offered(s: SliceState) -> bool:
+    return not s.busy and s.drained is None

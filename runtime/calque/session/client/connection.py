@@ -17,6 +17,9 @@ from calque.models.session import (
     Adopted,
     BudgetOverrideArgs,
     CheckoutArgs,
+    Drain,
+    DrainArgs,
+    Drained,
     ExtendArgs,
     LedgerArgs,
     MetricsText,
@@ -26,6 +29,7 @@ from calque.models.session import (
     Session,
     SessionRefArgs,
     SliceState,
+    UndrainArgs,
     WhoAmI,
     error_kind,
 )
@@ -112,6 +116,20 @@ class SessionClient(SessionSocket):
     def adopt(self, session_id: str | None = None) -> Adopted:
         """Move this very process into the session's cgroup (``calque session run`` then execs)."""
         return Adopted.model_validate(self.call("adopt", **typed(SessionRefArgs, id=session_id).model_dump()))
+
+    def drain(self, reason: str, gpu: int | None = None, by: str | float | None = None) -> Drained:
+        """No new checkouts on GPU ``gpu`` (None: the host); with ``by``, its sessions end that soon (admins)."""
+        return Drained.model_validate(
+            self.call("drain", **typed(DrainArgs, gpu=gpu, by=by, reason=reason).model_dump())
+        )
+
+    def undrain(self, gpu: int | None = None) -> list[Drain]:
+        """End the drain of ``gpu``, or (None) every drain of the host; the drains ended (admins)."""
+        ended = self.call("undrain", **typed(UndrainArgs, gpu=gpu).model_dump())
+        return [Drain.model_validate(d) for d in ended]
+
+    def drains(self) -> list[Drain]:
+        return [Drain.model_validate(d) for d in self.call("drains")]
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self.call("whoami"))

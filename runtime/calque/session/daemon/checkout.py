@@ -20,7 +20,7 @@ from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.ledger import budget_gate
 from calque.session.daemon.nodes import grant
-from calque.session.daemon.rows import Held, NoFreeSlice, TooManySessions, ts
+from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
 
 
@@ -151,6 +151,10 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             f"you hold {exc.live} session(s), your limit is {exc.limit}; check one in first "
             "(`calque session status` lists them)",
         ) from exc
+    except AllDrained as exc:
+        # The caller can do nothing about it here: a refusal (exit 4) saying who drained what and why.
+        said = "; ".join(d.describe() for d in exc.drains)
+        raise RequestError("refused", f"no new checkouts: {said}; try another host (or --anywhere)") from exc
     except NoFreeSlice as exc:
         if not cands:
             raise RequestError("refused", "no MPS slot can be offered now: " + "; ".join(down)) from exc
@@ -178,4 +182,5 @@ def _busy_message(exc: NoFreeSlice, down: list[str]) -> str:
             f"slots there (MPS serialises different users' clients), until {fmt_time(until)} at the latest"
         )
     busy += "".join(f"; not offered: {d}" for d in down)
+    busy += "".join(f"; not offered: {d.describe()}" for d in exc.drains)
     return f"every matching slice is busy: {busy}; retry later or pass --wait"

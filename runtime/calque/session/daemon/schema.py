@@ -1,6 +1,7 @@
 """The registry's SQLite schema (version 5: demand records, the checkouts refused for want of a free
-slice, and since when they are recorded; 4: each session's idle notice beside its idle clock; 3: usage
-rows clustered by uid and end time; 2 added the usage table and per-group live counts).
+slice, and since when they are recorded; and drains, ``calque session drain``; 4: each session's idle
+notice beside its idle clock; 3: usage rows clustered by uid and end time; 2 added the usage table and
+per-group live counts).
 
 A session's idle clock is ``last_active`` (when its slice was last seen active; a checkout starts it)
 and ``idle_notice_sent``: both in the row, so a daemon restart keeps every clock and sends no notice
@@ -72,6 +73,14 @@ CREATE TABLE IF NOT EXISTS budget_elsewhere(
   at REAL NOT NULL,
   PRIMARY KEY(lab, month)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS drains(
+  gpu INTEGER PRIMARY KEY,
+  reason TEXT NOT NULL,
+  by_user TEXT NOT NULL,
+  by_uid INTEGER NOT NULL,
+  since REAL NOT NULL,
+  deadline REAL
+);
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -113,8 +122,13 @@ CREATE TABLE IF NOT EXISTS registry_meta(
 ) WITHOUT ROWID;
 """
 DEMAND_SINCE = "INSERT OR IGNORE INTO registry_meta(key, value) VALUES ('demand_recorded_since', ?)"
+# ``drains``: one row per drained GPU, ``gpu`` = HOST_WIDE for the whole host; a checkout's transaction
+# reads it, so a drain committed before a checkout is never missed. Made by SCHEMA above, it
+# would need no version of its own; schema 5 has one anyway: an older calque would ignore it and hand out
+# drained GPUs, so it must refuse a registry that has drains.
 SCHEMA_VERSION = 5
-# Schema 4 (and older) to 5: DEMAND_SCHEMA, and the time recording began (no refusal before it is known).
+HOST_WIDE = -1
+# Schema 4 (and older) to 5: DEMAND_SCHEMA, the time recording began (no refusal before it is known), drains.
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).
