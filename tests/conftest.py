@@ -74,14 +74,27 @@ def moto(moto_endpoint: str) -> Iterator[str]:
 
 
 # --- Side by side (scripts/test runs pytest -n N) --------------------------------------------------
-# The booted-host tier runs as one unit on one worker, in its own order (the e2e starts the molecule
-# scenarios beside it), and first: it is the longest chain, and it spends its time waiting on ssh and
-# systemd while the other workers take every other test one at a time, wherever a worker is free.
+# The booted-host tier's site e2e runs as one unit on one worker, in its own order (the e2e starts the
+# molecule scenarios beside it), and first: it is the longest chain, and it spends its time waiting on
+# ssh and systemd while the other workers take every other test one at a time, wherever a worker is
+# free. Every other booted module (its own fleet, module-scoped) is a unit of its own, started next on
+# another worker: chained behind the site e2e they would make the whole run as long as their sum.
 HOSTS_TIER = "tests/hosts/"
+SITE_TIER = ("tests/hosts/test_site_e2e.py", "tests/hosts/test_molecule.py")
+
+
+def _unit(nodeid: str) -> str:
+    """What one worker runs together: the site tier, a booted module, or a single test."""
+    if nodeid.startswith(SITE_TIER):
+        return HOSTS_TIER
+    if nodeid.startswith(HOSTS_TIER):
+        return nodeid.split("::", 1)[0]
+    return nodeid
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(HOSTS_TIER))  # stable: each tier keeps its order
+    # stable: each tier keeps its order; the site tier, then the other booted modules, then the rest
+    items.sort(key=lambda item: (not item.nodeid.startswith(SITE_TIER), not item.nodeid.startswith(HOSTS_TIER)))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -89,10 +102,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """A unit of work is the whole host tier, or else a single test (a module-scoped fixture is
-        then set up once per worker that runs one of its tests: only tests/unit/test_packaging.py has one)."""
+        """A unit of work is the site tier, a booted module, or else a single test (a module-scoped fixture
+        is then set up once per worker that runs one of its tests: only tests/unit/test_packaging.py has one)."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return HOSTS_TIER if nodeid.startswith(HOSTS_TIER) else nodeid
+            return _unit(nodeid)
 
     return TierScheduling(config, log)
