@@ -27,4 +27,5 @@ def load_institution(config: BrokerConfig) -> Institution:
             )
     labs = {lab.name: frozenset(lab.groups) for lab in inst.labs}
     shares = {lab.name: lab.share for lab in inst.labs}
-    return Institution(links=links, labs=labs, shares=shares)
+    name = inst.broker.name if inst.broker is not None else "broker"
+    return Institution(links=links, labs=labs, shares=shares, name=name)
