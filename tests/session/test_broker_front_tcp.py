@@ -170,6 +170,20 @@ for _ in range(2):
 """
 
 
+REMOTE_CALL = r"""
+import sys
+from pathlib import Path
+from calque.session.remote import RemoteHost
+
+try:
+    host = RemoteHost("hostX", "127.0.0.1", int(sys.argv[1]), Path(sys.argv[2]), retry_for=0)
+    host.call("status", request_id="q" * 16)
+    print("believed")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
 def test_an_answer_not_sealed_by_the_brokers_user_is_not_believed(make_user: Callable[..., User]) -> None:
     with institution(make_user, {"hostA": 1}) as broker:
         broker.write_institution(broker={"name": "front", "address": "127.0.0.1", "port": broker.port})
@@ -183,12 +197,16 @@ def test_an_answer_not_sealed_by_the_brokers_user_is_not_believed(make_user: Cal
             alice, mallory = make_user(), make_user()
             res = broker.cli(alice, "session", "queue")
             assert res.returncode == 6 and "front (127.0.0.1:" in res.stderr, res.stderr
-            for how, expect in (("sign", "not the broker's service user root"), ("bare", "no seal")):
+            for how, expect in (("sign", "not as its service user root"), ("bare", "no seal")):
                 fake = broker.popen_script(mallory, FAKE_BROKER, str(broker.port), str(m.socket), how)
                 try:
                     assert fake.stdout is not None and fake.stdout.readline().strip() == "ready"
                     res = broker.cli(alice, "session", "queue")
                     assert res.returncode == 4 and expect in res.stderr, res.stderr
+                    # a host daemon's answers likewise: RemoteHost (the broker's link) believes root's seal only
+                    call = broker.popen_script(alice, REMOTE_CALL, str(broker.port), str(m.socket))
+                    out, err = call.communicate(timeout=60)
+                    assert out.startswith("RefusedError") and expect in out, (out, err)
                 finally:
                     fake.kill()
                     fake.wait(10)

@@ -40,6 +40,7 @@ class InstitutionHost(CalqueModel):
     address: BindAddress
     port: Port = 7461
     offers: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(default_factory=list)
+    service_user: UserName = Field("root", description="the user its session daemon runs as (it seals each answer)")
 
 
 class Broker(CalqueModel):

@@ -9,14 +9,15 @@ here (a uid that differs by name is refused, naming both, and so is a user's cre
 another user); ``as_user`` names another user only when the sender is ``may_act_for_others``.
 Each refusal is a ``Refusal`` with a reason for the audit line; the receiver writes it.
 
-Answers: the broker seals each TCP answer (``seal``: a second line, a credential its own process
-made over the request id and the answer), and the client believes it only from the broker's service
-user (``check_seal``). Host daemons' TCP answers are not sealed yet (``docs/session.md``).
+Answers: the broker and the host daemons seal each TCP answer (``seal``: a second line, a credential
+the answering process made over the request id and the answer line), and the client believes it only
+from the answering side's service user (``check_seal``: the broker's, or the host's in institution.yaml).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,13 +94,23 @@ def seal(request_id: str, answer: bytes, *, munge_socket: Path | None) -> bytes:
     return munge.encode(answer_binding(request_id, answer), socket=munge_socket).encode() + b"\n"
 
 
+def _failure(answer: bytes) -> bool:
+    try:
+        return json.loads(answer).get("ok") is False
+    except (ValueError, AttributeError):
+        return False
+
+
 def check_seal(
     request_id: str, answer: bytes, credential: bytes | None, *, munge_socket: Path | None, signer: str, who: str
 ) -> None:
     """Believe ``answer`` only when ``credential`` was made for it by ``signer`` (a user name, the same
-    uid on every host): RefusedError otherwise, naming what was wrong."""
+    uid on every host): RefusedError otherwise, naming what was wrong. An unsealed failure passes: it
+    grants nothing, and whoever could forge one could as well drop the connection."""
     if not credential:
-        raise RefusedError(f"{who} sent an answer with no seal: not believed (an older broker, or not the broker)")
+        if _failure(answer):
+            return  # a refusal made before any request was read (too many connections): only a failure
+        raise RefusedError(f"{who} sent an answer with no seal: not believed (an older calque there, or an impostor)")
     try:
         signer_uid = pwd.getpwnam(signer).pw_uid
     except KeyError:
@@ -110,7 +121,7 @@ def check_seal(
         raise RefusedError(f"{who} sent an answer whose seal munge refused ({exc}): not believed") from exc
     if cred.uid != signer_uid:
         raise RefusedError(
-            f"{who} answered as uid {cred.uid}, not the broker's service user {signer} (uid {signer_uid}): not believed"
+            f"{who} answered as uid {cred.uid}, not as its service user {signer} (uid {signer_uid}): not believed"
         )
     if cred.payload != answer_binding(request_id, answer):
         raise RefusedError(f"{who} sent an answer its seal was not made for: not believed")

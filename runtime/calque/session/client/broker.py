@@ -26,10 +26,10 @@ from calque.models.broker import AnywhereArgs, BrokerRequest, Grant, HostView, Q
 from calque.models.institution import binding
 from calque.session import munge
 from calque.session.client.wire import (
-    MAX_RESPONSE_BYTES,
     check_peer,
     decode_answer,
     read_answer_line,
+    read_sealed_answer,
     trusted_server_uids,
 )
 from calque.session.institution import DEFAULT_INSTITUTION
@@ -45,22 +45,6 @@ RECONNECT_FOR_S = 120.0  # how long a waiting client looks for a broker that wen
 
 def default_broker_socket() -> Path:
     return Path(os.environ.get(BROKER_SOCKET_ENV, str(DEFAULT_BROKER_SOCKET)))
-
-
-def _two_lines(s: socket.socket, who: str) -> tuple[bytes, bytes | None]:
-    """A TCP answer: its line and the seal line after it (None when the connection ended first)."""
-    buf = bytearray()
-    while buf.count(b"\n") < 2:
-        chunk = s.recv(65536)
-        if not chunk:
-            if b"\n" not in buf:
-                raise ConnectionResetError(errno.ECONNRESET, f"{who} closed the connection without answering")
-            break
-        buf += chunk
-        if len(buf) > MAX_RESPONSE_BYTES:
-            raise InfrastructureError(f"{who} sent an oversized response")
-    lines = bytes(buf).split(b"\n")
-    return lines[0], (lines[1] if len(lines) > 2 else None)
 
 
 class Dropped(Exception):
@@ -200,7 +184,7 @@ class BrokerClient:
                 s.sendall(envelope.model_dump_json().encode() + b"\n")
                 sent = True
                 s.settimeout(None if wait else self.timeout)
-                answer, sealed = _two_lines(s, f"the broker at {to}")
+                answer, sealed = read_sealed_answer(s, f"the broker at {to}")
         except OSError as exc:
             if sent:
                 raise Dropped(str(exc.strerror or exc)) from exc

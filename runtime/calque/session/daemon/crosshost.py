@@ -9,6 +9,7 @@ acted-for user, named and grouped by this host's NSS, is a ``Caller`` like any l
 
 from __future__ import annotations
 
+import json
 import logging
 import pwd
 import socket
@@ -22,7 +23,7 @@ from calque.session import munge
 from calque.session.daemon.identity import Caller
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError
-from calque.session.signed import Refusal, verify
+from calque.session.signed import Refusal, seal, verify
 
 log = logging.getLogger("calque.session")
 
@@ -55,6 +56,20 @@ class CrossHost:
             raise
         except CalqueError as exc:
             raise RequestError("internal", str(exc)) from exc
+
+    def seal(self, line: bytes, answer: bytes) -> bytes:
+        """The line after ``answer``: a credential of this daemon's own over it and the request's id
+        (``signed.seal``), so the sender knows this host's daemon answered; an empty line when munged
+        cannot make one (the sender then refuses the answer and says so)."""
+        try:
+            request_id = json.loads(line).get("request_id")
+        except (ValueError, AttributeError):
+            request_id = None
+        try:
+            return seal(request_id if isinstance(request_id, str) else "", answer, munge_socket=self.munge_socket)
+        except munge.MungeUnavailable as exc:
+            log.error("cannot seal an answer: %s", exc)
+            return b"\n"
 
     def authenticate(self, req: RemoteRequest, peer: str) -> Caller:
         try:
