@@ -163,7 +163,10 @@ def _trips(d: str, kind: str, n: int, out: mp.Queue) -> None:  # type: ignore[ty
     from calque.models.session import CheckoutArgs
     from calque.session.client.broker import BrokerAddress, BrokerClient
     from calque.session.client.connection import SessionClient
+    from calque.session.munge import _library
 
+    _library()  # libmunge and the codecs a TCP connection needs, loaded before this process drops to the client
+    "127.0.0.1".encode("idna")
     _become_client()
     root = Path(d)
     local = {name: SessionClient(root / name / "s.sock") for name in HOSTS}
