@@ -78,7 +78,8 @@ def main() -> int:
             indent(f"{name} at {fleet.host(name).address}, reached by ssh from namespace {fleet.controller_ns}")
         prepare_dlami(fleet, hosts=[HOST])
         inventory, extra = institution_inventory(fleet, wheelhouse, institution=run_institution(fleet, FRONT))
-        say(f"institution: ansible-playbook -i {inventory.relative_to(REPO)} playbooks/site.yml (teaching group_vars)")
+        where = inventory.relative_to(REPO)
+        say(f"institution: ansible-playbook -i {where} playbooks/site.yml (the institution inventory)")
         r = fleet.playbook(SITE, "-e", f"@{extra}", inventory=inventory)
         if r.returncode != 0:
             print(r.stdout[-4000:] + r.stderr[-2000:])
