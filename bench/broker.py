@@ -2,6 +2,8 @@
 
 Runs, in one go and on this machine (as root):
 
+* a researcher on another host: ``--anywhere`` over the broker's TCP port, each request with a munge
+  credential the client makes and the broker decodes, each answer sealed by the broker and checked;
 * three real ``calque session serve`` daemons, each a simulated host with 2 A100-40GB cards cut into
   14 x 1g.5gb MIG slices, and a real ``calque session broker`` over them (the local path: each host's
   unix socket; a call for a user is made by a child that is that user);
@@ -11,8 +13,8 @@ Runs, in one go and on this machine (as root):
 
 Prints, side by side with ratios:
 
-* one checkout's round trip, p50/p99: ``--anywhere`` through the broker vs. the host's own socket
-  (goal: anywhere p99 <= 3x local p99);
+* one checkout's round trip, p50/p99: ``--anywhere`` through the broker (its unix socket, and its TCP
+  port with munge) vs. the host's own socket (goal: anywhere p99 <= 3x local p99);
 * grant latency after a free with 200 waiters queued: from the check-in's answer to the waiter's
   grant, p50/p99 (goal: p99 < 1 s);
 * queue throughput: waiters joined per second, and grants per second draining a burst of frees;
@@ -76,7 +78,22 @@ def _wait_for(fn: Any, what: str, timeout: float = 60) -> Any:
 # -- the institution ------------------------------------------------------------------------------
 
 
-def start_institution(d: Path, port: int) -> list[subprocess.Popen[bytes]]:
+def start_munged(m: Path) -> Path:
+    """A private munged with a test key in ``m`` (0755: the clients make credentials too); its socket."""
+    m.mkdir(mode=0o755)
+    key = m / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    args = [f"--key-file={key}", f"--socket={m / 'sock'}", f"--log-file={m / 'log'}", f"--pid-file={m / 'pid'}"]
+    subprocess.run(["munged", "--force", *args, f"--seed-file={m / 'seed'}"], check=True, timeout=30)
+    return m / "sock"
+
+
+def stop_munged(sock: Path) -> None:
+    subprocess.run(["munged", "--stop", f"--socket={sock}"], capture_output=True, timeout=30)
+
+
+def start_institution(d: Path, port: int, munge_socket: Path) -> list[subprocess.Popen[bytes]]:
     from calque.gpu.sim import SimGpu
     from calque.session.client.connection import SessionClient
 
@@ -115,11 +132,16 @@ def start_institution(d: Path, port: int) -> list[subprocess.Popen[bytes]]:
         "tcp_addr": "127.0.0.1",
         "tcp_port": port,
         "local_hosts": {n: str(d / n / "s.sock") for n in HOSTS},
+        "institution": str(b / "institution.yaml"),
+        "munge_socket": str(munge_socket),
+        "audit_log": str(b / "audit/broker-audit.jsonl"),
         "queue": {"max_queued_per_user": 1000},
         "max_connections": 4096,
         "max_connections_per_uid": 4096,
     }
     (b / "broker.yaml").write_text(yaml.safe_dump(bcfg))
+    inst = {"version": 1, "broker": {"name": "front", "address": "127.0.0.1", "port": port}}
+    (b / "institution.yaml").write_text(yaml.safe_dump(inst))
     procs.append(_spawn(["session", "broker", "--config", str(b / "broker.yaml")], b / "broker.log"))
     from calque.session.client.broker import BrokerClient
 
@@ -139,13 +161,20 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _trips(d: str, kind: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
     from calque.models.broker import AnywhereArgs
     from calque.models.session import CheckoutArgs
-    from calque.session.client.broker import BrokerClient
+    from calque.session.client.broker import BrokerAddress, BrokerClient
     from calque.session.client.connection import SessionClient
+    from calque.session.munge import _library
 
+    _library()  # libmunge and the codecs a TCP connection needs, loaded before this process drops to the client
+    "127.0.0.1".encode("idna")
     _become_client()
     root = Path(d)
     local = {name: SessionClient(root / name / "s.sock") for name in HOSTS}
     broker = BrokerClient(root / "broker" / "broker.sock")
+    if kind == "tcp":
+        port = int(yaml.safe_load((root / "broker" / "broker.yaml").read_text())["tcp_port"])
+        to = BrokerAddress("front", "127.0.0.1", port, "root", root / "munge" / "sock")
+        broker = BrokerClient(root / "broker" / "absent.sock", remote=to)
     lat = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -241,43 +270,33 @@ def grant_latency(d: Path, waiters: int, frees: int) -> dict[str, float]:
 # -- munge ----------------------------------------------------------------------------------------
 
 
-def munge_cost(d: Path, n: int) -> tuple[float, float]:
+def munge_cost(sock: Path, n: int) -> tuple[float, float]:
     """Median seconds of one encode and one decode through libmunge against a private munged."""
-    m = d / "munge"
-    m.mkdir(mode=0o700)
-    key = m / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
-    args = [f"--key-file={key}", f"--socket={m / 'sock'}", f"--log-file={m / 'log'}", f"--pid-file={m / 'pid'}"]
-    subprocess.run(["munged", "--force", *args, f"--seed-file={m / 'seed'}"], check=True, timeout=30)
-    try:
-        lib = ctypes.CDLL("libmunge.so.2")
-        lib.munge_ctx_create.restype = ctypes.c_void_p
-        lib.munge_ctx_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
-        lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-        lib.munge_decode.argtypes = [ctypes.c_char_p, ctypes.c_void_p] + [ctypes.c_void_p] * 4
-        ctx = lib.munge_ctx_create()
-        lib.munge_ctx_set(ctx, 8, str(m / "sock").encode())  # MUNGE_OPT_SOCKET
-        payload = json.dumps(
-            {"op": "checkout", "request_id": "r-" + "0" * 24, "host": "hostA", "sha256": "0" * 64}
-        ).encode()
-        enc, dec = [], []
-        for _ in range(n):
-            cred = ctypes.c_char_p()
-            t0 = time.perf_counter()
-            if lib.munge_encode(ctypes.byref(cred), ctx, payload, len(payload)) != 0:
-                raise SystemExit("munge_encode failed")
-            t1 = time.perf_counter()
-            out, size, uid, gid = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_uint(), ctypes.c_uint()
-            rc = lib.munge_decode(cred.value, ctx, *(ctypes.byref(x) for x in (out, size, uid, gid)))
-            t2 = time.perf_counter()
-            if rc != 0:
-                raise SystemExit(f"munge_decode failed: {rc}")
-            enc.append(t1 - t0)
-            dec.append(t2 - t1)
-        return statistics.median(enc), statistics.median(dec)
-    finally:
-        subprocess.run(["munged", "--stop", f"--socket={m / 'sock'}"], capture_output=True, timeout=30)
+    lib = ctypes.CDLL("libmunge.so.2")
+    lib.munge_ctx_create.restype = ctypes.c_void_p
+    lib.munge_ctx_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]
+    lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.munge_decode.argtypes = [ctypes.c_char_p, ctypes.c_void_p] + [ctypes.c_void_p] * 4
+    ctx = lib.munge_ctx_create()
+    lib.munge_ctx_set(ctx, 8, str(sock).encode())  # MUNGE_OPT_SOCKET
+    payload = json.dumps(
+        {"op": "checkout", "request_id": "r-" + "0" * 24, "host": "hostA", "sha256": "0" * 64}
+    ).encode()
+    enc, dec = [], []
+    for _ in range(n):
+        cred = ctypes.c_char_p()
+        t0 = time.perf_counter()
+        if lib.munge_encode(ctypes.byref(cred), ctx, payload, len(payload)) != 0:
+            raise SystemExit("munge_encode failed")
+        t1 = time.perf_counter()
+        out, size, uid, gid = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_uint(), ctypes.c_uint()
+        rc = lib.munge_decode(cred.value, ctx, *(ctypes.byref(x) for x in (out, size, uid, gid)))
+        t2 = time.perf_counter()
+        if rc != 0:
+            raise SystemExit(f"munge_decode failed: {rc}")
+        enc.append(t1 - t0)
+        dec.append(t2 - t1)
+    return statistics.median(enc), statistics.median(dec)
 
 
 # -- driver ---------------------------------------------------------------------------------------
@@ -304,18 +323,21 @@ def main() -> None:
     with so.socket(so.AF_INET, so.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = start_institution(d, port)
+    sock = start_munged(d / "munge")
+    procs = start_institution(d, port, sock)
     try:
         round_trips(d, "anywhere", 20)  # warm: imports, the broker's first lists
         local = round_trips(d, "local", a.trips)
         anywhere = round_trips(d, "anywhere", a.trips)
+        tcp = round_trips(d, "tcp", a.trips)
         grants = grant_latency(d, a.waiters, a.frees)
-        enc, dec = munge_cost(d, 500)
+        enc, dec = munge_cost(sock, 500)
     finally:
         for p in procs:
             os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
             p.wait(20)
+        stop_munged(sock)
         shutil.rmtree(d, ignore_errors=True)
     lp50, lp99 = statistics.median(local) * 1e3, _pct(local, 0.99) * 1e3
     ap50, ap99 = statistics.median(anywhere) * 1e3, _pct(anywhere, 0.99) * 1e3
@@ -323,6 +345,8 @@ def main() -> None:
     print(f"{'':38} {'p50 ms':>9} {'p99 ms':>9}   {'ratio p99':>9}")
     print(f"{'checkout, host-local socket':38} {lp50:9.2f} {lp99:9.2f}")
     print(f"{'checkout --anywhere (broker)':38} {ap50:9.2f} {ap99:9.2f}   {ap99 / lp99:8.2f}x  (goal <= 3x)")
+    tp50, tp99 = statistics.median(tcp) * 1e3, _pct(tcp, 0.99) * 1e3
+    print(f"{'checkout --anywhere (TCP + munge)':38} {tp50:9.2f} {tp99:9.2f}   {tp99 / lp99:8.2f}x  (goal <= 3x)")
     g50, g99 = grants["p50"] * 1e3, grants["p99"] * 1e3
     print(
         f"{f'grant after a free, {a.waiters} waiters':38} {g50:9.2f} {g99:9.2f}   {g99 / 1000:8.2f}x  (of the 1 s goal)"

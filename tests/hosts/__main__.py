@@ -135,10 +135,16 @@ def molecule_cmd(scenario: str, args: tuple[str, ...]) -> None:
     help="HOST=FILE: a YAML file of that host's variables (e.g. its own calque_session_service_mps).",
 )
 @click.option("--no-driver", is_flag=True, help="Skip the stand-in driver (already installed on this run).")
-def institution(name: str, host_vars: tuple[str, ...], no_driver: bool) -> None:
+@click.option(
+    "--frontdoor",
+    default=None,
+    help="A host of the run (group calque_session_frontdoor) to be the broker: the inventory's institution then "
+    "lists the run's session hosts at their addresses (munge, institution.yaml, TCP) instead of example.edu's.",
+)
+def institution(name: str, host_vars: tuple[str, ...], no_driver: bool, frontdoor: str | None) -> None:
     import yaml
 
-    from .institution import institution_inventory, prepare_dlami
+    from .institution import institution_inventory, prepare_dlami, run_institution
 
     f = Fleet(name)
     if not f.hosts:
@@ -149,9 +155,14 @@ def institution(name: str, host_vars: tuple[str, ...], no_driver: bool) -> None:
         if not sep or host not in {h.name for h in f.hosts}:
             raise click.BadParameter(f"{item!r}: write HOST=FILE with a host of run {name}")
         per_host[host] = dict(yaml.safe_load(Path(path).read_text()) or {})
+    if frontdoor is not None and frontdoor not in {h.name for h in f.hosts}:
+        raise click.BadParameter(f"{frontdoor!r} is not a host of run {name}", param_hint="--frontdoor")
     if not no_driver:
-        prepare_dlami(f)
-    folder, extra = institution_inventory(f, Path(f.state.wheelhouse or ensure_wheelhouse()), host_vars=per_host)
+        prepare_dlami(f, hosts=[h.name for h in f.hosts if h.name != frontdoor])
+    inst = run_institution(f, frontdoor) if frontdoor is not None else None
+    folder, extra = institution_inventory(
+        f, Path(f.state.wheelhouse or ensure_wheelhouse()), host_vars=per_host, institution=inst
+    )
     click.echo(f"-i {folder} -e @{extra}")
 
 

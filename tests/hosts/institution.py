@@ -24,22 +24,24 @@ SITE = REPO / "playbooks" / "site.yml"
 STANDIN_SOURCE = "deb [trusted=yes] file:/srv/nvidia-standin ./"
 
 
-def prepare_dlami(fleet: Fleet) -> None:
-    """Every host gets what an AWS Deep Learning AMI ships: NVIDIA's repository configured (here the
-    stand-in one of tests/roles) and the driver installed and loaded (the stand-in ``nvidia-open``:
-    ``nvidia-smi`` answering 580, ``nvidia-persistenced``, ``nvidia-cuda-mps-control``)."""
+def prepare_dlami(fleet: Fleet, hosts: list[str] | None = None) -> None:
+    """Every host (or those named: a front door has no GPU) gets what an AWS Deep Learning AMI ships:
+    NVIDIA's repository configured (here the stand-in one of tests/roles) and the driver installed and
+    loaded (the stand-in ``nvidia-open``: ``nvidia-smi`` answering 580, ``nvidia-persistenced``,
+    ``nvidia-cuda-mps-control``)."""
     standins = HOSTS_DIR / "nvidia-standin"
-    kernel = fleet.ssh(fleet.hosts[0].name, "uname -r").stdout.strip()
+    names = [h.name for h in fleet.hosts if hosts is None or h.name in hosts]
+    kernel = fleet.ssh(names[0], "uname -r").stdout.strip()
     subprocess.run(
         [sys.executable, str(REPO / "tests/roles/nvidia_standins.py"), str(standins), "--kernel", kernel],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    for h in fleet.hosts:
-        fleet.scp_to(h.name, standins, "/srv/nvidia-standin")
+    for name in names:
+        fleet.scp_to(name, standins, "/srv/nvidia-standin")
         fleet.ssh(
-            h.name,
+            name,
             f"echo '{STANDIN_SOURCE}' > /etc/apt/sources.list.d/nvidia.list && apt-get update -qq && "
             "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-open >/dev/null && "
             "systemctl daemon-reload && systemctl start nvidia-standin-load.service && nvidia-smi >/dev/null",
@@ -47,11 +49,34 @@ def prepare_dlami(fleet: Fleet) -> None:
         )
 
 
+def run_institution(fleet: Fleet, frontdoor: str) -> dict[str, object]:
+    """The institution inventory's ``calque_session_service_institution`` with the run's hosts in place
+    of example.edu's: every session host at its address (port 7461, its group's offers), the broker on
+    ``frontdoor``; the labs are the inventory's."""
+    example = yaml.safe_load((INSTITUTION / "group_vars" / "all.yml").read_text())["calque_session_service_institution"]
+    offers = {"teaching": ["1g.24gb"], "research": ["mps"]}
+    hosts = [
+        {"name": h.name, "address": h.address, "port": 7461, "offers": offers[g]}
+        for h in fleet.hosts
+        for g in h.groups
+        if g in offers
+    ]
+    front = fleet.host(frontdoor)
+    broker = {"name": front.name, "address": front.address, "port": 7460, "service_user": "root"}
+    return {"hosts": hosts, "broker": broker, "labs": example["labs"]}
+
+
 def institution_inventory(
-    fleet: Fleet, wheelhouse: Path, *, host_vars: dict[str, dict[str, object]] | None = None
+    fleet: Fleet,
+    wheelhouse: Path,
+    *,
+    host_vars: dict[str, dict[str, object]] | None = None,
+    institution: dict[str, object] | None = None,
 ) -> tuple[Path, Path]:
     """An inventory folder (the run's hosts, the institution's groups and group_vars) and an extra-vars
-    file for ``-e @``; returns both paths. The run's hosts carry their groups (teaching, research)."""
+    file for ``-e @``; returns both paths. The run's hosts carry their groups (teaching, research, and
+    calque_session_frontdoor for a front door); ``institution`` (``run_institution``) replaces the
+    inventory's example.edu institution."""
     folder = fleet.dir / "institution"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(INSTITUTION / "group_vars", folder / "group_vars")
@@ -73,6 +98,8 @@ def institution_inventory(
         # The role's modprobe option waits for a reboot; these hosts' GPUs are the simulator, usable before it.
         "calque_nvidia_driver_continue_before_reboot": True,
     }
+    if institution is not None:
+        test_host["calque_session_service_institution"] = institution
     extra.write_text(yaml.safe_dump(test_host))
     return folder, extra
 

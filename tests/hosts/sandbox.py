@@ -1,6 +1,9 @@
 """The sandbox's institution part (``scripts/sandbox`` runs ``python -m tests.hosts.sandbox``): one
-booted session host of RTX PRO 6000 shape, ``playbooks/site.yml`` with the institution's teaching
-group_vars, a created user checks a slice out over ssh, ``calque session list``, teardown.
+booted session host of RTX PRO 6000 shape and a front-door host, ``playbooks/site.yml`` with the
+institution inventory (its teaching group_vars, its institution at the run's addresses: munge with
+one key, the broker on the front door), a created user (the same uid on both) checks a slice out
+over ssh with ``--anywhere`` (through the broker over TCP), ``calque session list --all``, a
+check-in by ``SESSION@HOST``, teardown.
 
 Where this machine cannot boot hosts (not root; systemd-nspawn, debootstrap, ip or ssh missing; the
 Debian image cannot be built, e.g. no network to the mirror; a host does not boot) it says so and why,
@@ -17,15 +20,18 @@ import time
 from . import local_host
 from .fleet import Fleet, HostSpec
 from .image import ImageError, ensure_image
-from .institution import SITE, institution_inventory, prepare_dlami
+from .institution import SITE, institution_inventory, prepare_dlami, run_institution
 from .machine import HostError
 from .netns import NetworkError
 from .paths import REPO
 from .preflight import unavailable_reason
 from .wheelhouse import ensure_wheelhouse
 
-HOST, USER = "teach0", "student"
-WHAT = "site.yml on a booted session host, a slice checked out by a created user, calque session list"
+HOST, FRONT, USER, UID = "teach0", "front0", "student", 3201
+WHAT = (
+    "site.yml on a booted session host and a front door, a slice checked out --anywhere by a created user, "
+    "calque session list --all"
+)
 
 
 def say(text: str) -> None:
@@ -56,29 +62,44 @@ def main() -> int:
         say("institution: the calque wheelhouse the hosts install from (no package index on a host)")
         wheelhouse = ensure_wheelhouse()
         indent(str(wheelhouse))
-        say(f"institution: booting session host {HOST} (Debian bookworm, systemd-nspawn; 1x RTX PRO 6000, simulated)")
+        say(
+            f"institution: booting session host {HOST} (Debian bookworm, systemd-nspawn; 1x RTX PRO 6000, "
+            f"simulated) and front door {FRONT} (no GPU)"
+        )
         try:
             ensure_image()
-            fleet.up([HostSpec(HOST, "rtx-pro-6000", ("teaching",))])
+            fleet.up(
+                [HostSpec(HOST, "rtx-pro-6000", ("teaching",)), HostSpec(FRONT, "none", ("calque_session_frontdoor",))]
+            )
         except (ImageError, HostError, NetworkError) as e:
             fleet.down()
             return instead(f"no host could be booted here: {e}")
-        indent(f"{HOST} at {fleet.host(HOST).address}, reached by ssh from namespace {fleet.controller_ns}")
-        prepare_dlami(fleet)
-        inventory, extra = institution_inventory(fleet, wheelhouse)
-        say(f"institution: ansible-playbook -i {inventory.relative_to(REPO)} playbooks/site.yml (teaching group_vars)")
+        for name in (HOST, FRONT):
+            indent(f"{name} at {fleet.host(name).address}, reached by ssh from namespace {fleet.controller_ns}")
+        prepare_dlami(fleet, hosts=[HOST])
+        inventory, extra = institution_inventory(fleet, wheelhouse, institution=run_institution(fleet, FRONT))
+        where = inventory.relative_to(REPO)
+        say(f"institution: ansible-playbook -i {where} playbooks/site.yml (the institution inventory)")
         r = fleet.playbook(SITE, "-e", f"@{extra}", inventory=inventory)
         if r.returncode != 0:
             print(r.stdout[-4000:] + r.stderr[-2000:])
             say("institution: site.yml failed")
             return 3
-        indent("\n".join(line for line in r.stdout.splitlines() if line.startswith(HOST) and "ok=" in line))
-        say(f"institution: {USER} (a created user) checks a slice out over ssh: calque session checkout --ttl 30m")
-        fleet.ssh(HOST, f"id {USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {USER}")
+        indent("\n".join(line for line in r.stdout.splitlines() if line.startswith((HOST, FRONT)) and "ok=" in line))
+        for name in (HOST, FRONT):  # users map by name: the same uid on every host
+            fleet.ssh(name, f"id {USER} >/dev/null 2>&1 || useradd --uid {UID} --create-home --shell /bin/bash {USER}")
         fleet.authorize(HOST, USER)
-        indent(fleet.ssh(HOST, "calque session checkout --profile 1g.24gb --ttl 30m", user=USER).stdout)
-        say(f"institution: calque session list (as {USER})")
-        indent(fleet.ssh(HOST, "calque session list", user=USER).stdout)
+        say(
+            f"institution: {USER} on {HOST} asks the front door for a slice anywhere "
+            "(calque session checkout --anywhere: TCP to the broker with munge, the broker to the host likewise)"
+        )
+        got = fleet.ssh(HOST, "calque session checkout --anywhere --profile 1g.24gb --ttl 30m", user=USER)
+        indent(got.stdout + got.stderr)
+        say(f"institution: calque session list --all (as {USER}: every host, as the broker sees them)")
+        indent(fleet.ssh(HOST, "calque session list --all", user=USER).stdout)
+        ref = got.stdout.split()[1].rstrip(":")  # "session SESSION@HOST: ..."
+        say(f"institution: calque session checkin {ref} (the broker makes the call on that host as {USER})")
+        indent(fleet.ssh(HOST, f"calque session checkin {ref}", user=USER).stdout)
     finally:
         say("institution: teardown (host powered off, namespaces and files removed)")
         fleet.down()

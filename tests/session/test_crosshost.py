@@ -5,6 +5,7 @@ uid that differs by name): each refused with a clear error and an audit record."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import tempfile
@@ -113,12 +114,17 @@ class Door:
         with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
             s.sendall(raw)
             buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        doc: dict[str, Any] = json.loads(buf)
+            with contextlib.suppress(ConnectionResetError):  # refused unread, the rest of a request resets
+                while buf.count(b"\n") < 2:  # the answer, then its seal (a credential of the daemon's)
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+        answer, _, seal = buf.partition(b"\n")
+        doc: dict[str, Any] = json.loads(answer)
+        # every answer the daemon's service gave is sealed, refusals too; only the front door's own
+        # (a request too large, too many connections), given before any request is read, is not
+        assert seal.startswith(b"MUNGE:") or "larger than" in doc["error"]["message"], buf
         return doc
 
     def send_envelope(self, env: dict[str, Any]) -> dict[str, Any]:

@@ -402,7 +402,7 @@ def _add_run_and_shell() -> None:
     from calque.cli.session_front import add_to as add_front
     from calque.cli.session_run import add_to
 
-    add_to(session, socket_option)
+    add_to(session, socket_option, broker_socket_option)
     add_front(session)
     from calque.cli.session_fleet import fleet
 

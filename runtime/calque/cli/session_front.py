@@ -24,14 +24,14 @@ broker_socket_option = click.option(
     envvar="CALQUE_BROKER_SOCKET",
     default="/run/calque/broker.sock",
     show_default=True,
-    help="The broker's unix socket (on the front-door host).",
+    help="The broker's unix socket (on the front-door host; elsewhere institution.yaml's broker, over TCP).",
 )
 
 
 def _broker(path: Path) -> BrokerClient:
     from calque.session.client.broker import BrokerClient
 
-    return BrokerClient(path)
+    return BrokerClient.here(path)
 
 
 def _when(d: datetime | None) -> str:

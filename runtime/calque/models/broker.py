@@ -15,6 +15,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
+from calque.models.institution import SignedEnvelope
 from calque.models.session import (
     CheckoutArgs,
     LedgerArgs,
@@ -44,6 +45,17 @@ class BrokerRequest(VersionedModel):
     version: int = SESSION_PROTOCOL_VERSION
     op: BrokerOp
     args: dict[str, object] = Field(default_factory=dict)
+
+
+class RemoteBrokerRequest(SignedEnvelope):
+    """One request on the broker's TCP port, from a researcher on another host: a ``BrokerRequest``
+    with a munge credential made by the researcher's own process, bound to it and to the broker's
+    name (``host``). ``as_user`` is always refused: over TCP nobody acts for anyone else."""
+
+    op: BrokerOp
+
+    def plain(self) -> BrokerRequest:
+        return BrokerRequest.model_validate({"op": self.op, "args": self.args})
 
 
 class AnywhereArgs(CheckoutArgs):

@@ -41,11 +41,15 @@ class InstitutionHost(CalqueModel):
     address: BindAddress
     port: Port = 7461
     offers: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(default_factory=list)
+    service_user: UserName = Field("root", description="the user its session daemon runs as (it seals each answer)")
 
 
 class Broker(CalqueModel):
     """The front door: where it listens and the user it runs as (its uid may act for other users)."""
 
+    name: HostName = Field(
+        "broker", description="the front-door host's name: a researcher's credential is bound to it (target)"
+    )
     address: BindAddress
     port: Port = 7460
     service_user: UserName = Field("root", description="the broker's Unix user, the same name on every host")
@@ -114,15 +118,17 @@ class Institution(VersionedModel):
         return next((lab for lab in self.labs if have & set(lab.groups)), None)
 
 
-class RemoteRequest(VersionedModel):
-    """One request on a host daemon's TCP listener: one JSON object on one line."""
+class SignedEnvelope(VersionedModel):
+    """One request crossing hosts, one JSON object on one line: what a host daemon's TCP listener
+    (``RemoteRequest``) and the broker's (``models.broker.RemoteBrokerRequest``) accept. Each adds its
+    ``op``; the credential's payload binds it with everything else."""
 
     model_config = _DEFERRED
 
     upgrade_hint: ClassVar[str] = "upgrade calque on both hosts so their daemons and clients speak the same version"
     version_label: ClassVar[str] = "protocol"
     version: StrictInt = SESSION_PROTOCOL_VERSION
-    op: SessionOp
+    op: str
     args: dict[str, Any] = Field(default_factory=dict)
     request_id: Annotated[StrictStr, Field(min_length=8, max_length=128)]
     host: HostName = Field(description="the host this request is for (a credential for another host is refused)")
@@ -133,6 +139,12 @@ class RemoteRequest(VersionedModel):
     def binding(self) -> bytes:
         """What the credential's payload must be: a hash of everything but the credential."""
         return binding(self.op, self.args, self.request_id, self.host, self.user, self.as_user)
+
+
+class RemoteRequest(SignedEnvelope):
+    """One request on a host daemon's TCP listener."""
+
+    op: SessionOp
 
 
 def binding(op: str, args: dict[str, Any], request_id: str, host: str, user: str, as_user: str | None) -> bytes:

@@ -57,7 +57,9 @@ class BrokerConfig(VersionedModel):
     socket: Path = DEFAULT_BROKER_SOCKET
     db: Path = Path("/var/lib/calque/broker.db")
     tcp_addr: BindAddress | None = Field(
-        None, description="the address the host daemons nudge (UDP) and other hosts reach the broker at (off if unset)"
+        None,
+        description="where researchers on other hosts reach the broker (TCP, munge) and host daemons nudge it (UDP, "
+        "the same port); off if unset",
     )
     tcp_port: int = Field(DEFAULT_BROKER_PORT, ge=1, le=65535)
     admin_group: str | None = Field("calque-admin", description="members see every request and may cancel any")
@@ -67,6 +69,9 @@ class BrokerConfig(VersionedModel):
         description="the institution's hosts (reached over TCP with munge) and labs with their shares",
     )
     munge_socket: Path | None = Field(None, description="munged's socket (default: munge's own)")
+    audit_log: Path = Field(
+        Path("/var/log/calque/broker-audit.jsonl"), description="one line per refused request from another host"
+    )
     local_hosts: dict[str, Path] = Field(
         default_factory=dict,
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",

@@ -21,7 +21,8 @@ from typing import Any
 from calque.errors import InfrastructureError, UnreachableError
 from calque.models.institution import RemoteRequest, binding
 from calque.session import munge
-from calque.session.client.wire import decode_answer, read_answer_line
+from calque.session.client.wire import decode_answer, read_sealed_answer
+from calque.session.signed import check_seal
 
 
 class NotSent(UnreachableError):
@@ -54,6 +55,7 @@ class RemoteHost:
     munge_socket: Path | None = None
     timeout: float = 30.0
     retry_for: float = 3.0
+    service_user: str = "root"  # whose seal its daemon's answers carry (institution.yaml's host entry)
 
     def envelope(
         self, op: str, args: dict[str, Any], *, request_id: str, as_user: str | None = None, user: str | None = None
@@ -85,12 +87,12 @@ class RemoteHost:
         while True:
             line = self.envelope(op, args, request_id=request_id, as_user=as_user).model_dump_json().encode() + b"\n"
             sent = False
+            who = f"the session daemon on {self.name}"
             try:
                 with socket.create_connection((self.address, self.port), timeout=self.timeout) as s:
                     s.sendall(line)
                     sent = True
-                    who = f"the session daemon on {self.name}"
-                    return decode_answer(read_answer_line(s, who), who)
+                    answer, sealed = read_sealed_answer(s, who)
             except OSError as exc:
                 retryable = (not sent and exc.errno in (errno.ECONNREFUSED, errno.EAGAIN)) or (
                     sent and op in _RETRY_AFTER_SEND and not isinstance(exc, socket.timeout)
@@ -103,5 +105,10 @@ class RemoteHost:
                             "is calque-session.service running there with listen_tcp set?"
                         ) from exc
                     raise InfrastructureError(f"the session daemon on {where} did not answer: {exc}") from exc
+            else:
+                check_seal(
+                    request_id, answer, sealed, munge_socket=self.munge_socket, signer=self.service_user, who=who
+                )
+                return decode_answer(answer, who)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)

@@ -24,7 +24,13 @@ def load_institution(config: BrokerConfig) -> Institution:
     for h in inst.hosts:
         if h.name not in links:
             links[h.name] = RemoteHost(
-                h.name, h.address, h.port, munge_socket=config.munge_socket, timeout=config.host_timeout, retry_for=0.0
+                h.name,
+                h.address,
+                h.port,
+                munge_socket=config.munge_socket,
+                timeout=config.host_timeout,
+                retry_for=0.0,
+                service_user=h.service_user,
             )
     labs = {lab.name: frozenset(lab.groups) for lab in inst.labs}
     shares = {lab.name: lab.share for lab in inst.labs}
@@ -39,4 +45,5 @@ def load_institution(config: BrokerConfig) -> Institution:
             retry_for=0.0,
         )
 
-    return Institution(links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs))
+    name = inst.broker.name if inst.broker is not None else "broker"
+    return Institution(links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs), name=name)

@@ -17,14 +17,16 @@ from calque.errors import CalqueError
 from calque.models.fleet import HostRegistration
 from calque.models.institution import Lab
 from calque.models.ledger import LabSpend
+from calque.session.broker.audit import BrokerAudit
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
-from calque.session.broker.server import BrokerServer
+from calque.session.broker.server import BrokerServer, Identify, Seal
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
+from calque.session.broker.tcp import TcpIdentify
 from calque.session.brokerconfig import BrokerConfig
 from calque.session.files import PRIVATE_UMASK
 
@@ -33,13 +35,15 @@ log = logging.getLogger("calque.broker")
 
 @dataclass(frozen=True)
 class Institution:
-    """What the broker needs of ``institution.yaml``: a link to each host, each lab's Unix groups and share."""
+    """What the broker needs of ``institution.yaml``: a link to each host, each lab's Unix groups and
+    share, and its own name (what a researcher's credential over TCP is bound to)."""
 
     links: Mapping[str, HostLink]
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
     link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
     budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
+    name: str = "broker"
 
 
 def _no_link(reg: HostRegistration) -> HostLink:
@@ -56,6 +60,8 @@ class Broker:
     server: BrokerServer
     metrics: exposition.MetricsEndpoint | None = None
     fleet: FleetDemand | None = None
+    name: str = "broker"
+    audit: BrokerAudit | None = None
 
     @classmethod
     def build(cls, config: BrokerConfig, inst: Institution) -> Broker:
@@ -75,7 +81,7 @@ class Broker:
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
             fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link)
-        return cls(config, store, cache, dispatcher, service, server, fleet=fleet)
+        return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name)
 
     def start(self) -> None:
         for name in self.cache.names:  # a first look at every host before anyone is answered
@@ -88,6 +94,14 @@ class Broker:
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
+            audit = self.audit = BrokerAudit(self.config.audit_log)
+            name, munge_socket = self.name, self.config.munge_socket
+
+            def identify(peer: str) -> tuple[Identify, Seal]:
+                t = TcpIdentify(name, munge_socket, audit, peer)
+                return t.identify, t.seal
+
+            self.server.bind_tcp(self.config.tcp_addr, self.config.tcp_port, identify)
         if self.config.metrics_port is not None:
             from calque.session.broker.metrics import collector_registry
 
@@ -99,7 +113,10 @@ class Broker:
             reg = collector_registry(self.store.live, self.config.queue.aging, budgets)
             self.metrics = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", self.metrics.addr, self.metrics.port)
-        log.info("calque broker serving on %s (%d hosts)", self.config.socket, len(self.cache.names))
+        where = f"{self.config.socket}" + (
+            f" and {self.config.tcp_addr}:{self.config.tcp_port} as {self.name}" if self.config.tcp_addr else ""
+        )
+        log.info("calque broker serving on %s (%d hosts)", where, len(self.cache.names))
 
     def stop(self) -> None:
         if self.metrics is not None:  # before the store closes: a scrape reads it
@@ -111,6 +128,8 @@ class Broker:
             self.service.ledger.stop()
         self.dispatcher.stop()
         self.store.close()
+        if self.audit is not None:
+            self.audit.close()
 
 
 def run_broker(config: BrokerConfig, inst: Institution) -> None:

@@ -1,7 +1,8 @@
-"""The broker's sockets: a unix socket on its own host (SO_PEERCRED names the caller), TCP for other
-hosts (each request carries a munge credential: ``tcp.py``), and a UDP port for the host daemons'
-nudges. A thread per connection: a waiting client holds one for as long as it waits, so the count is
-bounded (``max_connections``, ``max_connections_per_uid``) and a connection beyond it is refused at once.
+"""The broker's sockets: a unix socket on its own host (SO_PEERCRED names the caller), TCP for
+researchers on other hosts (each request carries a munge credential: ``tcp.py``), and a UDP port (the
+same number) for the host daemons' nudges. A thread per connection: a waiting client holds one for
+as long as it waits, so the count is bounded (``max_connections``, ``max_connections_per_uid``: a
+TCP peer's address stands for its uid until its request is read) and one beyond is refused at once.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes | No
 
 
 Identify = Callable[[bytes], tuple[int, int, bytes]]
+Seal = Callable[[bytes], bytes]  # an answer line -> the line after it that proves who answered (TCP)
 
 
 def _peer(uid: int, gid: int) -> Identify:
@@ -89,12 +91,14 @@ class BrokerServer:
         self.service = service
         self.labs = dict(labs)
         self.stopping = threading.Event()
-        self._open: collections.Counter[int] = collections.Counter()
+        # open connections per key: a unix caller's uid, a TCP peer's address (known before its request)
+        self._open: collections.Counter[int | str] = collections.Counter()
         self._total = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.unix: socket.socket | None = None
         self.udp: socket.socket | None = None
+        self.tcp: socket.socket | None = None
 
     # -- listening ----------------------------------------------------------------------------------
 
@@ -106,6 +110,15 @@ class BrokerServer:
         sock.listen(512)
         self.unix = sock
         self._spawn(self._accept_unix, "broker-unix")
+
+    def bind_tcp(self, addr: str, port: int, identify: Callable[[str], tuple[Identify, Seal]]) -> None:
+        """Researchers on other hosts; ``identify(peer)`` checks each request's munge credential."""
+        sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(512)
+        self.tcp = sock
+        self._spawn(lambda: self._accept_tcp(identify), "broker-tcp")
 
     def bind_nudges(self, addr: str, port: int) -> None:
         """The UDP port host daemons nudge (a nudge only makes the broker list that host)."""
@@ -122,7 +135,7 @@ class BrokerServer:
 
     def stop(self) -> None:
         self.stopping.set()
-        for s in (self.unix, self.udp):
+        for s in (self.unix, self.udp, self.tcp):
             if s is not None:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
@@ -145,6 +158,18 @@ class BrokerServer:
                 continue
             self.admit(conn, uid, _peer(uid, gid))
 
+    def _accept_tcp(self, identify: Callable[[str], tuple[Identify, Seal]]) -> None:
+        assert self.tcp is not None
+        while not self.stopping.is_set():
+            try:
+                conn, addr = self.tcp.accept()
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                continue
+            ident, seal = identify(f"{addr[0]}:{addr[1]}")
+            self.admit(conn, str(addr[0]), ident, seal)
+
     def _nudges(self) -> None:
         assert self.udp is not None
         names = set(self.service.cache.links)
@@ -163,7 +188,7 @@ class BrokerServer:
 
     # -- one connection -----------------------------------------------------------------------------
 
-    def admit(self, conn: socket.socket, uid: int, identify: Identify) -> None:
+    def admit(self, conn: socket.socket, uid: int | str, identify: Identify, seal: Seal | None = None) -> None:
         """Serve ``conn`` on a thread of its own, or refuse it at once when over a bound."""
         with self._lock:
             crowded = (
@@ -177,9 +202,9 @@ class BrokerServer:
                 conn.sendall(answer(False, kind="refused", message="too many connections to the broker; retry later"))
             conn.close()
             return
-        threading.Thread(target=self._serve, args=(conn, uid, identify), daemon=True).start()
+        threading.Thread(target=self._serve, args=(conn, uid, identify, seal), daemon=True).start()
 
-    def _serve(self, conn: socket.socket, uid: int, identify: Identify) -> None:
+    def _serve(self, conn: socket.socket, uid: int | str, identify: Identify, seal: Seal | None) -> None:
         try:
             line = read_line(conn, self.config.max_request_bytes, self.config.request_timeout)
             if line is None:
@@ -188,7 +213,7 @@ class BrokerServer:
             reply = self._reply(conn, line, identify)
             if reply is not None:
                 conn.settimeout(5)
-                conn.sendall(reply)
+                conn.sendall(reply if seal is None else reply + seal(reply[:-1]))
         except OSError:
             pass
         except Exception:

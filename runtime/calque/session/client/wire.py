@@ -97,6 +97,23 @@ def read_answer_line(s: socket.socket, who: str = "the session daemon") -> bytes
     return bytes(buf[: buf.index(b"\n")])
 
 
+def read_sealed_answer(s: socket.socket, who: str) -> tuple[bytes, bytes | None]:
+    """An answer over TCP: its line and the seal line after it (None when the connection ended
+    first), each without its newline; ``signed.check_seal`` says whether to believe it."""
+    buf = bytearray()
+    while buf.count(b"\n") < 2:
+        chunk = s.recv(65536)
+        if not chunk:
+            if b"\n" not in buf:
+                raise ConnectionResetError(errno.ECONNRESET, f"{who} closed the connection without answering")
+            break
+        buf += chunk
+        if len(buf) > MAX_RESPONSE_BYTES:
+            raise InfrastructureError(f"{who} sent an oversized response")
+    lines = bytes(buf).split(b"\n")
+    return lines[0], (lines[1] if len(lines) > 2 else None)
+
+
 def decode_answer(raw: bytes, who: str = "the session daemon") -> Any:
     """The ``result`` of a daemon's answer line, or the CalqueError its ``error`` stands for (which
     keeps its exit code); ``who`` names the daemon in messages (another host's, for ``remote.py``)."""

@@ -1,17 +1,15 @@
 """A request from another host (the TCP listener): who munge says sent it, whom it acts for, and
 every reason to refuse it, each answered to the caller and written to the audit trail.
 
-In order: the envelope parses; this host's munged decodes the credential (a bad, expired or replayed
-one is refused: munged keeps the replay cache, shared by every worker process); its payload is the
-hash of this very body (a body changed after signing is refused); the body names this host; the
-sender's user name has the credential's uid on this host (a uid that differs by name is refused,
-naming both); ``as_user`` names another user only when the credential's uid is the broker's service
-uid; the op does not need a local process (``adopt``: use ssh). Then the acted-for user, named and
-grouped by this host's NSS, is a ``Caller`` like any local one, with no pid.
+In order: the envelope parses; the checks every receiver makes (``session/signed.py``: the credential
+decodes here, was made for this very body and this host, by the user it names; ``as_user`` only from
+the broker's service user); the op does not need a local process (``adopt``: use ssh). Then the
+acted-for user, named and grouped by this host's NSS, is a ``Caller`` like any local one, no pid.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import pwd
 import socket
@@ -25,6 +23,7 @@ from calque.session import munge
 from calque.session.daemon.identity import Caller
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError
+from calque.session.signed import Refusal, seal, verify
 
 log = logging.getLogger("calque.session")
 
@@ -58,52 +57,31 @@ class CrossHost:
         except CalqueError as exc:
             raise RequestError("internal", str(exc)) from exc
 
+    def seal(self, line: bytes, answer: bytes) -> bytes:
+        """The line after ``answer``: a credential of this daemon's own over it and the request's id
+        (``signed.seal``), so the sender knows this host's daemon answered; an empty line when munged
+        cannot make one (the sender then refuses the answer and says so)."""
+        try:
+            request_id = json.loads(line).get("request_id")
+        except (ValueError, AttributeError):
+            request_id = None
+        try:
+            return seal(request_id if isinstance(request_id, str) else "", answer, munge_socket=self.munge_socket)
+        except munge.MungeUnavailable as exc:
+            log.error("cannot seal an answer: %s", exc)
+            return b"\n"
+
     def authenticate(self, req: RemoteRequest, peer: str) -> Caller:
         try:
-            cred = munge.decode(req.credential, socket=self.munge_socket)
-        except munge.MungeError as exc:
-            raise self._refuse(f"credential_{exc.reason}", str(exc), peer, req) from exc
+            ok = verify(req, me=self.name, munge_socket=self.munge_socket, may_act_for_others=self.broker_user)
+        except Refusal as r:
+            raise self._refuse(r.reason, r.message, peer, req, uid=r.uid) from r
         except munge.MungeUnavailable as exc:
             log.error("cannot decode a request from %s: %s", peer, exc)
             raise RequestError(
                 "internal", f"the session daemon on {self.name} cannot check credentials: {exc}"
             ) from exc
-        if cred.payload != req.binding():
-            raise self._refuse(
-                "payload_mismatch",
-                "the credential was not made for this request (its body changed after signing)",
-                peer,
-                req,
-                uid=cred.uid,
-            )
-        if req.host != self.name:
-            raise self._refuse(
-                "other_host", f"this request was made for host {req.host}; this is {self.name}", peer, req, uid=cred.uid
-            )
-        local_uid = self._uid_of(req.user, peer, req, cred.uid)
-        if local_uid != cred.uid:
-            raise self._refuse(
-                "uid_mismatch",
-                f"user {req.user} is uid {local_uid} on {self.name} but uid {cred.uid} where the request was made; "
-                "users must have the same uid on every host of the institution",
-                peer,
-                req,
-                uid=cred.uid,
-            )
-        acted = req.as_user or req.user
-        if acted != req.user and (self.broker_user is None or req.user != self.broker_user):
-            who = (
-                f"the broker's service user ({self.broker_user})"
-                if self.broker_user
-                else "no one (no broker configured)"
-            )
-            raise self._refuse(
-                "acts_for_another",
-                f"{req.user} may not act for {acted}: only {who} may name another user",
-                peer,
-                req,
-                uid=cred.uid,
-            )
+        uid = ok.credential.uid
         if req.op in LOCAL_PROCESS_OPS:
             raise self._refuse(
                 "needs_local_process",
@@ -111,20 +89,14 @@ class CrossHost:
                 f"(ssh -t {self.name} calque session shell --session ID)",
                 peer,
                 req,
-                uid=cred.uid,
+                uid=uid,
                 kind="usage",
             )
         try:
-            pw = pwd.getpwnam(acted)
+            pw = pwd.getpwnam(ok.acted_for)
         except KeyError:
-            raise self._refuse("unknown_user", f"no user {acted} on {self.name}", peer, req, uid=cred.uid) from None
+            raise self._refuse("unknown_user", f"no user {ok.acted_for} on {self.name}", peer, req, uid=uid) from None
         return self.service.caller(0, pw.pw_uid, pw.pw_gid)
-
-    def _uid_of(self, user: str, peer: str, req: RemoteRequest, cred_uid: int) -> int:
-        try:
-            return pwd.getpwnam(user).pw_uid
-        except KeyError:
-            raise self._refuse("unknown_user", f"no user {user} on {self.name}", peer, req, uid=cred_uid) from None
 
     def _refuse(
         self,

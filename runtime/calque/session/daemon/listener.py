@@ -125,9 +125,10 @@ class Listener:
         except OSError:
             peer = "?"
         try:
-            return ok(self.crosshost.serve(line, peer))
+            reply = ok(self.crosshost.serve(line, peer))
         except RequestError as exc:
-            return error(exc.kind, exc.message)
+            reply = error(exc.kind, exc.message)
         except Exception as exc:
             log.exception("request from %s failed", peer)
-            return error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
+            reply = error("internal", f"the session daemon failed: {type(exc).__name__}: {exc}")
+        return reply + self.crosshost.seal(line, reply[:-1])  # the sender believes only a sealed answer

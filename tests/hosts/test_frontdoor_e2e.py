@@ -1,0 +1,304 @@
+"""End to end, the institution's front door on booted hosts with real munge: ``playbooks/site.yml``
+with the institution inventory (its run's addresses in place of example.edu's) installs munge with
+one key made on the controller, ``institution.yaml`` and the session service on three session hosts
+(two teaching RTX PRO 6000 MIG hosts, a research L40S MPS host) and the broker on a front-door host;
+a second run changes nothing. Then researchers on a teaching host, with the same uids on every host,
+use ``--anywhere`` (their requests cross to the broker over TCP with munge, the broker's to the hosts
+likewise): two fill every 1g slice of both teaching hosts, a third is told what is busy, then queues
+and is granted within 1 s of a check-in; an MPS slot comes from the research host; forged, replayed,
+misdirected, changed and impersonating requests are refused and audited by the broker; the broker
+killed with 20 queued requests comes back with its queue intact and grants no slice twice; a user
+cannot cancel another's request; a stopped host leaves the others serving and is back with its
+sessions. One fleet for the module (boot and converge cost minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .fleet import Fleet, HostSpec
+from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami, run_institution
+from .paths import HOSTS_DIR
+
+pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+
+TEACH_A, TEACH_B, RESEARCH, FRONT = "teach-a", "teach-b", "research", "front"
+USERS = {"alice": 3101, "bob": 3102, "carol": 3103, "dave": 3104}
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+LOGS = HOSTS_DIR / "logs"
+PY = "/opt/calque/venv/bin/python"
+AUDIT = "/var/log/calque/broker-audit.jsonl"
+MPS_ANYWHERE = "session checkout --anywhere --mps --i-understand-shared-gpu-has-no-isolation --ttl 30m --json"
+
+# A user's own process on a teaching host sending crafted requests to the broker (argv: the broker's
+# name and address, a victim's user name): one JSON object of answers on stdout.
+ATTACKS = r"""
+import json, os, pwd, socket, sys
+from calque.models.institution import binding
+from calque.session import munge
+
+name, address, victim = sys.argv[1:4]
+me = pwd.getpwuid(os.getuid()).pw_name
+
+def env(rid, host=name, user=me, args=None, cred=None):
+    args = {} if args is None else args
+    cred = cred or munge.encode(binding("queue", args, rid, host, user, None))
+    return {"op": "queue", "args": args, "request_id": rid, "host": host, "user": user, "credential": cred}
+
+def send(body):
+    with socket.create_connection((address, 7460), timeout=20) as s:
+        s.sendall(json.dumps(body).encode() + b"\n")
+        data = b""
+        while not data.count(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data.split(b"\n")[0])
+
+out = {"forged": send(env("forged-0001", cred="MUNGE:" + "A" * 120 + ":"))}
+ok = env("replay-0001")
+out["first"], out["replayed"] = send(ok), send(ok)
+out["other_host"] = send(env("otherhost-1", host="teach-b"))
+changed = env("changed-001")
+changed["args"] = {"all": True}
+out["changed"] = send(changed)
+out["other_user"] = send(env("victim-0001", user=victim))
+print(json.dumps(out))
+"""
+
+# 20 waiting requests of one user, each on its own connection, left queued when the script exits.
+QUEUE_20 = r"""
+import sys, time
+from calque.models.broker import AnywhereArgs
+from calque.session.client.broker import BrokerClient
+import threading
+
+client = BrokerClient.here()
+def wait(i):
+    args = AnywhereArgs(profile="1g.24gb", ttl="1h", wait=True, request_id=f"r-dave-{i:02d}")
+    try:
+        client.call("anywhere", args.model_dump(mode="json"), wait=True)
+    except Exception as exc:
+        print(i, type(exc).__name__, flush=True)
+for i in range(20):
+    threading.Thread(target=wait, args=(i,), daemon=True).start()
+    time.sleep(0.05)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+CANCEL_DAVES = r"""
+from calque.session.client.broker import BrokerClient
+
+client = BrokerClient.here()
+for e in client.queue():
+    if e.state == "queued":
+        client.cancel(e.id)
+"""
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    return {m[1]: {"changed": int(m[3]), "failed": int(m[5])} for m in RECAP.finditer(out)}
+
+
+class Front:
+    def __init__(self, fleet: Fleet, inventory: Path, extra: Path) -> None:
+        self.fleet, self.inventory, self.extra = fleet, inventory, extra
+
+    def site(self, log: str) -> subprocess.CompletedProcess[str]:
+        path = LOGS / f"frontdoor-{log}.log"
+        with path.open("w") as out:
+            r = self.fleet.playbook(
+                SITE, "-e", f"@{self.extra}", inventory=self.inventory, stdout=out, stderr=subprocess.STDOUT
+            )
+        r.stdout = path.read_text()
+        return r
+
+    def calque(self, user: str, args: str, check: bool = True, host: str = TEACH_A) -> subprocess.CompletedProcess[str]:
+        return self.fleet.ssh(host, f"calque {args}", user=user, check=check)
+
+    def json(self, user: str, args: str, host: str = TEACH_A) -> Any:
+        return json.loads(self.calque(user, args, host=host).stdout)
+
+    def queue_all(self) -> list[dict[str, Any]]:
+        r = self.fleet.ssh(FRONT, "calque session queue --all --json", check=False)
+        assert r.returncode == 0, r.stderr
+        entries: list[dict[str, Any]] = json.loads(r.stdout)
+        return entries
+
+    def audit(self) -> list[dict[str, Any]]:
+        out = self.fleet.ssh(FRONT, f"cat {AUDIT} 2>/dev/null || true").stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def until(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def front(host_image: Path, wheelhouse: Path) -> Iterator[Front]:
+    fleet = Fleet("frontdoor")
+    specs = [
+        HostSpec(TEACH_A, "rtx-pro-6000", ("teaching",)),
+        HostSpec(TEACH_B, "rtx-pro-6000", ("teaching",)),
+        HostSpec(RESEARCH, "l40s", ("research",)),
+        HostSpec(FRONT, "none", ("calque_session_frontdoor",)),
+    ]
+    teaching_limits = {"calque_session_service_default_limits": {"max_sessions": 4, "max_ttl": "4h"}}
+    try:
+        fleet.up(specs)
+        prepare_dlami(fleet, hosts=[TEACH_A, TEACH_B, RESEARCH])
+        inventory, extra = institution_inventory(
+            fleet,
+            wheelhouse,
+            institution=run_institution(fleet, FRONT),
+            host_vars={
+                TEACH_A: teaching_limits,
+                TEACH_B: teaching_limits,
+                RESEARCH: {"calque_session_service_mps": one_gpu_mps_slots()},
+                FRONT: {"calque_session_frontdoor_queue": {"max_queued_per_user": 20, "claim_window": "60s"}},
+            },
+        )
+        LOGS.mkdir(parents=True, exist_ok=True)
+        yield Front(fleet, inventory, extra)
+    finally:
+        fleet.down()
+
+
+def test_the_front_door_across_three_booted_hosts(front: Front) -> None:
+    f = front.fleet
+    first = front.site("first")
+    assert first.returncode == 0, first.stdout[-6000:]
+    second = front.site("second")
+    assert second.returncode == 0, second.stdout[-6000:]
+    changed = {h: r["changed"] for h, r in recap(second.stdout).items()}
+    assert changed == {TEACH_A: 0, TEACH_B: 0, RESEARCH: 0, FRONT: 0}, second.stdout[-6000:]
+    for host in (TEACH_A, TEACH_B, RESEARCH, FRONT):  # one institution key, one institution file
+        assert f.ssh(host, "systemctl is-active munge.service").stdout.strip() == "active"
+        assert "broker:" in f.ssh(host, "cat /etc/calque/institution.yaml").stdout
+    assert f.ssh(FRONT, "systemctl is-active calque-broker.service").stdout.strip() == "active"
+    keys = {f.ssh(h, "sha256sum /etc/munge/munge.key").stdout.split()[0] for h in (TEACH_A, TEACH_B, FRONT)}
+    assert len(keys) == 1
+
+    for user, uid in USERS.items():  # the same uid on every host
+        for host in (TEACH_A, TEACH_B, RESEARCH, FRONT):
+            f.ssh(host, f"id {user} >/dev/null 2>&1 || useradd --uid {uid} --create-home --shell /bin/bash {user}")
+        f.authorize(TEACH_A, user)
+
+    # Two users fill every 1g slice of both teaching hosts from teach-a, through the broker over TCP.
+    grants: list[dict[str, Any]] = []
+    four = " && ".join(["calque session checkout --anywhere --profile 1g.24gb --ttl 1h --json"] * 4)
+    for user in ("alice", "bob"):
+        out = f.ssh(TEACH_A, four, user=user).stdout
+        dec, i = json.JSONDecoder(), 0
+        while i < len(out.strip()):
+            g, i = dec.raw_decode(out, i)
+            grants.append(g)
+            while i < len(out) and out[i].isspace():
+                i += 1
+    assert len(grants) == 8, grants
+    assert sorted(g["host"] for g in grants) == [TEACH_A] * 4 + [TEACH_B] * 4
+    assert len({(g["host"], g["session"]["slice_id"]) for g in grants}) == 8
+    busy = front.calque("carol", "session checkout --anywhere --profile 1g.24gb --ttl 1h", check=False)
+    assert busy.returncode == 5 and TEACH_A in busy.stderr and TEACH_B in busy.stderr, busy.stderr
+    # An MPS slot from the research host, as any user of teach-a asks for it.
+    mps = front.json("carol", MPS_ANYWHERE)
+    assert mps["host"] == RESEARCH
+
+    # carol waits in the queue; alice checks one in; carol has it within 1 s of the free.
+    f.ssh(
+        TEACH_A,
+        "nohup sh -c 'calque session checkout --anywhere --profile 1g.24gb --wait --ttl 1h --json >/tmp/carol.json "
+        "2>/tmp/carol.err; date +%s.%N >/tmp/carol.t' >/dev/null 2>&1 &",
+        user="carol",
+    )
+    mine = until(
+        "carol's request queued",
+        lambda: [e for e in front.json("carol", "session queue --json") if e["state"] == "queued"],
+        30,
+    )
+    assert mine[0]["user"] == "carol" and mine[0]["position"] == 1
+    freed = grants[0]  # alice's are the first four
+    ref = f"{freed['session']['id']}@{freed['host']}"
+    t_free = float(front.calque("alice", f"session checkin {ref} >/dev/null && date +%s.%N").stdout)
+    t_grant = float(until("carol's grant", lambda: f.ssh(TEACH_A, "cat /tmp/carol.t 2>/dev/null || :").stdout, 30, 0.1))
+    carol = json.loads(f.ssh(TEACH_A, "cat /tmp/carol.json").stdout)
+    assert carol["host"] == freed["host"] and carol["session"]["slice_id"] == freed["session"]["slice_id"]
+    (LOGS / "frontdoor-figures.txt").write_text(f"grant after a free (booted, over TCP): {t_grant - t_free:.3f} s\n")
+    assert t_grant - t_free < 1.0, f"granted {t_grant - t_free:.3f} s after the free"
+
+    # Forged, replayed, for another host, body changed, naming another user: refused, one audit line each.
+    res = json.loads(f.ssh(TEACH_A, f"{PY} - {FRONT} {f.host(FRONT).address} carol", user="dave", input=ATTACKS).stdout)
+    assert res["first"]["ok"] is True
+    refused = {k: v for k, v in res.items() if k != "first"}
+    assert all(not v["ok"] and v["error"]["kind"] == "refused" for v in refused.values()), res
+    reasons = [e["reason"] for e in front.audit()]
+    assert reasons == ["credential_bad", "credential_replayed", "other_host", "payload_mismatch", "uid_mismatch"]
+
+    # kill -9 of the broker with 20 queued requests: the queue is intact, no slice is granted twice.
+    f.ssh(TEACH_A, f"{PY} - 3", user="dave", input=QUEUE_20, timeout=120)
+    dave = {e["id"] for e in front.queue_all() if e["user"] == "dave" and e["state"] == "queued"}
+    assert dave == {f"r-dave-{i:02d}" for i in range(20)}
+    before = f.ssh(FRONT, "systemctl show -p MainPID --value calque-broker.service").stdout.strip()
+    f.ssh(FRONT, "systemctl kill --signal=SIGKILL calque-broker.service")
+    until(
+        "the broker back",
+        lambda: (
+            f.ssh(FRONT, "systemctl show -p MainPID --value calque-broker.service").stdout.strip() not in ("0", before)
+            and f.ssh(FRONT, "calque session queue --all --json", check=False).returncode == 0
+        ),
+        30,
+    )
+    after = {e["id"]: e for e in front.queue_all()}
+    assert {i for i, e in after.items() if e["user"] == "dave" and e["state"] == "queued"} == dave
+    cancel = front.calque("bob", "session queue --cancel r-dave-00", check=False)
+    assert cancel.returncode == 4, cancel.stderr
+    assert any(e["id"] == "r-dave-00" and e["state"] == "queued" for e in front.queue_all())  # bob changed nothing
+    second_free = grants[1]
+    front.calque("alice", f"session checkin {second_free['session']['id']}@{second_free['host']}")
+    held = until(
+        "one of dave's requests granted",
+        lambda: [e for e in front.queue_all() if e["user"] == "dave" and e["session_id"]],
+        30,
+    )
+    assert len(held) == 1 and held[0]["host"] == second_free["host"]
+    views = front.json("root", "session list --all --json", host=FRONT)
+    sessions = [st["session_id"] for v in views for st in v["slices"] if st.get("session_id")]
+    assert len(sessions) == len(set(sessions)) and held[0]["session_id"] in sessions
+    assert sum(1 for v in views for st in v["slices"] if st["busy"] and st["slice"]["profile"] == "1g.24gb") == 8
+
+    # A host stopped: the others keep serving; its sessions are back when it returns.
+    f.ssh(TEACH_A, f"{PY} -", user="dave", input=CANCEL_DAVES)
+    assert not [e for e in front.queue_all() if e["user"] == "dave" and e["state"] == "queued"]
+    front.calque("carol", f"session checkin {mps['session']['id']}@{RESEARCH}")
+    f.ssh(TEACH_B, "systemctl stop calque-session.service")
+    until(
+        "teach-b shown as not answering",
+        lambda: "teach-b" in front.calque("alice", "session list --all", check=False).stderr,
+        30,
+    )
+    mps2 = front.json("bob", MPS_ANYWHERE)
+    assert mps2["host"] == RESEARCH
+    f.ssh(TEACH_B, "systemctl start calque-session.service")
+    on_b = {g["session"]["id"] for g in grants if g["host"] == TEACH_B and g["session"]["user"] == "alice"}
+    until(
+        "alice's teach-b sessions back",
+        lambda: on_b <= {st["session_id"] for st in front.json("alice", "session status --all --json")},
+        30,
+        1.0,
+    )
