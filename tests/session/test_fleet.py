@@ -5,14 +5,19 @@
   reads them back), and nothing lands while the class's host has a free slice for them or while they
   are younger than ``wait_s``. The host is found through its registration, written by the real
   ``calque session fleet register`` into moto's SSM.
+  A drained host's (or GPU's) free slices are no supply: requests wait unserved beside them, and the
+  host, with no live session, still counts idle.
 - The host's fleet helper (``calque session fleet protect --once``): the instance is protected from
-  scale-in while a user holds a live session on the daemon, and not before or after.
+  scale-in while a user holds a live session on the daemon, and not before or after. On its way out
+  of the group it drains the host with ``--by`` inside the hook's hold: checkouts are refused naming
+  the drain, the live session gets its notice and ends at the drain's deadline, the hook completes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -175,34 +180,136 @@ def test_the_broker_and_the_scaling_name_the_same_metrics() -> None:
     assert {a["MetricName"] for a in doc.values()} == {"UnservedRequests", demand.IDLE_METRIC}
 
 
-def test_a_host_leaving_its_group_drains_deregisters_then_completes_the_hook(
+def test_a_drained_hosts_free_slices_are_no_supply_and_it_still_counts_idle(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str, tmp_path: Path
+) -> None:
+    """Every slice of the host free but drained (its GPU, then the whole host): the waiting request
+    is unserved, so the class grows; the host, with no live session, is idle, so scale-in may take it."""
+    iid, imds = instance
+    host.start(mps=False)
+    assert fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb").returncode == 0
+    store, cache = Store(tmp_path / "broker/broker.db"), HostCache({})
+    settings = DemandSettings(classes={CLASS: DemandClass(offers=["1g.5gb"])}, wait_s=30, region="us-east-1",
+                              endpoint_url=moto)  # fmt: skip
+    fleet = FleetDemand(settings, store, cache, lambda r: LocalHost(r.name, host.socket))
+    old = NewRequest("req-old-0002", 1001, "u1001", "a", "mig", "1g.5gb", 3600.0, False, True, time.time() - 120, None)
+    store.submit(old, max_queued=4)
+    since = datetime.now(timezone.utc)
+    fleet.discover()
+
+    def counted() -> tuple[int, int, int]:
+        cache.refresh(iid)
+        d = {c.fleet_class: c for c in fleet.once()}[CLASS]
+        return d.unserved, d.idle_hosts, d.hosts
+
+    assert counted() == (0, 1, 1)  # free and not drained: the host can serve it
+    gpu = str(host.migs[0].gpu_index)
+    host.cli(None, "session", "drain", "--gpu", gpu, "--reason", "firmware", check=True)
+    assert counted() == (1, 1, 1)
+    assert read_back("UnservedRequests", since) == [1.0]
+    host.cli(None, "session", "undrain", check=True)
+    assert counted() == (0, 1, 1)  # served again once undrained
+    host.cli(None, "session", "drain", "--reason", "rack move", check=True)
+    assert counted() == (1, 1, 1)
+    assert read_back("IdleHosts", since) == [1.0]
+    store.close()
+
+
+def test_a_host_leaving_its_group_drains_with_by_refuses_checkouts_and_completes_the_hook_in_its_hold(
     host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str
 ) -> None:
-    """The drain hook (``calque-drain``) holds the instance; IMDS says Terminated. The helper runs the
-    drain step, deletes its registration, waits while a session is live (bounded by --hold), then
-    completes the action with CONTINUE. moto has no lifecycle actions: tests/support/fake_lifecycle_action.py
+    """The drain hook (``calque-drain``) holds the instance; IMDS says Terminated. The helper drains the
+    whole host with ``--by`` inside the hold (``drain_window``), deletes its registration, waits while a
+    session is live, then completes the action with CONTINUE. Meanwhile a new checkout there is refused
+    naming the drain, and the live session gets its notice and runs until the drain's deadline, where
+    it ends (reason ``drained``). moto has no lifecycle actions: tests/support/fake_lifecycle_action.py
     stands for the one AWS opens."""
+    from calque.session.fleet.protect import DRAIN_REASON, drain_window
+    from support import fake_lifecycle_action as fla
+
+    from .conftest import wait_for
+
+    iid, imds = instance
+    hold, every = 20.0, 1.0
+    by_s, wait_s = drain_window(hold, every)
+    assert 1 <= by_s < wait_s <= hold - every
+    client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP, LifecycleHookName="calque-drain", HeartbeatTimeout=int(hold),
+        DefaultResult="CONTINUE", LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+    )  # fmt: skip
+    host.start(mps=False)
+    assert fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb").returncode == 0
+    alice, bob = make_user(), make_user()
+    s = json.loads(host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", "--json").stdout)
+    imds.paths["autoscaling/target-lifecycle-state"] = "Terminated"
+    fla.open_action(GROUP, "calque-drain", iid)
+    began = time.time()
+    env = {**os.environ, "CALQUE_IMDS": imds.url}
+    args = ["--class", CLASS, "--every", f"{every:g}", "--hold", f"{hold:g}", "--socket", str(host.socket)]
+    cmd = [
+        str(VENV_PY),
+        "-c",
+        CLI,
+        "session",
+        "fleet",
+        "protect",
+        *args,
+        "--region",
+        "us-east-1",
+        "--endpoint-url",
+        moto,
+    ]
+    helper = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: bool(host.client().drains()), 15), "the helper never drained the host"
+        (d,) = host.client().drains()
+        assert d.gpu is None and d.reason == DRAIN_REASON and d.deadline is not None  # the whole host, --by
+        assert began + by_s - 2 <= d.deadline.timestamp() <= time.time() + by_s + 1
+
+        # A new checkout there is refused naming the drain; Alice's session runs on meanwhile.
+        res = host.cli(bob, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m")
+        assert res.returncode == 4 and "this host is drained" in res.stderr and DRAIN_REASON in res.stderr, res.stderr
+        assert [x.session_id for x in host.client().list_slices() if x.session_id] == [s["id"]]
+
+        _, err = helper.communicate(timeout=hold + 30)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()
+    assert helper.returncode == 0, err
+    took = time.time() - began
+    assert by_s - 1 <= took < hold, (took, err)  # waited for the session's end, completed within the hold
+    assert [(c.instance_id, c.hook, c.result) for c in fla.COMPLETED] == [(iid, "calque-drain", "CONTINUE")]
+    found = client("ssm").get_parameters_by_path(Path=registration_path(CLASS), Recursive=True)["Parameters"]
+    assert found == []  # the broker stops routing to it
+    assert not any(x.session_id for x in host.client().list_slices())
+    ended = [e for e in host.audit_events() if e.get("session") == s["id"]]
+    kinds = [e["event"] for e in ended]
+    assert "notice" in kinds and "drained" in kinds and kinds.index("notice") < kinds.index("drained"), kinds
+    with sqlite3.connect(host.dir / "state/sessions.db") as db:
+        assert db.execute("SELECT end_reason FROM sessions WHERE id=?", (s["id"],)).fetchone() == ("drained",)
+
+
+def test_a_failed_drain_step_is_logged_and_the_hook_still_completes_within_its_hold(
+    instance: tuple[str, FakeImds], moto: str, tmp_path: Path
+) -> None:
+    """No daemon answers (its socket is not there): the drain step fails and says so, the helper
+    cannot count sessions so it waits out its bound, then completes the action before the hold ends."""
     from support import fake_lifecycle_action as fla
 
     iid, imds = instance
     client("autoscaling").put_lifecycle_hook(
-        AutoScalingGroupName=GROUP, LifecycleHookName="calque-drain", HeartbeatTimeout=600, DefaultResult="CONTINUE",
+        AutoScalingGroupName=GROUP, LifecycleHookName="calque-drain", HeartbeatTimeout=30, DefaultResult="CONTINUE",
         LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
     )  # fmt: skip
-    host.start(mps=False)
-    assert fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb").returncode == 0
-    alice = make_user()
-    host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", check=True)
     imds.paths["autoscaling/target-lifecycle-state"] = "Terminated"
     fla.open_action(GROUP, "calque-drain", iid)
     began = time.monotonic()
     done = fleet_cli(
-        imds, moto, "protect", "--class", CLASS, "--every", "1", "--hold", "4", "--socket", str(host.socket)
+        imds, moto, "protect", "--class", CLASS, "--every", "1", "--hold", "5", "--socket", str(tmp_path / "none.sock")
     )
+    took = time.monotonic() - began
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - began >= 4  # it waited for the live session, up to --hold
+    assert "drain step" in done.stderr and "exited" in done.stderr, done.stderr
+    assert 3.5 <= took < 15, took  # waited out hold - every (4 s), then completed (two interpreter starts aside)
     assert [(c.instance_id, c.hook, c.result) for c in fla.COMPLETED] == [(iid, "calque-drain", "CONTINUE")]
-    found = client("ssm").get_parameters_by_path(Path=registration_path(CLASS), Recursive=True)["Parameters"]
-    assert found == []  # the broker stops routing to it
-    # the session itself was not ended by the helper: it runs to its deadline (drain's promise)
-    assert any(s.session_id for s in host.client().list_slices())

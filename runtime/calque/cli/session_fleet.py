@@ -168,8 +168,15 @@ def protect(
 
     def leave() -> int:
         ssm = _client("ssm", region, endpoint_url, profile)
+
+        def drain(by_s: float) -> bool:
+            # the call itself is quick; bounded by the wait so a hung one still leaves the hook in time
+            return p.run_drain_step(
+                p.drain_step(by_s, socket_path), timeout_s=min(60.0, p.drain_window(hold, every)[1])
+            )
+
         return p.leave(
-            host, live, drain=p.run_drain_step, deregister=lambda: drop(ssm, fleet_class, iid), hold_s=hold, every=every
+            host, live, drain=drain, deregister=lambda: drop(ssm, fleet_class, iid), hold_s=hold, every=every
         )
 
     p.watch(host, live, terminating, leave, every=every, rounds=1 if once else None)

@@ -5,8 +5,9 @@ act (``calque.aws.acquire.fleet_scaling``). Every ``publish_every`` seconds one 
 
 - counts, per class of ``broker.yaml``'s ``fleet``, the queued requests waiting longer than
   ``wait_s`` that the class could serve (``serves``: its hosts' offers) and that no reachable host of
-  the class has a free slice for (``UnservedRequests``), and the class's reachable hosts with no live
-  session (``IdleHosts``);
+  the class has a free slice for (``UnservedRequests``; a slice on a drained GPU or host, as the
+  host's list marks it, is no supply: nobody can check it out), and the class's reachable hosts with
+  no live session (``IdleHosts``; a drained host counts too, so scale-in may take it);
 - publishes them to CloudWatch (``calque/session``, dimension ``Class``) in one ``PutMetricData``:
   ``IdleHosts`` every period, ``UnservedRequests`` only while it is above zero (nothing waits that
   the class could take: nothing to say, and the scale-out alarm treats silence as "no");
@@ -61,7 +62,8 @@ def count_demand(
 ) -> list[ClassDemand]:
     """Each class's unserved requests and idle hosts, from the queue and the host cache as they are now.
 
-    ``members`` maps a host's name to its class (hosts of no class count for none)."""
+    ``members`` maps a host's name to its class (hosts of no class count for none). Supply is
+    ``free_matching``: free and not drained; idle is "no busy slice", drained or not."""
     rows = [r for r in queued if now - r.enqueued_at >= settings.wait_s]
     by_class: dict[str, list[HostView]] = {c: [] for c in settings.classes}
     for v in views:

@@ -9,18 +9,25 @@ next period (the daemon and its sessions carry on regardless).
 
 When the group ends the instance anyway (teardown, a refresh, spot), the ``calque-drain`` lifecycle
 hook holds it in ``Terminating:Wait`` and IMDS's ``autoscaling/target-lifecycle-state`` reads
-``Terminated``: the helper runs the drain step (``calque session drain --reason ...``: no new
-checkouts here, live sessions run to their deadline), deregisters from the broker, waits while
-sessions are live (bounded by the hook's timeout), and completes the lifecycle action (CONTINUE).
+``Terminated``: the helper drains the whole host (``calque session drain --by W --reason ...`` as
+root with no HOST: the local daemon, every GPU), so checkouts here are refused naming the drain and
+each live session gets the end notice and ends (reason ``drained``) by ``W`` rather than being cut
+off with the instance; it deregisters from the broker, waits while sessions are live, and completes
+the lifecycle action (CONTINUE) within the hold. ``W`` is the hold (``--hold``, the hook's heartbeat
+timeout) less one look period (the action may have opened that long before the helper saw it) and
+less the time a session's end takes (SIGTERM, the grace, the cleanup): see ``drain_window``. A drain
+step that fails is logged; the hook is completed within its bound all the same.
 """
 
 from __future__ import annotations
 
 import logging
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
@@ -28,14 +35,30 @@ from calque.aws.errors import aws_errors
 
 log = logging.getLogger("calque.session.fleet")
 TERMINATING = "Terminated"
-DRAIN_STEP = ("calque", "session", "drain", "--reason", "this host is leaving its Auto Scaling group")
+DRAIN_REASON = "this host is leaving its Auto Scaling group"
+# What a session's end takes after its deadline (the timers' SIGTERM, kill grace, cleanup), kept back
+# from the hold so the last session has ended before the action is completed; at most half the hold.
+END_MARGIN_S = 60.0
 LiveCount = Callable[[], int]
+
+
+def drain_window(hold_s: float, every: float) -> tuple[float, float]:
+    """(the drain's ``--by``, the wait before completing): both within ``hold_s`` less one look."""
+    wait = max(hold_s - every, 1.0)
+    return max(wait - min(END_MARGIN_S, wait / 2), 1.0), wait
+
+
+def drain_step(by_s: float, socket_path: str | None = None) -> tuple[str, ...]:
+    """``calque session drain`` of this very install (the script beside its interpreter; ``calque``
+    on PATH otherwise), with no HOST: the local daemon drains the whole host."""
+    script = Path(sys.executable).parent / "calque"
+    sock = ("--socket", socket_path) if socket_path else ()
+    exe = str(script) if script.exists() else "calque"
+    return (exe, "session", "drain", "--by", f"{int(by_s)}s", "--reason", DRAIN_REASON, *sock)
 
 
 def live_sessions_of_daemon(socket_path: str | None = None) -> int:
     """The host daemon's live sessions (root's ``list`` names every session id)."""
-    from pathlib import Path
-
     from calque.session.client.connection import SessionClient
 
     client = SessionClient(Path(socket_path)) if socket_path else SessionClient()
@@ -85,15 +108,19 @@ class FleetHost:
             )
 
 
-def run_drain_step(command: tuple[str, ...] = DRAIN_STEP, timeout_s: float = 60.0) -> bool:
+def run_drain_step(command: tuple[str, ...], timeout_s: float = 60.0) -> bool:
     """The drain before the host leaves; False (logged) when it fails or the command is not there yet."""
     try:
         done = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("drain step %s failed: %s; live sessions still run to their deadline", " ".join(command), exc)
+        log.warning(
+            "drain step %s failed: %s; the hook is completed within its hold all the same", " ".join(command), exc
+        )
         return False
     if done.returncode != 0:
         log.warning("drain step %s exited %d: %s", " ".join(command), done.returncode, done.stderr.strip()[-400:])
+    else:
+        log.info("drained for leaving: %s", done.stdout.strip()[-400:])
     return done.returncode == 0
 
 
@@ -101,26 +128,42 @@ def leave(
     host: FleetHost,
     live: LiveCount,
     *,
-    drain: Callable[[], bool],
+    drain: Callable[[float], bool],
     deregister: Callable[[], object],
     hold_s: float,
     every: float = 15.0,
 ) -> int:
-    """Drain, deregister, wait while sessions are live (at most ``hold_s``), complete the action.
+    """Drain (sessions end by ``drain_window``'s ``--by``), deregister, wait while sessions are live
+    (bounded within ``hold_s``), complete the action.
 
-    Returns the sessions still live when it completed (0 unless ``hold_s`` ran out)."""
-    drain()
+    Returns the sessions still live when it completed (0 unless the drain failed or a session
+    outlived its end; -1 when the daemon did not answer to the last)."""
+    began = time.monotonic()
+    by_s, wait_s = drain_window(hold_s, every)
+    try:
+        drain(by_s)
+    except Exception as exc:  # the hook is still completed within its hold
+        log.warning("drain step for %s failed: %s", host.instance_id, exc)
     try:
         deregister()
     except Exception as exc:  # the broker finds the host unreachable soon enough
         log.warning("could not deregister %s: %s", host.instance_id, exc)
-    deadline = time.monotonic() + hold_s
-    left = live()
+    deadline = began + wait_s
+    left = _live_or_unknown(live)
     while left and time.monotonic() < deadline:
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
-        left = live()
+        left = _live_or_unknown(live)
     host.complete()
     return left
+
+
+def _live_or_unknown(live: LiveCount) -> int:
+    """The live count; a daemon that does not answer might still hold sessions: -1, wait on (bounded)."""
+    try:
+        return live()
+    except Exception as exc:
+        log.warning("fleet helper: cannot count the live sessions: %s", exc)
+        return -1
 
 
 def watch(
