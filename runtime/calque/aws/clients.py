@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
@@ -115,3 +116,25 @@ def client(
 
     made.meta.events.register("after-call-error", name_the_call)  # errors name their call (calque.aws.errors)
     return made
+
+
+class LazyClient:
+    """A client made at its first use, once, whichever thread uses it first: a command that reads
+    several services at once makes each service's client on the thread that first needs it, while
+    another thread waits on AWS (``calque pool status``), and a read it does not reach costs nothing."""
+
+    def __init__(self, service: str, **options: Any) -> None:
+        self.service = service
+        self._options = options
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = client(self.service, **self._options)
+        return self._made
+
+    def __getattr__(self, name: str) -> Any:  # only names LazyClient lacks: the client's methods and meta
+        return getattr(self.get(), name)
