@@ -21,7 +21,15 @@ INSTITUTION = "playbooks/inventories/institution/hosts.yml"
 SANDBOX = "playbooks/inventories/sandbox/hosts.yml"
 # site.yml and gpu_hosts.yml also need the driver and layout roles (written on another branch)
 NEEDS = {"site.yml": ("nvidia_driver", "gpu_layout"), "gpu_hosts.yml": ("nvidia_driver", "gpu_layout")}
-PLAYBOOKS = ["pool.yml", "teardown.yml", "site.yml", "gpu_hosts.yml", "session_hosts.yml", "pool_hosts.yml"]
+PLAYBOOKS = [
+    "pool.yml",
+    "teardown.yml",
+    "site.yml",
+    "gpu_hosts.yml",
+    "session_hosts.yml",
+    "pool_hosts.yml",
+    "session_fleet.yml",
+]
 
 
 def bare_env(tmp_path: Path) -> dict[str, str]:

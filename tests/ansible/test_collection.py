@@ -49,6 +49,8 @@ def test_build_ships_license_roles_meta_and_ee_files_and_no_junk(tmp_path: Path)
         "roles/nvidia_driver/tasks/main.yml",
         "roles/gpu_layout/meta/argument_specs.yml",
         "roles/gpu_layout/templates/calque-gpu.service.j2",
+        "roles/monitoring/files/prometheus/calque-rules.yml",
+        "roles/monitoring/files/grafana/calque-pools.json",
         "plugins/modules/mig.py",
     ):
         assert wanted in names, f"{wanted} is missing from the built collection"

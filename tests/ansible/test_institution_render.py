@@ -40,12 +40,13 @@ PLAY = """
 """
 
 
-def _render(tmp_path: Path, host_name: str) -> tuple[SessionConfig, Institution]:
+def _render(tmp_path: Path, host_name: str, **more: object) -> tuple[SessionConfig, Institution]:
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(defaults=ROLE / "defaults/main.yml", vars=ROLE / "vars/main.yml", role=ROLE))
     extra: dict[str, object] = {"out": str(tmp_path), "calque_session_service_institution": INSTITUTION}
     extra["ansible_python_interpreter"] = sys.executable
     extra["calque_session_service_host_name"] = host_name
+    extra.update(more)
     env = {**os.environ, "ANSIBLE_HOME": str(tmp_path / ".ansible"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".tmp")}
     proc = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play), "-e", json.dumps(extra)],
@@ -74,3 +75,18 @@ def test_a_host_of_the_institution_listens_on_its_own_address(tmp_path: Path) ->
 def test_a_host_outside_the_institution_listens_on_no_tcp_port(tmp_path: Path) -> None:
     session, _ = _render(tmp_path, "elsewhere")
     assert session.listen_tcp is None and session.host_name is None
+
+
+@pytest.mark.slow
+def test_calque_labs_become_the_labs_with_their_budgets(tmp_path: Path) -> None:
+    labs = {
+        "lab-b": {"groups": ["lab-b", "lab-b-students"], "budget": {"usd": 2000, "notify_at": 0.9}},
+        "lab-a": {"groups": ["lab-a"], "share": 2, "budget": {"gpu_hours": 500, "raised_by": "rc@example.edu"}},
+    }
+    _, institution = _render(tmp_path, "teach-1", calque_labs=labs)
+    got = {lab.name: lab for lab in institution.labs}
+    assert sorted(got) == ["lab-a", "lab-b"]  # calque_labs replaces the institution's own labs
+    a, b = got["lab-a"], got["lab-b"]
+    assert a.share == 2 and a.budget is not None and (a.budget.gpu_hours, a.budget.raised_by) == (500, "rc@example.edu")
+    assert b.groups == ["lab-b", "lab-b-students"] and b.budget is not None and b.budget.unit == "USD"
+    assert b.budget.notify_at == 0.9 and institution.broker is not None  # the rest of the institution stays

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from calque.aws.acquire.scaling import backlog_target
 from calque.aws.clients import client
 from test_pool_group_playbook import GROUP_TASK, SANDBOX_GROUP, in_group, play
 
@@ -53,6 +55,9 @@ def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(mo
     assert staged["wheelhouse_key"] and staged["wheelhouse_sha256"]  # the default path: a wheelhouse is staged
     instances = in_group()
     assert len(instances) == 2
+    # the workers export the scaling policy's target beside the backlog (docs/monitoring.md)
+    written_spec = yaml.safe_load((tmp_path / "spec" / "pool.yml").read_text())
+    assert written_spec["backlog_target"] == backlog_target(latency_s=60, seconds_per_claim=2)  # the sandbox's scaling
 
     # unchanged: check mode says nothing changes, no new digest, nothing rolls; and the real run agrees
     check, real = predicted_then_real(tmp_path)

@@ -133,14 +133,15 @@ CREATE INDEX usage_by_end ON usage(ended_at);
 """
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refused(
     tmp_path: Path, version: int
 ) -> None:
     t0 = datetime(2026, 11, 1, tzinfo=timezone.utc).timestamp()
     sl = _slices(1)[0]
     db = sqlite3.connect(tmp_path / "s.db")
-    usage = {2: _SCHEMA_2_USAGE, 3: f"CREATE TABLE {USAGE_TABLE.format(name='usage')};"}.get(version, "")
+    v3 = f"CREATE TABLE {USAGE_TABLE.format(name='usage')};"
+    usage = {2: _SCHEMA_2_USAGE, 3: v3, 4: v3}.get(version, "")
     db.executescript(_SCHEMA_1 + usage)
     db.execute(
         "INSERT INTO sessions VALUES ('old', ?, 1000, 1000, 'u1000', NULL, ?, ?, 0, ?, 'checkin', ?, ?, '{}', NULL)",
@@ -157,6 +158,8 @@ def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refu
             "INSERT INTO usage VALUES ('old', 1000, 'u1000', 'mig', '1g.5gb', 0, ?, ?, ?, 'checkin')",
             (sl.id, t0, t0 + 3600),
         )
+    if version == 4:  # schema 4's idle notice column, after the rows that predate it
+        db.execute("ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0")
     db.execute(f"PRAGMA user_version={version}")
     db.commit()
     db.close()
@@ -172,14 +175,16 @@ def test_an_older_registry_is_migrated_with_every_usage_row_and_a_newer_one_refu
     assert reg.get("live").idle_notice  # type: ignore[union-attr]
     reg.close()
     db = sqlite3.connect(tmp_path / "s.db")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert db.execute("SELECT COUNT(*) FROM demand").fetchone()[0] == 0  # schema 5: demand records, empty
+    assert db.execute("SELECT COUNT(*) FROM drains").fetchone()[0] == 0  # schema 5: drains, none yet
     ddl = db.execute("SELECT sql FROM sqlite_master WHERE name='usage'").fetchone()[0]
     assert "WITHOUT ROWID" in ddl and "PRIMARY KEY(uid, ended_at, session_id)" in ddl
     assert db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'usage_by%'").fetchall() == []
-    db.execute("PRAGMA user_version=5")
+    db.execute("PRAGMA user_version=6")
     db.commit()
     db.close()
-    with pytest.raises(InfrastructureError, match="schema 5 registry, newer than this calque's 4"):
+    with pytest.raises(InfrastructureError, match="schema 6 registry, newer than this calque's 5"):
         Registry(tmp_path / "s.db")
 
 

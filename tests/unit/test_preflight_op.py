@@ -13,6 +13,7 @@ KNOWN = [
     "calque_session_service_user_limits",
     "calque_session_service_idle",
     "calque_gpu_layout_mig_configs",
+    "calque_gpu_layout_window",
     "calque_runtime_gpu_backend",
     "calque_runtime_gpu_sim",
 ]
@@ -82,6 +83,14 @@ def test_idle_reclaim_is_checked_as_the_daemon_reads_it() -> None:
     late = {"calque_session_service_idle": {"for": "10m", "warn": "20m"}}
     found = {v: m for v, m, _, _ in _run({"a": {"variables": late}})}
     assert "must be shorter than idle.for" in found["calque_session_service_idle"]
+
+
+def test_the_layout_change_window_is_checked_before_any_host_changes() -> None:
+    good = {"calque_gpu_layout_window": ["Sat,Sun 02:00-06:00", "Mon-Fri 22:00-06:00"]}
+    assert _run({"a": {"variables": good}}) == []
+    bad = {"calque_gpu_layout_window": ["Sat 02:00-06:00", "weekends 2-6"]}
+    found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}
+    assert list(found) == ["calque_gpu_layout_window[1]"] and "'weekends 2-6'" in found["calque_gpu_layout_window[1]"]
 
 
 def test_the_host_configuration_is_checked_as_calque_reads_it() -> None:

@@ -16,12 +16,17 @@ from typing import Any
 
 import pytest
 from calque.errors import InfrastructureError, RefusedError, UsageError
-from calque.models.session import Session, SessionResponse, Slice, SliceState
+from calque.models.session import Drain, Session, SessionResponse, Slice, SliceState
 from calque.session.client import views
 from calque.session.client.wire import NoFreeSliceError, decode_answer
 from pydantic import ValidationError
 
-PAIRS = [(views.SliceView, Slice), (views.SessionView, Session), (views.SliceStateView, SliceState)]
+PAIRS = [
+    (views.SliceView, Slice),
+    (views.SessionView, Session),
+    (views.SliceStateView, SliceState),
+    (views.DrainView, Drain),
+]
 NOW = datetime(2026, 12, 2, 7, 0, 0, 123456, tzinfo=timezone.utc)
 
 
@@ -68,6 +73,12 @@ def _states() -> list[SliceState]:
     return [
         SliceState(slice=_mig(), busy=True, busy_until=NOW, holder="alice", holder_uid=1001, session_id="s1"),
         SliceState(slice=_mps(), busy=False, why_not="you already hold an MPS slot on GPU 0"),
+        SliceState(
+            slice=_mig(),
+            busy=False,
+            drained=Drain(gpu=0, reason="fan swap", by_user="root", by_uid=0, since=NOW, deadline=NOW),
+        ),
+        SliceState(slice=_mps(), busy=False, drained=Drain(reason="reboot", by_user="ops", by_uid=7, since=NOW)),
     ]
 
 
@@ -87,6 +98,15 @@ def test_every_field_reads_as_the_model_has_it() -> None:
     wire = json.loads(json.dumps([s.model_dump(mode="json") for s in _states()]))
     for view, model in zip(views.slice_states(wire), _states(), strict=True):
         _same(view, model)
+
+
+def test_a_drain_reads_and_says_itself_as_the_model_does() -> None:
+    wire = json.loads(json.dumps([s.model_dump(mode="json") for s in _states()]))
+    for view, model in zip(views.slice_states(wire), _states(), strict=True):
+        if model.drained is not None:
+            assert view.drained is not None and view.drained.describe() == model.drained.describe()
+    assert "GPU 0 is drained by root" in _states()[2].drained.describe()  # type: ignore[union-attr]
+    assert _states()[3].drained.describe().startswith("this host is drained by ops")  # type: ignore[union-attr]
 
 
 def test_an_answer_the_model_would_refuse_is_refused() -> None:

@@ -142,6 +142,14 @@ class PoolQueue:
         durl = self._lookup(self.dlq)
         return int(self._attributes(durl).get("ApproximateNumberOfMessages", 0)) if durl else 0
 
+    def backlog(self) -> tuple[int, int]:
+        """(visible, in flight): the two counts the scaling policy's backlog sums, in one SQS call."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        url = self.url()
+        with aws_errors(f"read the backlog of {url}"):
+            attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        return int(attrs.get(names[0], 0)), int(attrs.get(names[1], 0))
+
     def _oldest_age(self) -> int | None:
         # SQS publishes the age only as the CloudWatch metric ApproximateAgeOfOldestMessage (peeking
         # would change receive counts): read its latest maximum when a CloudWatch client was given.

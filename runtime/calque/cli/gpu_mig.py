@@ -1,16 +1,21 @@
 """``calque gpu mig ...``: show the MIG layout, plan a change (with the sessions and processes it ends
-first), apply it; part of the ``calque gpu`` group."""
+first), apply it, suggest one from the session registry's demand; part of the ``calque gpu`` group."""
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from calque.cli.gpu_request import open_backend, progress, request_backend
-from calque.cli.options import gpu_backend_options, json_option, session_socket_option
+from calque.cli.options import DURATION, gpu_backend_options, json_option, session_socket_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
+from calque.errors import UsageError
+from calque.gpu.migmodels import MigSuggestion
 from calque.gpu.planner import MigState, current_layout
 from calque.gpu.selection import GpuSelection
 from calque.ops.mig import MigLayoutOp, MigRequest
@@ -71,9 +76,23 @@ force_option = click.option(
     "--force", is_flag=True, help="Destroy busy instances: end their sessions (reason layout), stop their processes."
 )
 
+drain_option = click.option(
+    "--drain-wait",
+    type=DURATION,
+    default=None,
+    help="Drain the GPUs the layout changes first (undrained after) and let sessions on slices it destroys "
+    "run out for this long, e.g. 2h (ended then only with --force).",
+)
+
 
 def _mig_request(
-    config_file: str, select: str | None, force: bool, allow_reset: bool, gpu: GpuSelection, socket: str | None
+    config_file: str,
+    select: str | None,
+    force: bool,
+    allow_reset: bool,
+    gpu: GpuSelection,
+    socket: str | None,
+    drain_wait: float | None = None,
 ) -> MigRequest:
     return MigRequest(
         config=config_file,
@@ -81,6 +100,8 @@ def _mig_request(
         force=force,
         allow_reset=allow_reset,
         session_socket=socket,
+        drain=drain_wait is not None,
+        drain_wait=int(drain_wait or 0),
         **request_backend(gpu),
     )
 
@@ -89,14 +110,21 @@ def _mig_request(
 @config_option
 @select_option
 @force_option
+@drain_option
 @session_socket_option
 @gpu_backend_options
 @json_option
 def mig_plan(
-    config_file: str, select: str | None, force: bool, session_socket: str | None, gpu: GpuSelection, as_json: bool
+    config_file: str,
+    select: str | None,
+    force: bool,
+    drain_wait: float | None,
+    session_socket: str | None,
+    gpu: GpuSelection,
+    as_json: bool,
 ) -> None:
     """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first."""
-    request = _mig_request(config_file, select, force, False, gpu, session_socket)
+    request = _mig_request(config_file, select, force, False, gpu, session_socket, drain_wait)
     emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
 
 
@@ -107,6 +135,7 @@ def mig_plan(
 @click.option(
     "--allow-reset", is_flag=True, help="Reset GPUs whose MIG mode must change (only when nothing holds them)."
 )
+@drain_option
 @session_socket_option
 @gpu_backend_options
 @json_option
@@ -115,6 +144,7 @@ def mig_apply(
     select: str | None,
     force: bool,
     allow_reset: bool,
+    drain_wait: float | None,
     session_socket: str | None,
     gpu: GpuSelection,
     as_json: bool,
@@ -126,5 +156,84 @@ def mig_apply(
     holding the GPU prevented exits 1. Instances with processes or live sessions are busy: refused (exit 4)
     without --force; with it, their sessions are ended first (reason layout) and their processes stopped.
     """
-    request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket)
+    request = _mig_request(config_file, select, force, allow_reset, gpu, session_socket, drain_wait)
     emit_outcome(MigLayoutOp(progress=progress).run(request), as_json, _render_layouts)
+
+
+def _render_suggestion(s: MigSuggestion) -> str:
+    head = f"{s.host}: MIG demand from {s.since:%Y-%m-%d %H:%M}Z to {s.until:%Y-%m-%d %H:%M}Z ({s.registry}); " + (
+        f"the suggestion avoids {s.refusals_avoided} of the refusals replayed" if s.changed else "no change"
+    )
+    rows = [
+        [
+            p.profile,
+            f"{p.slices_now} -> {p.slices_suggested}",
+            p.refused_asks,
+            p.peak_in_use,
+            f"{p.slice_hours_used:g}",
+            f"{p.slice_hours_idle:g}",
+            f"{p.replayed_refusals_now} -> {p.replayed_refusals_suggested}",
+        ]
+        for p in s.profiles
+    ]
+    headers = ["profile", "slices", "refused", "peak", "slice-h used", "slice-h idle", "replayed refusals"]
+    lines = [head, "", table(headers, rows), ""]
+    lines += [f"- {r}" for r in s.reasons]
+    lines += ["", "assuming: " + "; ".join(s.assumptions), "", _layout_yaml(s)]
+    return "\n".join(lines).rstrip()
+
+
+def _layout_yaml(s: MigSuggestion) -> str:
+    import yaml
+
+    return yaml.safe_dump(s.layout, sort_keys=False, default_flow_style=None).rstrip()
+
+
+@mig.command("suggest")
+@click.option("--since", default="14d", show_default=True, help="How far back the history reaches, e.g. 36h or 30d.")
+@click.option(
+    "--registry",
+    "registry_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The session registry to read (default: the `db` of /etc/calque/session.yaml).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the suggested layout (mig-parted version: v1 YAML) here, for `calque gpu mig plan --config`.",
+)
+@gpu_backend_options
+@json_option
+def mig_suggest(since: str, registry_file: Path | None, output: Path | None, gpu: GpuSelection, as_json: bool) -> None:
+    """Suggest a MIG layout for this host from its session registry: refused checkouts and slice-hours by profile.
+
+    Reads the registry read-only (the daemon need not run) and the GPUs' current layout, replays the
+    history against candidate layouts of each card and prints the layout that refuses fewest asks,
+    with its expected effect per profile and why. A history without refusals suggests no change.
+    Changes nothing on the host: plan and apply the written layout with `calque gpu mig plan|apply`.
+    """
+    from calque.durations import parse_duration
+    from calque.gpu.suggest import suggest
+    from calque.session.config import load_config
+    from calque.session.history import read_history
+
+    try:
+        window = parse_duration(since, what="--since")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if window <= 0:
+        raise UsageError("--since must be positive, e.g. 14d")
+    path = registry_file if registry_file is not None else load_config(None).db
+    until = time.time()
+    history = read_history(path, until - window, until)
+    result = suggest(current_layout(open_backend(gpu)), history, socket.gethostname())
+    if output is not None:
+        try:
+            output.write_text(_layout_yaml(result) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the suggested layout to {output}: {exc.strerror or exc}") from exc
+    emit(result, as_json, _render_suggestion)

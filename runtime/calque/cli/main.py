@@ -31,6 +31,8 @@ _VERBS = {
     "ramp": "calque.cli.ramp:ramp",
     "run": "calque.cli.run:run",
     "runtime": "calque.cli.runtime:runtime",
+    "report": "calque.cli.report:report",
+    "budget": "calque.cli.report:budget",
 }
 
 _EPILOG = (

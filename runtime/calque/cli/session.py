@@ -92,6 +92,15 @@ def _idle(s: Session | SessionView, now: datetime) -> str:
     return f"{format_duration(idle)}, ends {_when(s.idle_ends_at)} unless active"
 
 
+def _state(st: SliceStateView) -> str:
+    """A held slice is busy wherever it is; a free one on a drained GPU is offered to nobody."""
+    if st.busy:
+        return "busy"
+    if st.drained:
+        return "drained"
+    return "unavailable" if st.unavailable else "not yours" if st.why_not else "free"
+
+
 def _render_slices(states: list[SliceStateView]) -> str:
     if not states:
         return "this host has no slices (no MIG devices and no MPS slots configured)"
@@ -104,7 +113,7 @@ def _render_slices(states: list[SliceStateView]) -> str:
             st.slice.kind,
             st.slice.profile,
             st.slice.gpu_index,
-            "busy" if st.busy else "unavailable" if st.unavailable else "not yours" if st.why_not else "free",
+            _state(st),
             _when(st.busy_until),
             st.holder or "",
             st.session_id or "",
@@ -113,7 +122,9 @@ def _render_slices(states: list[SliceStateView]) -> str:
         for st in states
     ]
     head = ["SLICE", "KIND", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION", *(["WHY NOT"] if why else [])]
-    return table(head, rows)
+    # Each drain once, under the table: who took what out and why (a held slice there stays busy).
+    drains = dict.fromkeys(st.drained.describe() for st in states if st.drained)
+    return "\n".join([table(head, rows), *(f"drained: {d}" for d in drains)])
 
 
 def _render_report(r: UsageReport) -> str:
@@ -387,11 +398,16 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
 
 
 def _add_run_and_shell() -> None:
+    from calque.cli.session_drain import add_to as add_drain
     from calque.cli.session_front import add_to as add_front
     from calque.cli.session_run import add_to
 
     add_to(session, socket_option)
     add_front(session)
+    from calque.cli.session_fleet import fleet
+
+    session.add_command(fleet)
+    add_drain(session, socket_option)
 
 
 _add_run_and_shell()

@@ -111,7 +111,7 @@ def render_hosts(views: list[HostView]) -> str:
             rows.append([v.name, "", "", "", "unreachable", "", "", ""])
             continue
         for st in v.slices:
-            state = "busy" if st.busy else "free"
+            state = "busy" if st.busy else "drained" if st.drained else "free"
             ref = f"{st.session_id}@{v.name}" if st.session_id else ""
             rows.append(
                 [
@@ -127,7 +127,9 @@ def render_hosts(views: list[HostView]) -> str:
             )
     if not rows:
         return "the institution has no hosts"
-    return table(["HOST", "SLICE", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION"], rows)
+    out = table(["HOST", "SLICE", "PROFILE", "GPU", "STATE", "UNTIL", "HOLDER", "SESSION"], rows)
+    drains = dict.fromkeys(f"{v.name}: {st.drained.describe()}" for v in views for st in v.slices if st.drained)
+    return "\n".join([out, *(f"drained: {d}" for d in drains)])
 
 
 def render_mine(views: list[HostView], uid: int) -> str:

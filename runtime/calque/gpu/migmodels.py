@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -175,3 +175,47 @@ class MigState(CalqueModel):
 
     version: int = 1
     gpus: list[GpuMigState]
+
+
+class ProfileDemand(CalqueModel):
+    """One MIG profile's recorded demand over the window, and what the suggested layout changes for it."""
+
+    profile: str
+    slices_now: int
+    slices_suggested: int
+    refused_asks: int = Field(
+        description="checkouts refused for want of a free slice (one per ask, however often it retried)"
+    )
+    waited_asks: int = Field(description="of them, asks a later try of which was granted (the client waited)")
+    peak_in_use: int = Field(description="most sessions of the profile at once")
+    slice_hours_used: float
+    slice_hours_idle: float = Field(description="the current layout's slice-hours of the profile that no session used")
+    replayed_refusals_now: int = Field(description="refused asks when the history is replayed on the current layout")
+    replayed_refusals_suggested: int = Field(description="refused asks when it is replayed on the suggested layout")
+
+
+class GpuSuggestion(CalqueModel):
+    index: int
+    card: str | None
+    mig_enabled: bool
+    before: dict[str, int] = Field(description="GPU-instance profile -> slices now (a split GI: one per CI)")
+    after: dict[str, int] = Field(description="GPU-instance profile -> slices suggested")
+    changed: bool
+
+
+class MigSuggestion(CalqueModel):
+    """``calque gpu mig suggest``: a layout for one host from its registry's history, with its expected effect."""
+
+    version: int = 1
+    host: str
+    registry: str
+    since: datetime
+    until: datetime
+    refusals_recorded_since: datetime | None = None
+    changed: bool
+    refusals_avoided: int = Field(description="replayed refusals on the current layout minus on the suggested one")
+    gpus: list[GpuSuggestion]
+    profiles: list[ProfileDemand]
+    reasons: list[str] = Field(default_factory=list, description="why, in sentences")
+    assumptions: list[str] = Field(default_factory=list)
+    layout: dict[str, Any] = Field(description="the suggested layout, a mig-parted version: v1 document")

@@ -18,9 +18,10 @@ does when it meets a newer document.
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainValidator, model_validator
 
 from calque.durations import parse_duration, parse_seconds
 from calque.models.versions import check_version_number
@@ -87,3 +88,30 @@ Seconds = Annotated[float, BeforeValidator(_seconds_field)]
 """A model field in seconds that also takes the duration grammar (``idle_timeout_s: 10m``)."""
 WholeSeconds = Annotated[int, BeforeValidator(_whole_seconds_field)]
 """As ``Seconds``, rounded to whole seconds (SQS and EC2 settings)."""
+
+
+MAX_SECONDS = 10 * 365 * 86400
+
+
+def _duration(v: object) -> str | float:
+    # One message for both shapes (a union would report each branch's failure separately). An int is
+    # compared as an int: a 401-digit one cannot become a float (OverflowError is no ValueError).
+    if isinstance(v, str) and len(v) <= 32:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SECONDS:
+        return float(v)
+    if isinstance(v, float) and math.isfinite(v) and 0 <= v <= MAX_SECONDS:
+        return v
+    raise ValueError("must be a duration such as 30m or 2h, or a finite number of seconds (at most 10 years)")
+
+
+# Whether it is long enough (positive, within limits) is checked where the meaning is known.
+Duration = Annotated[str | float, PlainValidator(_duration)]
+
+
+def positive_seconds(value: str | float, flag: str) -> float:
+    """``value`` in seconds; ValueError (a ``usage`` error) unless it parses and is positive."""
+    seconds = parse_duration(value, what=flag)  # DurationError is a ValueError
+    if seconds <= 0:
+        raise ValueError(f"{flag} must be positive, e.g. 30m or 2h")
+    return seconds

@@ -14,19 +14,18 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
 from calque.models.session import (
     CheckoutArgs,
-    Duration,
+    LedgerArgs,
     Session,
     SliceState,
-    positive_seconds,
 )
 from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 _DEFERRED = ConfigDict(defer_build=True)
 
-BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host"]
+BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host", "ledger"]
 # queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
 # there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
 # its client to claim it; claimed: its client has it; the rest are ends.
@@ -110,6 +109,7 @@ BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
     "nudge": NudgeArgs,
     "ping": CalqueModel,
     "on_host": OnHostArgs,
+    "ledger": LedgerArgs,  # every host's usage events (calque report --institution)
 }
 
 

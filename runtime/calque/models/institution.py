@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar
 
 from pydantic import ConfigDict, Field, StrictInt, StrictStr, model_validator
@@ -50,10 +51,39 @@ class Broker(CalqueModel):
     service_user: UserName = Field("root", description="the broker's Unix user, the same name on every host")
 
 
+class LabBudget(CalqueModel):
+    """A lab's monthly budget (``calque_labs.<lab>.budget``): GPU-hours, or dollars at EC2 rates.
+
+    At ``notify_at`` of it the lab is mailed once a month; at 100 % its members' new checkouts are
+    refused and the refusal names ``raised_by``, who can raise it (or grant an audited override)."""
+
+    gpu_hours: float | None = Field(None, gt=0, description="GPU-hours per calendar month (UTC)")
+    usd: float | None = Field(None, gt=0, description="dollars per calendar month at EC2 on-demand rates")
+    notify_at: float = Field(0.8, gt=0, lt=1, description="the share of the budget at which the lab is told")
+    raised_by: Annotated[StrictStr, Field(min_length=1, max_length=200)] = Field(
+        "your institution's GPU administrators", description="who can raise the budget (a name or an address)"
+    )
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> LabBudget:
+        if (self.gpu_hours is None) == (self.usd is None):
+            raise ValueError("a lab's budget is gpu_hours or usd per month: give exactly one")
+        return self
+
+    @property
+    def unit(self) -> str:
+        return "GPU-hours" if self.gpu_hours is not None else "USD"
+
+    @property
+    def limit(self) -> float:
+        return self.gpu_hours if self.gpu_hours is not None else float(self.usd or 0.0)
+
+
 class Lab(CalqueModel):
     name: Annotated[StrictStr, Field(min_length=1, max_length=64)]
     groups: list[UserName] = Field(min_length=1, description="the lab's Unix groups")
     share: float = Field(1.0, gt=0, description="the lab's share of the institution's slices (relative weight)")
+    budget: LabBudget | None = Field(None, description="the lab's monthly budget; none: unlimited")
 
 
 class Institution(VersionedModel):
@@ -74,6 +104,14 @@ class Institution(VersionedModel):
 
     def host(self, name: str) -> InstitutionHost | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+    def lab(self, name: str) -> Lab | None:
+        return next((lab for lab in self.labs if lab.name == name), None)
+
+    def lab_of(self, groups: Iterable[str]) -> Lab | None:
+        """The lab of a user in ``groups``: the first lab (in the file's order) naming one of them."""
+        have = set(groups)
+        return next((lab for lab in self.labs if have & set(lab.groups)), None)
 
 
 class RemoteRequest(VersionedModel):

@@ -295,6 +295,12 @@ class PoolSpec(VersionedModel):
         "127.0.0.1", description="address the metrics port binds (loopback unless exposed)"
     )
     metrics_textfile: str | None = Field(None, description="a *.prom file for node_exporter's textfile collector")
+    backlog_poll_s: Seconds = Field(
+        15.0, ge=1, le=3600, description="seconds between reads of the queue's backlog for the metrics (when on)"
+    )
+    backlog_target: int | None = Field(
+        None, ge=1, description="claims per instance the scaling aims at (latency_s / seconds_per_claim), exported"
+    )
     backend: Literal["process"] = "process"
 
     @field_validator("prefix")

@@ -10,15 +10,14 @@ this module, which both the client (``calque.session.client``) and the daemon im
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     ConfigDict,
     Field,
-    PlainValidator,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -27,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from calque.durations import parse_duration
-from calque.models.base import CalqueModel, VersionedModel
+from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
 from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 # A researcher's `calque session status` validates one or two of these models: each builds its
@@ -37,11 +36,28 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 SliceKind = Literal["mig", "mps"]
 SessionOp = Literal[
-    "checkout", "checkin", "extend", "status", "list", "release", "report", "ping", "whoami", "adopt", "metrics"
+    "checkout",
+    "checkin",
+    "extend",
+    "status",
+    "list",
+    "release",
+    "report",
+    "ping",
+    "whoami",
+    "adopt",
+    "metrics",
+    "ledger",  # the host's usage events, priced (calque report; calque.models.ledger)
+    "budget_override",  # an admin's audited extra allowance for a lab this month
+    "budget_elsewhere",  # the broker: each lab's month on the institution's other hosts
+    "drain",
+    "undrain",
+    "drains",
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
-EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout"]
+# "drained": it reached the deadline a drain with ``--by`` set (``calque session drain``).
+EndReason = Literal["checkin", "expired", "idle", "released", "vanished", "layout", "drained"]
 
 
 class Slice(CalqueModel):
@@ -102,6 +118,26 @@ class Session(VersionedModel):
         return max(0.0, (self.expires_at - now).total_seconds())
 
 
+class Drain(CalqueModel):
+    """A drain of this host (``gpu`` None) or of one GPU: no new checkouts there; live sessions run to
+    their own deadlines, or to ``deadline`` when the drain set one (``--by``)."""
+
+    model_config = _DEFERRED
+
+    gpu: int | None = Field(None, description="the GPU index drained; None: the whole host")
+    reason: str
+    by_user: str = Field(description="who drained it (root or a member of the admin group)")
+    by_uid: int
+    since: datetime
+    deadline: datetime | None = Field(None, description="live sessions there end by then (None: at their own)")
+
+    def describe(self) -> str:
+        """One sentence for a refusal, naming where, who and why."""
+        where = "this host" if self.gpu is None else f"GPU {self.gpu}"
+        until = f"; live sessions there end by {self.deadline:%Y-%m-%d %H:%M:%SZ}" if self.deadline else ""
+        return f"{where} is drained by {self.by_user} since {self.since:%Y-%m-%d %H:%M:%SZ}: {self.reason}{until}"
+
+
 class SliceState(CalqueModel):
     """A slice and whether it is busy; ``holder`` and ``session_id`` only for admins and the holder;
     ``why_not`` on a free slice the caller would be refused (the serialised-per-user MPS rule), and on
@@ -121,6 +157,7 @@ class SliceState(CalqueModel):
     unavailable: bool = Field(
         default=False, description="an MPS slot whose control daemon does not answer: offered to nobody"
     )
+    drained: Drain | None = Field(default=None, description="its GPU (or the host) is drained: offered to nobody")
 
 
 class UsageRow(CalqueModel):
@@ -184,32 +221,7 @@ class SessionResponse(VersionedModel):
 # every argument is a scalar. A rule broken is a ``usage`` error unless its error type says
 # ``refused`` (``error_kind``): the client and the daemon answer it the same way.
 
-MAX_SECONDS = 10 * 365 * 86400
-
-
-def _duration(v: object) -> str | float:
-    # One message for both shapes (a union would report each branch's failure separately). An int is
-    # compared as an int: a 401-digit one cannot become a float (OverflowError is no ValueError).
-    if isinstance(v, str) and len(v) <= 32:
-        return v
-    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SECONDS:
-        return float(v)
-    if isinstance(v, float) and math.isfinite(v) and 0 <= v <= MAX_SECONDS:
-        return v
-    raise ValueError("must be a duration such as 30m or 2h, or a finite number of seconds (at most 10 years)")
-
-
-# Whether it is long enough (positive, within limits) is checked where the meaning is known.
-Duration = Annotated[str | float, PlainValidator(_duration)]
 SessionId = Annotated[StrictStr, Field(min_length=1, max_length=64)]
-
-
-def positive_seconds(value: str | float, flag: str) -> float:
-    """``value`` in seconds; ValueError (a ``usage`` error) unless it parses and is positive."""
-    seconds = parse_duration(value, what=flag)  # DurationError is a ValueError
-    if seconds <= 0:
-        raise ValueError(f"{flag} must be positive, e.g. 30m or 2h")
-    return seconds
 
 
 class RequestArgs(CalqueModel):
@@ -229,6 +241,9 @@ class CheckoutArgs(RequestArgs):
     ttl: Duration | None = None
     consent: StrictBool = Field(False, description="MPS only: the caller accepts a GPU shared with no isolation")
     request_id: Annotated[StrictStr, Field(max_length=128)] | None = None
+    # The broker's: when a request it grants joined its queue (epoch seconds). The host records the
+    # wait as demand (``session/daemon/demand.py``); it grants nothing and changes no limit.
+    queued_since: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> CheckoutArgs:
@@ -277,6 +292,42 @@ class ReleaseArgs(RequestArgs):
     reason: Annotated[StrictStr, Field(max_length=500)] | None = None
 
 
+class DrainArgs(RequestArgs):
+    """An admin's drain of the host (``gpu`` None) or of one GPU; ``by``: live sessions end that soon."""
+
+    model_config = _DEFERRED
+
+    gpu: Annotated[StrictInt, Field(ge=0, le=1023)] | None = None
+    by: Duration | None = None
+    reason: Annotated[StrictStr, Field(min_length=1, max_length=500)]
+
+    @model_validator(mode="after")
+    def _positive(self) -> DrainArgs:
+        if self.by is not None:
+            positive_seconds(self.by, "--by")
+        if not self.reason.strip():
+            raise ValueError("--reason must say why (it is shown to everyone refused a checkout there)")
+        return self
+
+
+class UndrainArgs(RequestArgs):
+    """``gpu`` None: every drain of the host (its own and each GPU's); else that GPU's only."""
+
+    model_config = _DEFERRED
+
+    gpu: Annotated[StrictInt, Field(ge=0, le=1023)] | None = None
+
+
+class Drained(CalqueModel):
+    """``drain``'s answer: the drain as recorded, and the live sessions it covers (with their deadlines)."""
+
+    model_config = _DEFERRED
+
+    drain: Drain
+    sessions: list[Session] = Field(default_factory=list)
+    shortened: list[str] = Field(default_factory=list, description="sessions whose deadline the drain moved in")
+
+
 class ReportArgs(RequestArgs):
     model_config = _DEFERRED
     since: Duration = "7d"
@@ -285,6 +336,36 @@ class ReportArgs(RequestArgs):
     def _parses(self) -> ReportArgs:
         parse_duration(self.since, what="--since")
         return self
+
+
+class LedgerArgs(ReportArgs):
+    """``ledger``: the host's usage events over ``since`` (a user's own; every user's for an admin)."""
+
+    model_config = _DEFERRED
+    since: Duration = "30d"
+
+
+class BudgetOverrideArgs(RequestArgs):
+    """``budget_override``: ``extra`` more of the lab's budget unit this month, for ``reason`` (audited)."""
+
+    model_config = _DEFERRED
+    lab: str = Field(min_length=1, max_length=64)
+    extra: float = Field(gt=0, description="in the budget's unit: GPU-hours or USD")
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class LabUse(CalqueModel):
+    model_config = _DEFERRED
+    gpu_hours: float = Field(ge=0)
+    usd: float = Field(ge=0)
+
+
+class BudgetElsewhereArgs(RequestArgs):
+    """``budget_elsewhere``: what each lab used in ``month`` on the institution's other hosts (the broker's sum)."""
+
+    model_config = _DEFERRED
+    month: str = Field(pattern=r"^\d{4}-\d{2}$")
+    labs: dict[str, LabUse] = Field(default_factory=dict)
 
 
 class Pong(CalqueModel):
@@ -331,6 +412,12 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "ping": RequestArgs,
     "whoami": RequestArgs,
     "metrics": RequestArgs,
+    "ledger": LedgerArgs,
+    "budget_override": BudgetOverrideArgs,
+    "budget_elsewhere": BudgetElsewhereArgs,
+    "drain": DrainArgs,
+    "undrain": UndrainArgs,
+    "drains": RequestArgs,
 }
 
 

@@ -24,6 +24,9 @@ OPERATIONS = {
     "pool_spec": "calque.ops.pool_spec:PoolSpecOp",
     "pool_iam_policy": "calque.ops.pool_iam_policy:PoolIamOp",
     "runtime": "calque.ops.runtime:RuntimeOp",
+    "session_fleet_iam_policy": "calque.ops.session_fleet_iam_policy:FleetIamOp",
+    "session_fleet_scaling": "calque.ops.session_fleet_scaling:FleetScalingOp",
+    "session_fleet_user_data": "calque.ops.session_fleet_user_data:FleetUserDataOp",
     "gpu_info": "calque.ops.gpu_info:GpuFactsOp",
     "preflight": "calque.ops.preflight:PreflightOp",  # the controller's action plugin (plugins/action/)
 }

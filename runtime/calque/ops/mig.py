@@ -17,7 +17,9 @@ instances that go are ended first (reason ``layout``), then their processes are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -39,6 +41,7 @@ from calque.models import MigDevice
 from calque.models.base import CalqueModel
 from calque.ops.base import Operation
 from calque.ops.gpu_host import GpuHostRequest
+from calque.ops.mig_drain import LayoutDrain, changing_gpus, late_sessions, outside, predicted
 from calque.ops.mig_sessions import SessionDaemon
 from calque.ops.outcome import Failure, Outcome, Pending
 
@@ -57,6 +60,10 @@ class MigRequest(GpuHostRequest):
     session_socket: str | None = Field(
         None, description="the session daemon's socket (default: CALQUE_SESSION_SOCKET or /run/calque/session.sock)"
     )
+    drain: bool = Field(False, description="drain the GPUs the layout changes first, undrain them after")
+    drain_wait: int = Field(0, ge=0, description="seconds sessions on destroyed slices may take to run out")
+    drain_reason: str = "MIG layout change"
+    window: list[str] = Field(default_factory=list, description="UTC times a change may run, e.g. 'Sat 02:00-06:00'")
 
     @model_validator(mode="after")
     def _one_source(self) -> MigRequest:
@@ -90,6 +97,9 @@ class MigOpPlan:
     doomed: set[str]  # the MIG device UUIDs the plan destroys
     refusal: str | None = None  # busy instances without force: why the real run is refused
     note: str | None = None  # no session daemon answered
+    entries: Any = None  # the layout's entries: a drained apply plans again after its wait
+    drained: list[int] | None = None  # with drain: the GPUs drained around the apply
+    closed: bool = False  # the refusal is the change window's: nothing may change now
 
 
 def _doomed(plan: MigPlan, backend: GpuBackend) -> set[str]:
@@ -153,18 +163,30 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
         except BusyInstancesError as exc:
             refusal = str(exc)  # apply raises it; check mode says so and shows what force would do
             plan = planner.plan(entries, force=True, config=name, holders=holders)
-        doomed = _doomed(plan, backend)
-        return MigOpPlan(request, backend, planner, plan, current_layout(backend), daemon, doomed, refusal, note)
+            if request.drain and request.drain_wait > 0:  # sessions that run out within it are waited for
+                refusal = late_sessions(plan, request.drain_wait, time.time())
+        changing = changing_gpus(plan, request.allow_reset)
+        closed = outside(request.window, datetime.now(timezone.utc)) if changing else None
+        drained = changing if request.drain and note is None else None
+        return MigOpPlan(
+            request, backend, planner, plan, current_layout(backend), daemon, _doomed(plan, backend),
+            closed or refusal, note, entries, drained, closed is not None,
+        )  # fmt: skip
 
     def check(self, plan: MigOpPlan) -> Outcome[MigResult]:
         p, allow = plan.plan, plan.request.allow_reset
         needs_reset = any(g.needs_reset for g in p.gpus)
         pending: Pending | None = "reset" if needs_reset and not allow else None
         actions = _stops(p) + [op.describe() for g in p.gpus for op in g.ops]
+        if plan.drained:
+            around = predicted(plan.drained, p, plan.request.drain_wait)
+            actions = around + actions + [f"GPU {i}: undrain" for i in plan.drained]
         before = _views(plan.before, {g.index for g in p.gpus})
         warnings = [plan.note] if plan.note and plan.doomed else []
         if plan.refusal is not None:  # the real run changes nothing: it is refused before any operation
-            warnings += [f"the real run will be refused: {plan.refusal}", "with force it would: " + "; ".join(actions)]
+            warnings.append(f"the real run will be refused: {plan.refusal}")
+            if not plan.closed:
+                warnings.append("with force it would: " + "; ".join(actions))
             return Outcome[MigResult](
                 resource=self.name,
                 check_mode=True,
@@ -207,7 +229,25 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
 
     def apply(self, plan: MigOpPlan) -> Outcome[MigResult]:
         if plan.refusal is not None:
-            raise BusyInstancesError(plan.refusal)
+            raise (RefusedError if plan.closed else BusyInstancesError)(plan.refusal)
+        if not plan.drained:
+            return self._apply(plan)
+        drain = LayoutDrain(plan.daemon, plan.drained, plan.request.drain_reason, self.say)
+        try:
+            drain.start()
+            if plan.doomed:
+                drain.wait_out(plan.doomed, plan.request.drain_wait)
+                # As the host is now: what ran out is no longer busy; what is left needs force.
+                holders, _ = plan.daemon.holders()
+                again = plan.planner.plan(
+                    plan.entries, force=plan.request.force, config=plan.plan.config, holders=holders
+                )
+                plan = replace(plan, plan=again, doomed=_doomed(again, plan.backend))
+            return self._apply(plan)
+        finally:
+            drain.release()
+
+    def _apply(self, plan: MigOpPlan) -> Outcome[MigResult]:
         ended = self._end_sessions(plan) if plan.doomed else []
         applied = plan.planner.apply(plan.plan, allow_reset=plan.request.allow_reset, progress=self.say)
         pending, failure, warnings = settle(applied)

@@ -1,5 +1,6 @@
 """The MIG layout operation's one door to the host's session daemon: which MIG devices live sessions
-hold, and ending them (reason ``layout``) before a forced layout destroys their devices.
+hold, draining the GPUs a layout changes (no new checkouts there while it waits and applies) and
+undraining them after, and ending sessions (reason ``layout``) before a forced layout destroys their devices.
 
 Only through the daemon's socket with the session client (its ``list`` and admin ``release`` ops),
 never by reading its registry behind its back: the daemon owns its sessions, their notices, audit and
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from calque.errors import RefusedError, UnreachableError
 from calque.gpu.migmodels import SliceHolder
+from calque.models.session import Drain
 from calque.session.client import SessionClient, default_socket
 
 LAYOUT_REASON = "layout"
@@ -71,3 +73,13 @@ class SessionDaemon:
             client.release(h.session_id, reason=LAYOUT_REASON)
             ended.append(h.session_id)
         return ended
+
+    def drains(self) -> list[Drain]:
+        return self._client().drains()
+
+    def drain(self, gpu: int, reason: str) -> None:
+        """No new checkouts on ``gpu``; its live sessions run to their own deadlines (admins only)."""
+        self._client().drain(reason, gpu=gpu)
+
+    def undrain(self, gpu: int) -> None:
+        self._client().undrain(gpu)

@@ -33,8 +33,10 @@ from calque.aws.acquire.gate import (
 from calque.aws.acquire.validate import check_launch_inputs
 from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
+from calque.ledger.gate import check_lab_budget
 from calque.models.acquire import LaunchOptions
 from calque.models.base import CalqueModel
+from calque.models.institution import LabBudget
 from calque.models.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
 from calque.models.warmth import ScheduleEntry, WarmPoolSettings
 from calque.ops.base import Operation
@@ -66,6 +68,8 @@ class PoolGroupRequest(LaunchOptions):
     wait_timeout: int = Field(600, ge=1, le=3600)
     warm: WarmPoolSettings | None = Field(None, description="an EC2 warm pool of bootstrapped instances")
     schedule: list[ScheduleEntry] = Field(default_factory=list, description="windows of a raised minimum")
+    lab_budget: LabBudget | None = Field(None, description="the lab's monthly budget (calque_labs): spent, refused")
+    lab_spent_elsewhere: float = Field(0.0, ge=0, description="the lab's sessions this month, in the budget's unit")
 
     @model_validator(mode="after")
     def _consistent(self) -> PoolGroupRequest:
@@ -178,6 +182,8 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             spend = price_cohort(request.priced, request.instance_types, request.max_hourly_usd)
             check_spend_limit(spend)  # before anything else: a refused pool reads and makes nothing
         ec2, asg = self.aws.client("ec2"), self.aws.client("autoscaling")
+        if spend is not None and request.lab_budget is not None:  # the lab's month: its pools and its sessions
+            check_lab_budget(asg, ec2, request.pool, request.lab_budget, request.lab_spent_elsewhere)
         before = grp.describe_group(asg, ec2, names.group, request.pool)
         template = None if request.gate_only else tpl.describe_template(ec2, names.template, request.pool)
         plan = PoolGroupPlan(request, names, before, template)

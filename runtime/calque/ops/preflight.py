@@ -49,6 +49,7 @@ POLICY_KEYS = {
 }
 SETTINGS = "calque_session_service_settings"
 MIG_CONFIGS = "calque_gpu_layout_mig_configs"
+LAYOUT_WINDOW = "calque_gpu_layout_window"
 GPU_BACKEND = "calque_runtime_gpu_backend"  # host.yaml's gpu.backend (the runtime role)
 GPU_SIM = "calque_runtime_gpu_sim"  # host.yaml's gpu.sim
 INSTITUTION = "calque_session_service_institution"
@@ -190,6 +191,15 @@ def model_problems(v: dict[str, Any]) -> dict[str, str]:
                 parse_entries(entries)
             except UsageError as exc:
                 out.setdefault(f"{MIG_CONFIGS}.{name}", str(exc))
+    windows = v.get(LAYOUT_WINDOW)
+    if isinstance(windows, list):
+        from calque.ops.mig_drain import parse_window
+
+        for i, w in enumerate(windows):
+            try:
+                parse_window(str(w))
+            except UsageError as exc:
+                out.setdefault(f"{LAYOUT_WINDOW}[{i}]", str(exc))
     return out
 
 

@@ -35,6 +35,7 @@ from calque.aws.store import parse_s3_uri
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.pool_names import pool_names
+from calque.packaging.shell import RUNTIME_FUNCTIONS
 
 SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
 UNIT_NAME = "calque-pool-worker.service"
@@ -78,48 +79,7 @@ on_exit() {
 }
 trap on_exit EXIT
 
-fetch() {  # URL DEST: a few tries, each bounded
-  local i
-  for i in 1 2 3 4 5; do
-    if command -v curl >/dev/null; then
-      curl -fsS --connect-timeout 10 --max-time 300 -o "$2" "$1" && return 0
-    else
-      "$PY" - "$1" "$2" <<'CALQUE_FETCH' && return 0
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=300) as r, open(sys.argv[2], "wb") as f:
-    f.write(r.read())
-CALQUE_FETCH
-    fi
-    echo "calque bootstrap: download failed (try $i)"; sleep $((i * 3))
-  done
-  return 1
-}
-
-install_runtime() {  # VENV [PIP_ARGS...]: calque into VENV (created when missing)
-  local venv=$1 dir; shift
-  if [ ! -x "$venv/bin/python" ]; then
-    "$PY" -m venv "$venv"
-    "$venv/bin/pip" install --quiet --upgrade pip
-  fi
-  if [ -n "$WHEELHOUSE_URL" ]; then  # exactly the pins CI tested, from no index
-    dir=$(mktemp -d)
-    fetch "$WHEELHOUSE_URL" "$dir/wheelhouse.tar"
-    echo "$WHEELHOUSE_SHA256  $dir/wheelhouse.tar" | sha256sum -c --quiet -
-    tar -xf "$dir/wheelhouse.tar" -C "$dir"
-    (cd "$dir" && sha256sum -c --quiet SHA256SUMS)
-    "$venv/bin/pip" install --quiet --no-index --find-links "$dir" -r "$dir/requirements.txt" "$@"
-    rm -rf "$dir"
-  elif [ -n "$RUNTIME_URL" ]; then
-    dir=$(mktemp -d)
-    fetch "$RUNTIME_URL" "$dir/$RUNTIME_WHEEL"
-    echo "$RUNTIME_SHA256  $dir/$RUNTIME_WHEEL" | sha256sum -c --quiet -
-    "$venv/bin/pip" install --quiet "$@" "$dir/$RUNTIME_WHEEL"  # dependencies from the configured index
-    rm -rf "$dir"
-  else
-    "$venv"/bin/pip install --quiet @RUNTIME_PIP@ "$@"
-  fi
-}
-
+@RUNTIME_FUNCTIONS@
 check_driver() {  # a GPU image's driver answers, or the instance is no use warm
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi -L
@@ -250,7 +210,7 @@ def worker_user_data(
         "@HOOK@": LAUNCH_HOOK,
         "@SIGNAL_PY@": _signal_source(),
     }
-    text = _USER_DATA
+    text = _USER_DATA.replace("@RUNTIME_FUNCTIONS@\n", RUNTIME_FUNCTIONS)
     for key, value in values.items():
         text = text.replace(key, value)
     return text

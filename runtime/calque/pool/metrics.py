@@ -1,7 +1,10 @@
 """A worker's Prometheus metrics (``prometheus_client``): on a bounded endpoint, or a node_exporter textfile.
 
-Every sample carries the worker's constant labels (``model``, ``worker``); a few carry ``outcome``.
-Claim time is a histogram (``calque_pool_claim_seconds_bucket``/``_sum``/``_count``).
+Every sample carries the worker's constant labels (``model``, ``worker``, and ``pool`` for a named
+pool: ``lab-a/embedder``, whose lab a dashboard reads from it); a few carry ``outcome``.
+Claim time is a histogram (``calque_pool_claim_seconds_bucket``/``_sum``/``_count``). The queue's
+messages (``state``: visible, in_flight) are sampled by ``calque.pool.backlog`` while metrics are on;
+with the spec's ``backlog_target`` beside them, a rule compares backlog per instance to its target.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ _DEFS: dict[str, tuple[type[Counter] | type[Gauge] | type[Histogram], str, tuple
     "calque_pool_leases_held": (Gauge, "Claims this worker holds now (running, prefetched, writing).", ()),
     "calque_pool_up": (Gauge, "1 while the worker serves, 0 once it is shutting down.", ()),
     "calque_pool_claim_seconds": (Histogram, "Seconds from a claim's first item to its last.", ()),
+    "calque_pool_queue_messages": (Gauge, "The pool queue's messages as SQS counts them, by state.", ("state",)),
+    "calque_pool_backlog_target": (Gauge, "Claims per instance the pool's scaling aims at (spec backlog_target).", ()),
 }
+
+
+def worker_labels(model: str, worker_id: str, pool: str | None) -> dict[str, str]:
+    """The constant labels of a worker's samples."""
+    return {"model": model, "worker": worker_id, **({"pool": pool} if pool else {})}
 
 
 class Metrics:
@@ -58,6 +68,10 @@ class Metrics:
         child = self._child(name, labels)
         assert isinstance(child, Histogram), name
         child.observe(value)
+
+    def clear(self, name: str) -> None:
+        """Drop every sample of ``name`` (a reading that failed: a gap, not a stale value)."""
+        self._metrics[name].clear()
 
     def get(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when never set): ``calque_pool_claims_total``, ``..._count``."""

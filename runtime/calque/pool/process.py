@@ -30,7 +30,7 @@ from calque.pool.bootstrap import materialize_workload
 from calque.pool.instance import InstanceGuard, NoInstance, discover
 from calque.pool.loadguard import LoadGuard
 from calque.pool.loads import load_prefix
-from calque.pool.metrics import Metrics
+from calque.pool.metrics import Metrics, worker_labels
 from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.warmup import skip_built
@@ -115,7 +115,7 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
             workload, item_timeout_s=spec.item_timeout_s, claim_deadline_s=spec.claim_deadline_s
         )
     log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
-    metrics = Metrics({"model": spec.model, "worker": worker_id})
+    metrics = Metrics(worker_labels(spec.model, worker_id, spec.pool))
     instance = _instance_guard(spec)
     worker = Worker(
         spec,

@@ -40,12 +40,13 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import PoolSpec
+from calque.pool.backlog import BacklogSampler
 from calque.pool.claims import ClaimChecker
 from calque.pool.crashes import CrashMarks
 from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.intake import Receiver
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
-from calque.pool.metrics import Metrics
+from calque.pool.metrics import Metrics, worker_labels
 from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
 from calque.pool.stream import chunk_sink
@@ -99,7 +100,7 @@ class Worker:
         self.store = store
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.instance_type = instance_type or spec.instance_type
-        self.metrics = metrics or Metrics({"model": spec.model, "worker": self.worker_id})
+        self.metrics = metrics or Metrics(worker_labels(spec.model, self.worker_id, spec.pool))
         self.vt = pool_queue.visibility_timeout()
         self.heartbeat_s = spec.heartbeat_s or max(self.vt / 3.0, 0.1)
         self.receive_wait = min(spec.queue.receive_wait, 20, POLL_SLICE_S)
@@ -132,6 +133,8 @@ class Worker:
         self.metrics.set("calque_pool_enter_count", supervisor.enter_count)
         self.metrics.set("calque_pool_enter_seconds", supervisor.enter_seconds)
         self.metrics.set("calque_pool_up", 1)
+        if spec.backlog_target is not None:
+            self.metrics.set("calque_pool_backlog_target", spec.backlog_target)
 
     # -- control ------------------------------------------------------------------------------------
 
@@ -244,6 +247,11 @@ class Worker:
     def _start(self, hb_stop: threading.Event) -> None:
         specs: list[tuple[str, Any, tuple[Any, ...]]] = [("calque-heartbeat", self._heartbeat_loop, (hb_stop,))]
         specs += [("calque-writer", self.writer.loop, (self._write_textfile,)) for _ in range(_WRITERS)]
+        if self.spec.metrics_port is not None or self.spec.metrics_textfile:
+            backlog = BacklogSampler(
+                self.queue, self.metrics, self.spec.backlog_poll_s, self._stop, self._write_textfile
+            )
+            specs.append(("calque-backlog", backlog.loop, ()))
         for name, target, args in specs:
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()

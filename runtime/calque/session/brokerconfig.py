@@ -15,6 +15,7 @@ from pydantic import Field
 
 from calque.configfile import load_model
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
+from calque.models.fleet import DemandSettings
 
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
@@ -71,12 +72,24 @@ class BrokerConfig(VersionedModel):
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
     mail: MailSettings | None = None
+    fleet: DemandSettings | None = Field(
+        None, description="elastic session-host classes: the demand published for them, their hosts' registrations"
+    )
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
+    ledger_every: Seconds = Field(
+        300.0, gt=0, description="seconds between rounds of each lab's month against its budget (and its mail)"
+    )
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")
     request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
     max_request_bytes: int = Field(64 * 1024, ge=256)
     max_connections: int = Field(1024, ge=1, le=65536, description="connections held at once (waiters hold one)")
     max_connections_per_uid: int = Field(64, ge=1, le=4096)
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="serve Prometheus metrics (the queue by lab, its waits) on <port>"
+    )
+    metrics_addr: BindAddress = Field(
+        "127.0.0.1", description="the address the metrics port binds (loopback unless exposed)"
+    )
 
 
 def load_broker_config(path: Path | None) -> BrokerConfig:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from calque.session.broker.fairness import Waiting, order
 from calque.session.broker.grants import Granter
-from calque.session.broker.hosts import HostCache, call_id, free_matching
+from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
 from calque.session.broker.store import Row, Store
 from calque.session.brokerconfig import BrokerConfig
 
@@ -157,7 +157,7 @@ class Dispatcher:
         for view in self.cache.views():
             if not view.reachable:
                 continue
-            free = [s for s in view.slices if not s.busy]
+            free = [s for s in view.slices if offered(s)]  # a drained GPU's free slices go to nobody
             version = self.cache.version(view.name)
             for sl in free:
                 pick = next(
@@ -175,7 +175,7 @@ class Dispatcher:
                 queue.remove(pick)
                 if row is None:  # cancelled or timed out meanwhile
                     continue
-                attempt = self.granter.attempt(row, view.name)
+                attempt = self.granter.attempt(row, view.name, queued=True)  # from the queue: it waited
                 if attempt.outcome == "granted":
                     if attempt.row is not None:
                         self.on_grant(attempt.row)

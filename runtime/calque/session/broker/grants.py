@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from calque.errors import CalqueError, NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.session import Session
-from calque.session.broker.hosts import HostCache
+from calque.session.broker.hosts import HostCache, free_matching, matching
 from calque.session.broker.store import Row, Store
 
 log = logging.getLogger("calque.broker")
@@ -33,9 +33,12 @@ class Attempt:
     message: str = ""
 
 
-def checkout_args(row: Row) -> dict[str, Any]:
-    """The host checkout a request asks for, with its request id (the host's idempotency key)."""
+def checkout_args(row: Row, queued: bool = False) -> dict[str, Any]:
+    """The host checkout a request asks for, with its request id (the host's idempotency key); for a
+    request granted from the queue, when it joined it (the host records the wait as demand)."""
     args: dict[str, Any] = {"mps": row.kind == "mps", "consent": row.consent, "request_id": row.id}
+    if queued:
+        args["queued_since"] = float(row.enqueued_at)
     if row.profile is not None:
         args["profile"] = row.profile
     if row.ttl is not None:
@@ -70,26 +73,28 @@ class Granter:
             self._active.discard(request_id)
         self.notify(request_id)
 
-    def attempt(self, row: Row, host: str, *, answering: bool = False) -> Attempt:
+    def attempt(self, row: Row, host: str, *, answering: bool = False, queued: bool = False) -> Attempt:
         """Ask ``host`` for ``row``'s slice; ``row`` is already ``granting`` on ``host``. ``answering``:
         the caller answers the request's client itself (the grant is claimed in the same commit)."""
         if not self._claim_slot(row.id):
             return Attempt("unreachable", row, "another thread is granting this request")
         try:
-            return self._attempt(row, host, answering)
+            return self._attempt(row, host, answering, queued)
         finally:
             self._release_slot(row.id)
 
-    def _attempt(self, row: Row, host: str, answering: bool) -> Attempt:
+    def _attempt(self, row: Row, host: str, answering: bool, queued: bool) -> Attempt:
         link = self.cache.links.get(host)
         if link is None:
             return Attempt("refused", self.store.finish(row.id, "refused", f"host {host} is not in the institution"))
         try:
-            raw = link.call("checkout", checkout_args(row), request_id=row.id, as_user=row.user)
+            raw = link.call("checkout", checkout_args(row, queued), request_id=row.id, as_user=row.user)
             session = Session.model_validate(raw)
         except NothingFreeError as exc:
             return Attempt("busy", row, str(exc))
         except (RefusedError, UsageError) as exc:
+            if self._drained_since(host, row):
+                return Attempt("busy", row, str(exc))  # drained after the broker's last look: wait elsewhere
             return Attempt("refused", row, str(exc))
         except UnreachableError as exc:  # never connected (RemoteHost, LocalHost's NotSent): nothing reached it
             self.cache.down(host, str(exc))
@@ -112,6 +117,15 @@ class Granter:
         self.cache.taken(host, session.slice_id, session.id, session.expires_at)
         log.info("granted %s to %s: session %s on %s", row.id, row.user, session.id, host)
         return Attempt("granted", held)
+
+    def _drained_since(self, host: str, row: Row) -> bool:
+        """The host refused because every matching slice there is drained now (listed again to see):
+        the request waits for another host, or for the undrain, as it would for a busy one."""
+        view, _ = self.cache.refresh(host)
+        mine = matching(view, row.kind, row.profile)
+        return (
+            bool(mine) and not free_matching(view, row.kind, row.profile) and all(s.drained for s in mine if not s.busy)
+        )
 
     def settle(self, attempt: Attempt, row: Row) -> Row | None:
         """What a failed attempt leaves: busy (or a host that is down) puts a waiting request back in

@@ -60,11 +60,16 @@ class HostCache:
         """List ``name`` as the broker (its holders included); returns the view and the ids of the
         sessions that host held at the last list and no longer does (they ended)."""
         now = datetime.now(timezone.utc)
+        link = self.links.get(name)
+        if link is None:  # it left (``remove``) since the loop picked it
+            return HostView(name=name, reachable=False), set()
         try:
-            raw = self.links[name].call("list", {}, request_id=call_id())
+            raw = link.call("list", {}, request_id=call_id())
             slices = [SliceState.model_validate(s) for s in raw]
         except (CalqueError, OSError, ValueError) as exc:
             with self._lock:
+                if name not in self._seen:
+                    return HostView(name=name, reachable=False), set()
                 seen = self._seen[name]
                 seen.view = seen.view.model_copy(update={"reachable": False, "error": str(exc)})
                 seen.polled_at = time.monotonic()
@@ -73,16 +78,34 @@ class HostCache:
         view = HostView(name=name, reachable=True, seen_at=now, slices=slices)
         live = {s.session_id for s in slices if s.session_id}
         with self._lock:
+            if name not in self._seen:
+                return view, set()
             seen = self._seen[name]
             ended = seen.sessions - live
             changed = live != seen.sessions or not seen.view.reachable
             self._seen[name] = _Seen(view, time.monotonic(), live, seen.version + int(changed))
         return view, ended
 
+    def add(self, name: str, link: HostLink) -> bool:
+        """A host that registered (an elastic session host): listed from the next step on. False if known."""
+        with self._lock:
+            if name in self.links:
+                return False
+            self.links[name] = link
+            self._seen[name] = _Seen(HostView(name=name, reachable=False))
+            return True
+
+    def remove(self, name: str) -> None:
+        """A host whose registration is gone (it left its class): no longer listed or granted on."""
+        with self._lock:
+            self.links.pop(name, None)
+            self._seen.pop(name, None)
+
     def version(self, name: str) -> int:
         """Changes whenever the host's busy slices do: a request it answered busy is asked again only then."""
         with self._lock:
-            return self._seen[name].version
+            seen = self._seen.get(name)
+            return seen.version if seen else -1
 
     def due(self, every: float) -> list[str]:
         """Hosts not listed for ``every`` seconds."""
@@ -96,18 +119,22 @@ class HostCache:
 
     def view(self, name: str) -> HostView:
         with self._lock:
-            return self._seen[name].view
+            seen = self._seen.get(name)
+            return seen.view if seen else HostView(name=name, reachable=False, error="not registered")
 
     def down(self, name: str, why: str) -> None:
         """The host refused the connection: unreachable in the cache until its next list answers."""
         with self._lock:
-            seen = self._seen[name]
-            seen.view = seen.view.model_copy(update={"reachable": False, "error": why})
+            seen = self._seen.get(name)
+            if seen is not None:
+                seen.view = seen.view.model_copy(update={"reachable": False, "error": why})
 
     def taken(self, name: str, slice_id: str, session_id: str, until: datetime) -> None:
         """A grant just made there: that slice is busy in the cache until the host's next list."""
         with self._lock:
-            seen = self._seen[name]
+            seen = self._seen.get(name)
+            if seen is None:  # it left its class meanwhile
+                return
             slices = [
                 s.model_copy(update={"busy": True, "busy_until": until, "session_id": session_id})
                 if s.slice.id == slice_id
@@ -123,4 +150,9 @@ def matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]
 
 
 def free_matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
-    return [s for s in matching(view, kind, profile) if not s.busy] if view.reachable else []
+    """The matching slices a checkout there could get: free, and not on a drained GPU (or host)."""
+    return [s for s in matching(view, kind, profile) if offered(s)] if view.reachable else []
+
+
+def offered(s: SliceState) -> bool:
+    return not s.busy and s.drained is None

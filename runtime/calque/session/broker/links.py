@@ -7,6 +7,7 @@ the broker's service user acting for the user it names.
 
 from __future__ import annotations
 
+from calque.models.fleet import HostRegistration
 from calque.session.broker.hosts import HostLink
 from calque.session.broker.local import LocalHost
 from calque.session.broker.process import Institution
@@ -27,4 +28,15 @@ def load_institution(config: BrokerConfig) -> Institution:
             )
     labs = {lab.name: frozenset(lab.groups) for lab in inst.labs}
     shares = {lab.name: lab.share for lab in inst.labs}
-    return Institution(links=links, labs=labs, shares=shares)
+
+    def link(reg: HostRegistration) -> HostLink:  # an elastic host, as the broker reaches every other host
+        return RemoteHost(
+            reg.name,
+            reg.address,
+            reg.port,
+            munge_socket=config.munge_socket,
+            timeout=config.host_timeout,
+            retry_for=0.0,
+        )
+
+    return Institution(links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs))

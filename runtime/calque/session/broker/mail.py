@@ -1,6 +1,7 @@
-"""Mail notices through the institution's SMTP relay: a queued request granted, and (from the host
-cache's deadlines) a session about to end. Sent from a thread of their own, so a slow relay never
-delays a grant; a relay that refuses is logged, never retried into a storm."""
+"""Mail notices through the institution's SMTP relay: a queued request granted, (from the host
+cache's deadlines) a session about to end, and a lab near or over its budget (``ledger.py``). Sent
+from a thread of their own, so a slow relay never delays a grant; a relay that refuses is logged,
+never retried into a storm."""
 
 from __future__ import annotations
 
@@ -71,10 +72,20 @@ class Mailer:
         to = self.address(user)
         if to is None:
             return
+        self._post(to, self.settings.labs.get(lab), subject, body)
+
+    def lab_notice(self, lab: str, subject: str, body: str) -> None:
+        """A notice to the lab itself (its budget): to the lab's list address, if it has one."""
+        to = self.settings.labs.get(lab)
+        if to is None:
+            log.warning("no address for lab %s (mail.labs in broker.yaml): %s not mailed", lab, subject)
+            return
+        self._post(to, None, subject, body)
+
+    def _post(self, to: str, cc: str | None, subject: str, body: str) -> None:
         msg = EmailMessage()
         msg["From"] = self.settings.sender
         msg["To"] = to
-        cc = self.settings.labs.get(lab)
         if cc:
             msg["Cc"] = cc
         msg["Subject"] = subject

@@ -12,9 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
+from calque import exposition
+from calque.errors import CalqueError
+from calque.models.fleet import HostRegistration
+from calque.models.institution import Lab
+from calque.models.ledger import LabSpend
+from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
+from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.server import BrokerServer
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -31,6 +38,12 @@ class Institution:
     links: Mapping[str, HostLink]
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
+    link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
+    budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
+
+
+def _no_link(reg: HostRegistration) -> HostLink:
+    raise CalqueError(f"host {reg.name} registered, but this broker was built with no way to reach new hosts")
 
 
 @dataclass
@@ -41,6 +54,8 @@ class Broker:
     dispatcher: Dispatcher
     service: BrokerService
     server: BrokerServer
+    metrics: exposition.MetricsEndpoint | None = None
+    fleet: FleetDemand | None = None
 
     @classmethod
     def build(cls, config: BrokerConfig, inst: Institution) -> Broker:
@@ -48,26 +63,52 @@ class Broker:
         cache = HostCache(inst.links)
         granter = Granter(store, cache, claim_window=config.queue.claim_window)
         dispatcher = Dispatcher(config, store, cache, granter, inst.shares)
+        mailer = None
         if config.mail is not None:
             from calque.session.broker.mail import Mailer
 
             mailer = Mailer(config.mail)
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
+        service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer)
         server = BrokerServer(config, service, inst.labs)
-        return cls(config, store, cache, dispatcher, service, server)
+        fleet = None
+        if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
+            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link)
+        return cls(config, store, cache, dispatcher, service, server, fleet=fleet)
 
     def start(self) -> None:
         for name in self.cache.names:  # a first look at every host before anyone is answered
             self.cache.refresh(name)
         self.dispatcher.start()
+        if self.fleet is not None:
+            self.fleet.start()
+        if self.service.ledger is not None:
+            self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
+        if self.config.metrics_port is not None:
+            from calque.session.broker.metrics import collector_registry
+
+            ledger = self.service.ledger
+
+            def budgets() -> list[LabSpend]:  # the ledger's last round: a scrape never asks the hosts
+                return ledger.last if ledger is not None else []
+
+            reg = collector_registry(self.store.live, self.config.queue.aging, budgets)
+            self.metrics = exposition.serve(reg, self.config.metrics_port, self.config.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", self.metrics.addr, self.metrics.port)
         log.info("calque broker serving on %s (%d hosts)", self.config.socket, len(self.cache.names))
 
     def stop(self) -> None:
+        if self.metrics is not None:  # before the store closes: a scrape reads it
+            self.metrics.close()
+        if self.fleet is not None:
+            self.fleet.stop()
         self.server.stop()
+        if self.service.ledger is not None:
+            self.service.ledger.stop()
         self.dispatcher.stop()
         self.store.close()
 

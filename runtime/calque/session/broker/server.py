@@ -29,7 +29,7 @@ from calque.models.broker import (
     OnHostArgs,
     QueueArgs,
 )
-from calque.models.session import SessionErrorBody, SessionResponse, error_kind
+from calque.models.session import LedgerArgs, SessionErrorBody, SessionResponse, error_kind
 from calque.session.broker.callers import Caller, caller
 from calque.session.broker.service import BrokerService
 from calque.session.brokerconfig import BrokerConfig
@@ -236,6 +236,9 @@ class BrokerServer:
         if op == "on_host":
             assert isinstance(args, OnHostArgs)
             return svc.on_host(c, args)
+        if op == "ledger":
+            assert isinstance(args, LedgerArgs)
+            return svc.usage(c, args)
         assert isinstance(args, NudgeArgs)
         if args.host in svc.cache.links:
             svc.dispatcher.nudge(args.host)

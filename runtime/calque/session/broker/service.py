@@ -16,12 +16,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
+from calque.models.base import positive_seconds
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
-from calque.models.session import Session, positive_seconds
+from calque.models.session import LedgerArgs, Session
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
+from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.store import NewRequest, Row, Store
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
@@ -41,6 +43,7 @@ class BrokerService:
         self.granter = granter
         self.dispatcher = dispatcher
         self.rules = dispatcher.config.queue
+        self.ledger: BrokerLedger | None = None  # set by the process (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class BrokerService:
 
     def _busy_message(self, kind: str, profile: str | None, queued: int) -> str:
         parts = []
+        any_drained = False
         for v in self.cache.views():
             if not v.reachable:
                 parts.append(f"{v.name} does not answer")
@@ -177,9 +181,14 @@ class BrokerService:
             held = [s for s in matching(v, kind, profile) if s.busy]
             held.sort(key=lambda s: s.busy_until.timestamp() if s.busy_until else float("inf"))
             parts += [f"{v.name}: {s.slice.id} ({s.slice.profile}) until {_when(s.busy_until)}" for s in held]
+            # Free slices the broker routes around: each drain once, saying who drained it and why.
+            drained = {s.drained.describe() for s in matching(v, kind, profile) if s.drained and not s.busy}
+            parts += [f"{v.name}: {d.replace('this host', v.name)}" for d in sorted(drained)]
+            any_drained = any_drained or bool(drained)
         ahead = f"; {queued} request(s) already queued for one" if queued else ""
         where = "; ".join(parts) or "no host listed yet"
-        return f"every matching slice is busy: {where}{ahead}; pass --wait to join the queue"
+        what = "busy or drained" if any_drained else "busy"
+        return f"every matching slice is {what}: {where}{ahead}; pass --wait to join the queue"
 
     # -- the queue ----------------------------------------------------------------------------------
 
@@ -256,6 +265,12 @@ class BrokerService:
         answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
         self.dispatcher.nudge(args.host)
         return answer
+
+    def usage(self, c: Caller, args: LedgerArgs) -> list[dict[str, Any]]:
+        """Every host's ledger (``calque report --institution``): the caller's own events unless an admin."""
+        if self.ledger is None:
+            raise UsageError("this broker keeps no ledger")
+        return [h.model_dump(mode="json") for h in self.ledger.collect(str(args.since), c)]
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:
         out = []

@@ -56,7 +56,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
 CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
 CREATE INDEX IF NOT EXISTS granted_requests ON requests(ends_at) WHERE granted_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS last_host(uid INTEGER PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS host_ledgers(host TEXT PRIMARY KEY, taken_at REAL NOT NULL, body TEXT NOT NULL)
+  WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS budget_notices(lab TEXT NOT NULL, month TEXT NOT NULL, state TEXT NOT NULL,
+  at REAL NOT NULL, PRIMARY KEY(lab, month, state)) WITHOUT ROWID;
 """
+# host_ledgers: each host's last full ledger answer (what a report shows, marked stale, while the host
+# is down); budget_notices: each lab's notice and over-budget mail, once a month. Both additive.
 
 
 class TooManyQueued(RefusedError):
@@ -359,6 +365,22 @@ class Store:
                 (before,),
             ).rowcount
         return n
+
+    def save_ledger(self, host: str, taken_at: float, body: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO host_ledgers(host, taken_at, body) VALUES (?,?,?)", (host, taken_at, body)
+            )
+
+    def last_ledger(self, host: str) -> str | None:
+        r = self._read(lambda db: db.execute("SELECT body FROM host_ledgers WHERE host=?", (host,)).fetchone())
+        return str(r[0]) if r is not None else None
+
+    def first_budget_notice(self, lab: str, month: str, state: str, at: float) -> bool:
+        """Whether this is the first ``state`` notice of ``lab`` in ``month`` (recorded now if so)."""
+        with self._tx() as db:
+            sql = "INSERT OR IGNORE INTO budget_notices(lab, month, state, at) VALUES (?,?,?,?)"
+            return bool(db.execute(sql, (lab, month, state, at)).rowcount)
 
     def last_host(self, uid: int) -> str | None:
         r = self._read(lambda db: db.execute("SELECT host FROM last_host WHERE uid=?", (uid,)).fetchone())

@@ -15,8 +15,13 @@ from pydantic import ValidationError
 from calque.errors import RefusedError, UsageError
 from calque.models.session import (
     Adopted,
+    BudgetOverrideArgs,
     CheckoutArgs,
+    Drain,
+    DrainArgs,
+    Drained,
     ExtendArgs,
+    LedgerArgs,
     MetricsText,
     ReleaseArgs,
     ReportArgs,
@@ -24,6 +29,7 @@ from calque.models.session import (
     Session,
     SessionRefArgs,
     SliceState,
+    UndrainArgs,
     WhoAmI,
     error_kind,
 )
@@ -37,6 +43,7 @@ from calque.session.client.wire import (
 )
 
 if TYPE_CHECKING:
+    from calque.models.ledger import HostLedger, LabSpend
     from calque.models.session import UsageReport
 
 __all__ = [
@@ -93,9 +100,36 @@ class SessionClient(SessionSocket):
 
         return UsageReport.model_validate(self.call("report", **typed(ReportArgs, since=since).model_dump()))
 
+    def ledger(self, since: str | float = "30d") -> HostLedger:
+        """This host's usage events over ``since``, priced (yours only unless you are an admin)."""
+        from calque.models.ledger import HostLedger
+
+        return HostLedger.model_validate(self.call("ledger", **typed(LedgerArgs, since=since).model_dump()))
+
+    def budget_override(self, lab: str, extra: float, reason: str) -> LabSpend:
+        """An admin's audited extra allowance for ``lab`` this month; the lab's state after it."""
+        from calque.models.ledger import LabSpend
+
+        args = typed(BudgetOverrideArgs, lab=lab, extra=extra, reason=reason)
+        return LabSpend.model_validate(self.call("budget_override", **args.model_dump()))
+
     def adopt(self, session_id: str | None = None) -> Adopted:
         """Move this very process into the session's cgroup (``calque session run`` then execs)."""
         return Adopted.model_validate(self.call("adopt", **typed(SessionRefArgs, id=session_id).model_dump()))
+
+    def drain(self, reason: str, gpu: int | None = None, by: str | float | None = None) -> Drained:
+        """No new checkouts on GPU ``gpu`` (None: the host); with ``by``, its sessions end that soon (admins)."""
+        return Drained.model_validate(
+            self.call("drain", **typed(DrainArgs, gpu=gpu, by=by, reason=reason).model_dump())
+        )
+
+    def undrain(self, gpu: int | None = None) -> list[Drain]:
+        """End the drain of ``gpu``, or (None) every drain of the host; the drains ended (admins)."""
+        ended = self.call("undrain", **typed(UndrainArgs, gpu=gpu).model_dump())
+        return [Drain.model_validate(d) for d in ended]
+
+    def drains(self) -> list[Drain]:
+        return [Drain.model_validate(d) for d in self.call("drains")]
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self.call("whoami"))

@@ -1,6 +1,6 @@
 """What ``calque session status`` and ``list`` print from: the daemon's answers read without pydantic.
 
-The contracts are ``Session``, ``Slice`` and ``SliceState`` in ``calque.models.session``. Importing
+The contracts are ``Session``, ``Slice``, ``SliceState`` and ``Drain`` in ``calque.models.session``. Importing
 pydantic and building those models is most of what a researcher's two most frequent commands cost
 (about two thirds of their start-up; bench/cli_startup.py), so their human output reads the same
 answers into these frozen dataclasses instead: the same fields, read at least as strictly (an unknown
@@ -65,6 +65,21 @@ class SessionView:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DrainView:
+    reason: str
+    by_user: str
+    by_uid: int
+    since: datetime
+    gpu: int | None = None
+    deadline: datetime | None = None
+
+    def describe(self) -> str:  # as ``Drain.describe`` says it
+        where = "this host" if self.gpu is None else f"GPU {self.gpu}"
+        until = f"; live sessions there end by {self.deadline:%Y-%m-%d %H:%M:%SZ}" if self.deadline else ""
+        return f"{where} is drained by {self.by_user} since {self.since:%Y-%m-%d %H:%M:%SZ}: {self.reason}{until}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SliceStateView:
     slice: SliceView
     busy: bool
@@ -74,6 +89,7 @@ class SliceStateView:
     session_id: str | None = None
     why_not: str | None = None
     unavailable: bool = False
+    drained: DrainView | None = None
 
 
 class _Bad(ValueError):
@@ -153,6 +169,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "dict[str, str]": _env,
     "list[str]": _strings,
     "SliceView": lambda v: _read(SliceView, v),
+    "DrainView": lambda v: _read(DrainView, v),
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from calque.session.daemon.rows import Held
 from calque.session.files import check_directory, open_private, private_directory
 
-END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished"}
+END_EVENTS = {"checkin", "expiry", "idle", "release", "vanished", "drained"}
 # A session's trip (checkout to its end): from a quick test to a week-long reservation.
 TRIP_BUCKETS_S = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 259200.0, 604800.0)
 

@@ -14,11 +14,13 @@ from datetime import datetime, timezone
 from calque.durations import parse_duration
 from calque.models.session import CheckoutArgs, Session, Slice
 from calque.session.daemon import isolation
+from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
+from calque.session.daemon.ledger import budget_gate
 from calque.session.daemon.nodes import grant
-from calque.session.daemon.rows import Held, NoFreeSlice, TooManySessions, ts
+from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
 
 
@@ -111,6 +113,9 @@ def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
 
 def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
     ttl = _ttl(host, c, ids, args)
+    budget_gate(
+        host, c, args.request_id
+    )  # a member of a lab over its month's budget is refused (institution.yaml's labs)
     # Slots whose daemon is down go to the registry as no candidate at all: a retried request still
     # gets its session, the caller's limits still apply, and the refusal below says why.
     cands, down = _offered(host, _candidates(host, args))
@@ -132,6 +137,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             env_for=lambda s: isolation.environment(s, sid, expires),
             mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
             group_limits=host.config.policy.group_limits(c.groups),
+            ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
         )
     except TooManySessions as exc:
         if exc.group is not None:
@@ -145,6 +151,10 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             f"you hold {exc.live} session(s), your limit is {exc.limit}; check one in first "
             "(`calque session status` lists them)",
         ) from exc
+    except AllDrained as exc:
+        # The caller can do nothing about it here: a refusal (exit 4) saying who drained what and why.
+        said = "; ".join(d.describe() for d in exc.drains)
+        raise RequestError("refused", f"no new checkouts: {said}; try another host (or --anywhere)") from exc
     except NoFreeSlice as exc:
         if not cands:
             raise RequestError("refused", "no MPS slot can be offered now: " + "; ".join(down)) from exc
@@ -172,4 +182,5 @@ def _busy_message(exc: NoFreeSlice, down: list[str]) -> str:
             f"slots there (MPS serialises different users' clients), until {fmt_time(until)} at the latest"
         )
     busy += "".join(f"; not offered: {d}" for d in down)
+    busy += "".join(f"; not offered: {d.describe()}" for d in exc.drains)
     return f"every matching slice is busy: {busy}; retry later or pass --wait"

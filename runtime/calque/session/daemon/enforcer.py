@@ -9,7 +9,8 @@ killed; processes outside it still holding one of its nodes open are ended by th
 next tick (``guard.py``). Reclaims run on a fixed
 pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
 and one that fails is retried on a later tick. With ``idle`` (or the older ``idle_expiry``) a session
-whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it). "On the slice" is
+whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it); one that reaches the
+deadline a drain set (``drains.py``) ends the same way, reason ``drained``. "On the slice" is
 what the GPU backend reports for the slice's device, restricted to processes the holder owns.
 """
 
@@ -22,6 +23,7 @@ import threading
 import time
 
 from calque.session.daemon.cleanup import Cleanup, signal_pids
+from calque.session.daemon.drains import drain_covering
 from calque.session.daemon.escapes import ScopeWatch
 from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
@@ -111,7 +113,10 @@ class Enforcer:
         for h in live:
             sid = h.session.id
             if h.expires <= now:
-                self._start_reclaim(h, "expired", "expiry")
+                if self._at_drain_deadline(h):
+                    self._start_reclaim(h, "drained", "drained")
+                else:
+                    self._start_reclaim(h, "expired", "expiry")
                 continue
             marks = self._notice_marks
             if h.notices < len(marks):
@@ -139,6 +144,11 @@ class Enforcer:
         self.guard.check(live, everything=reassert)
         return next_due - time.time()
 
+    def _at_drain_deadline(self, h: Held) -> bool:
+        """The session ends at the deadline a drain of its GPU (or the host) set (``drains.py``)."""
+        d = drain_covering(self.host.registry, h.slice.gpu_index)
+        return d is not None and d.deadline is not None and h.expires >= d.deadline.timestamp() - 1.0
+
     @property
     def _notice_marks(self) -> list[float]:
         """Seconds before the end a notice goes out: ``notice_before``, then ``final_notice_before``."""
@@ -151,6 +161,8 @@ class Enforcer:
             f"session {h.session.id} on {h.slice.id} ends in {left} s; "
             f"`calque session extend {h.session.id} --by 30m` or save your work"
         )
+        if self._at_drain_deadline(h):  # no extension passes a drain's deadline: say so, not "extend"
+            msg = f"session {h.session.id} on {h.slice.id} ends in {left} s (drained); save your work"
         # The signal goes with the first notice only: a workload's handler runs once per deadline.
         pids = processes_on(self.host.reader, h.slice, h.session.uid) if first else []
         signalled = signal_pids(pids, h.session.uid, self._notice_sig) if first else []

@@ -2,7 +2,8 @@
 
 Slices free/busy per profile, live sessions, lifecycle events, the trip time of ended sessions
 (checkout to end) as a histogram, and, where idle reclaim is on, how long each held slice has been
-idle by its idle clock (``calque_session_idle_seconds``, beside the policy's ``for``). Events and
+idle by its idle clock (``calque_session_idle_seconds``, beside the policy's ``for``), and drains
+(``calque_session_drained``, by GPU; ``gpu="all"`` for the host). Events and
 trips come from the audit trail, so they are exact across every process of the daemon. Off unless
 the config names a port or a textfile.
 
@@ -21,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from calque.models.session import Slice
+from calque.models.session import Drain, Slice
 from calque.session.daemon.audit import EventTally
 from calque.session.daemon.inventory import SliceInventory
 from calque.session.daemon.rows import Held
@@ -38,8 +39,10 @@ class SessionCollector(Collector):
         tally: EventTally | None,
         holders: bool = False,
         idle_for: float | None = None,
+        drains: Callable[[], list[Drain]] | None = None,
     ) -> None:
         self._slices = slices
+        self._drains = drains
         self._live = live
         self._tally = tally
         self._holders = holders  # sessions per user (admins only), else their number
@@ -83,6 +86,28 @@ class SessionCollector(Collector):
         yield trips
         if self._idle_for is not None:
             yield from self._idle(live)
+        if self._drains is not None:
+            yield from self._drained(self._drains())
+
+    @staticmethod
+    def _drained(drains: list[Drain]) -> Iterator[Metric]:
+        # One series per drain (gpu "all": the whole host); no drain, no series. Reasons stay in
+        # `calque session list`: free text makes a poor label.
+        drained = GaugeMetricFamily(
+            "calque_session_drained", "Drains of this host (gpu=all) or of its GPUs: 1 while drained.", labels=["gpu"]
+        )
+        deadline = GaugeMetricFamily(
+            "calque_session_drain_deadline_seconds",
+            "Unix time by which a drain ends the sessions it covers (drains with --by only).",
+            labels=["gpu"],
+        )
+        for d in drains:
+            gpu = "all" if d.gpu is None else str(d.gpu)
+            drained.add_metric([gpu], 1)
+            if d.deadline is not None:
+                deadline.add_metric([gpu], d.deadline.timestamp())
+        yield drained
+        yield deadline
 
     def _idle(self, live: list[Held]) -> Iterator[Metric]:
         # Per held slice, never per holder: a slice id says nothing of who holds it.
@@ -109,6 +134,7 @@ def collector_registry(
     tally: EventTally | None,
     holders: bool = False,
     idle_for: float | None = None,
+    drains: Callable[[], list[Drain]] | None = None,
 ) -> CollectorRegistry:
     """A registry over the daemon's state: slices as the inventory knows them (none while it cannot
     tell), live sessions (per user only with ``holders``: for admins), events, trips, and (with
@@ -121,7 +147,7 @@ def collector_registry(
             return []
 
     made = CollectorRegistry(auto_describe=False)
-    made.register(SessionCollector(slices, live, tally, holders, idle_for))
+    made.register(SessionCollector(slices, live, tally, holders, idle_for, drains))
     return made
 
 

@@ -174,6 +174,7 @@ def metrics_main() -> None:
     timeout) and/or the textfile, apart from the timers and from the request workers. Both carry
     counts, never who holds what (``metrics.py``)."""
     from calque import exposition
+    from calque.session.daemon.drains import listed
     from calque.session.daemon.inventory import SliceInventory
     from calque.session.daemon.metrics import collector_registry
     from calque.session.daemon.registry import Registry
@@ -187,6 +188,7 @@ def metrics_main() -> None:
         registry.live,
         EventTally(config.audit_log, events_from),
         idle_for=idle.for_ if idle is not None else None,
+        drains=lambda: listed(registry),
     )
     server = None
     if config.metrics_port is not None:

@@ -19,29 +19,28 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from calque.errors import InfrastructureError
 from calque.models.session import EndReason, Session, Slice
-from calque.session.daemon.rows import Busy, Created, Held, NoFreeSlice, TooManySessions, slice_json, slice_of, ts
-from calque.session.daemon.schema import (
-    BACKFILL_USAGE,
-    IDLE_NOTICE_V3_TO_V4,
-    INSERT_USAGE,
-    SCHEMA,
-    SCHEMA_VERSION,
-    USAGE_V2_TO_V3,
+from calque.session.daemon import schema
+from calque.session.daemon.demand import Ask, record_grant, record_refusal
+from calque.session.daemon.migrate import migrate
+from calque.session.daemon.rows import (
+    AllDrained,
+    Busy,
+    Created,
+    Held,
+    NoFreeSlice,
+    TooManySessions,
+    covering,
+    drain_of,
+    slice_json,
+    slice_of,
+    ts,
 )
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
 from calque.session.hostlock import HostLock
 
 T = TypeVar("T")
 MAX_BATCH = 256
-
-
-def _run_script(db: sqlite3.Connection, script: str) -> None:
-    """Each statement of ``script`` inside the caller's transaction (``executescript`` would commit it)."""
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
 
 
 class Registry:
@@ -60,7 +59,7 @@ class Registry:
         self.path = path
         self._db = self._connect(path)
         try:
-            self._migrate()
+            migrate(self._db, path)
         except BaseException:
             self._db.close()
             raise
@@ -69,32 +68,6 @@ class Registry:
         # Serialises writers of every daemon process (no SQLite busy back-off sleeps between them).
         self._commit_lock = HostLock(lock_path(path, "write"))
         self._queue: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any]]] = queue.SimpleQueue()
-
-    def _migrate(self) -> None:
-        """Bring an older registry to SCHEMA_VERSION in one transaction (rows kept); refuse a newer one."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise InfrastructureError(
-                    f"{self.path} is a schema {version} registry, newer than this calque's {SCHEMA_VERSION}; "
-                    "upgrade calque on this host"
-                )
-            if version == 2:
-                _run_script(db, USAGE_V2_TO_V3)
-            _run_script(db, SCHEMA)
-            columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
-            if "idle_notice_sent" not in columns:
-                db.execute(IDLE_NOTICE_V3_TO_V4)
-            if version < 2:
-                db.execute(BACKFILL_USAGE)
-            if version < SCHEMA_VERSION:
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:
@@ -172,6 +145,10 @@ class Registry:
                 else:
                     fut.set_result(result)
 
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in a write transaction of its own (group-committed with the others): ``drains.py``'s."""
+        return self._write(fn)
+
     @staticmethod
     def _held(row: sqlite3.Row) -> Held:
         sl = slice_of(row["slice_json"])
@@ -232,11 +209,14 @@ class Registry:
         env_for: Callable[[Slice], dict[str, str]],
         mps_one_user_per_daemon: bool = True,
         group_limits: Mapping[str, int] | None = None,
+        ask: Ask | None = None,
     ) -> tuple[Held, bool]:
         """Bind the first free candidate to ``uid``; returns (held, created). Raises NoFreeSlice/TooManySessions.
 
         ``group_limits``: the caller's groups that have a session limit, each counted over all of the
-        group's members (Slurm's GrpTRES), in the same transaction as the caller's own count."""
+        group's members (Slurm's GrpTRES), in the same transaction as the caller's own count.
+        ``ask``: what the caller asked for; a refusal for want of a free slice is recorded as demand
+        in the same transaction, and a grant ends the ask it continues (``demand.py``)."""
         groups = dict(group_limits or {})
 
         # Under the commit lock (every writer on the host waits on it) only SQL runs: the answer is
@@ -256,6 +236,10 @@ class Registry:
                 if n >= limit:
                     raise TooManySessions(n, limit, grp)
             busy = {r[0] for r in db.execute("SELECT slice_id FROM sessions WHERE ended_at IS NULL")}
+            # Read in this transaction (writers are serialised): every drain committed before it is seen,
+            # and a drain after it lists the session this one makes.
+            drains = {r["gpu"]: r for r in db.execute("SELECT * FROM drains")}
+            passed: dict[int, sqlite3.Row] = {}
             # MPS serialises clients of different Unix users on one control daemon: a daemon another
             # user holds a slot of is not offered (docs/gpu-mps.md), unless the host runs multi-user MPS.
             foreign = set()
@@ -270,6 +254,10 @@ class Registry:
                 }
             skipped = False
             for sl in candidates:
+                drain = drains.get(sl.gpu_index, drains.get(schema.HOST_WIDE))
+                if drain is not None:
+                    passed[drain["gpu"]] = drain
+                    continue
                 if sl.id in busy:
                     continue
                 if sl.kind == "mps" and sl.pipe_directory in foreign:
@@ -303,9 +291,13 @@ class Registry:
                 if sl.kind == "mig":
                     last = db.execute("SELECT uid FROM last_holder WHERE slice_id=?", (sl.id,)).fetchone()
                     prev = last[0] if last is not None and last[0] != uid else None
+                if ask is not None:
+                    record_grant(db, ask, uid, request_id, session_id, now)
                 return Created(sl, env, prev)
+            if ask is not None and candidates:  # none offered at all (MPS daemons down) is no want of slices
+                record_refusal(db, ask, uid, request_id, now)
             rows = db.execute("SELECT * FROM sessions WHERE ended_at IS NULL ORDER BY expires_at").fetchall()
-            return Busy(rows, skipped)
+            return Busy(rows, skipped, [passed[g] for g in sorted(passed)])
 
         found = self._write(op)
         if isinstance(found, sqlite3.Row):
@@ -327,12 +319,16 @@ class Registry:
                 env=env,
             )
             return Held(session=s, slice=sl, last_active=now, handed_from=found.previous_uid), True
+        drained = [drain_of(r) for r in found.drains]
+        if drained and all(covering(drained, c.gpu_index) for c in candidates):
+            raise AllDrained(drained)
         cand = {c.id for c in candidates}
         held = list(map(self._held, found.rows))
         daemons = {c.pipe_directory for c in candidates if c.kind == "mps"} if found.skipped_mps else set()
         raise NoFreeSlice(
             [h for h in held if h.session.slice_id in cand],
             [h for h in held if h.slice.kind == "mps" and h.slice.pipe_directory in daemons and h.session.uid != uid],
+            drained,
         )
 
     def _update(
@@ -367,7 +363,7 @@ class Registry:
         def record_usage(db: sqlite3.Connection, row: sqlite3.Row) -> None:
             sl = slice_of(row["slice_json"])
             usage = (row["uid"], row["user"], sl.kind, sl.profile, sl.gpu_index, row["slice_id"], row["created_at"])
-            db.execute(INSERT_USAGE, (session_id, *usage, now, reason))
+            db.execute(schema.INSERT_USAGE, (session_id, *usage, now, reason))
             db.execute("DELETE FROM live_group_sessions WHERE session_id=?", (session_id,))
             db.execute("INSERT OR REPLACE INTO last_holder(slice_id, uid) VALUES (?,?)", (row["slice_id"], row["uid"]))
 
@@ -391,6 +387,15 @@ class Registry:
             GROUP BY uid, user, profile, kind ORDER BY user, profile, kind"""
         with self._rlock:
             return self._rdb.execute(sql, {"since": since, "until": until, "uid": uid}).fetchall()
+
+    def query(self, sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of a read on the read connection (the ledger's and the drains' queries)."""
+        with self._rlock:
+            return self._rdb.execute(sql, params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """One durable write through the batched writer (the ledger's overrides)."""
+        self._write(lambda db: db.execute(sql, params))
 
     def extend(self, session_id: str, new_expiry: float) -> Held | None:
         return self._update(

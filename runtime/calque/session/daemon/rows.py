@@ -7,7 +7,8 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from calque.models.session import Session, Slice
+from calque.models.session import Drain, Session, Slice
+from calque.session.daemon.schema import HOST_WIDE
 
 SLICE_CACHE = 4096  # parsed slice_json texts kept; a host has far fewer distinct slices
 
@@ -79,13 +80,43 @@ class Busy:
 
     rows: list[sqlite3.Row]
     skipped_mps: bool  # a free MPS slot was passed over: another user holds its daemon
+    drains: list[sqlite3.Row]  # the drains that passed candidates over
 
 
 class NoFreeSlice(Exception):
-    def __init__(self, busy: list[Held], other_users: list[Held] | None = None) -> None:
+    def __init__(
+        self, busy: list[Held], other_users: list[Held] | None = None, drains: list[Drain] | None = None
+    ) -> None:
         super().__init__("no free slice")
         self.busy = busy
         self.other_users = other_users or []  # MPS slots free but on a daemon another user holds
+        self.drains = drains or []  # candidates passed over: their GPU (or the host) is drained
+
+
+def drain_of(row: sqlite3.Row) -> Drain:
+    """A ``drains`` row as the contract says it (``gpu`` None for the whole host)."""
+    deadline = row["deadline"]
+    return Drain(
+        gpu=None if row["gpu"] == HOST_WIDE else row["gpu"],
+        reason=row["reason"],
+        by_user=row["by_user"],
+        by_uid=row["by_uid"],
+        since=ts(row["since"]),
+        deadline=ts(deadline) if deadline is not None else None,
+    )
+
+
+def covering(drains: list[Drain], gpu: int) -> Drain | None:
+    """The drain that covers ``gpu``: its own, else the host's."""
+    return next((d for d in drains if d.gpu == gpu), None) or next((d for d in drains if d.gpu is None), None)
+
+
+class AllDrained(Exception):
+    """Every candidate of a checkout is on a drained GPU (or the host is drained)."""
+
+    def __init__(self, drains: list[Drain]) -> None:
+        super().__init__("drained")
+        self.drains = drains
 
 
 class TooManySessions(Exception):

@@ -1,5 +1,7 @@
-"""The registry's SQLite schema (version 4: each session's idle notice beside its idle clock; 3: usage
-rows clustered by uid and end time; 2 added the usage table and per-group live counts).
+"""The registry's SQLite schema (version 5: demand records, the checkouts refused for want of a free
+slice, and since when they are recorded; and drains, ``calque session drain``; 4: each session's idle
+notice beside its idle clock; 3: usage rows clustered by uid and end time; 2 added the usage table and
+per-group live counts).
 
 A session's idle clock is ``last_active`` (when its slice was last seen active; a checkout starts it)
 and ``idle_notice_sent``: both in the row, so a daemon restart keeps every clock and sends no notice
@@ -53,6 +55,32 @@ CREATE TABLE IF NOT EXISTS live_group_sessions(
   PRIMARY KEY(session_id, grp)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_group_sessions_by_group ON live_group_sessions(grp);
+CREATE INDEX IF NOT EXISTS usage_ended_at ON usage(ended_at);
+CREATE TABLE IF NOT EXISTS budget_overrides(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  at REAL NOT NULL,
+  extra REAL NOT NULL,
+  by_uid INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  PRIMARY KEY(lab, month, at)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS budget_elsewhere(
+  lab TEXT NOT NULL,
+  month TEXT NOT NULL,
+  gpu_hours REAL NOT NULL,
+  usd REAL NOT NULL,
+  at REAL NOT NULL,
+  PRIMARY KEY(lab, month)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS drains(
+  gpu INTEGER PRIMARY KEY,
+  reason TEXT NOT NULL,
+  by_user TEXT NOT NULL,
+  by_uid INTEGER NOT NULL,
+  since REAL NOT NULL,
+  deadline REAL
+);
 CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
@@ -61,7 +89,46 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.
-SCHEMA_VERSION = 4
+# ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
+# hours before this one are summed once, the last hour's rows found through it); one page more per end.
+# ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
+# ``budget_elsewhere``: each lab's month on the institution's other hosts, as the broker last summed it.
+# Additive, all four: an older calque ignores them (created by every open, as the tables above).
+# ``demand``: one row per checkout refused because no slice of its kind and profile was free (exit 5),
+# written in the checkout's own transaction. A client that waits (``--wait`` retries, the broker's
+# retried request id) adds attempts to its row instead of new rows; when a later try is granted, the
+# row names the session it got (the ask waited, it was not lost). ``profile`` is '' when any slice of
+# the kind would do. ``calque gpu mig suggest`` reads these rows (``calque.session.history``).
+DEMAND_TABLE = """demand(
+  uid INTEGER NOT NULL,
+  first_at REAL NOT NULL,
+  kind TEXT NOT NULL,
+  profile TEXT NOT NULL,
+  gpu INTEGER,
+  last_at REAL NOT NULL,
+  attempts INTEGER NOT NULL,
+  request_id TEXT,
+  session_id TEXT,
+  PRIMARY KEY(uid, first_at, kind, profile)
+) WITHOUT ROWID"""
+# ``registry_meta``: facts about the file itself; ``demand_recorded_since`` is when this registry began
+# recording refusals (its creation, or its migration to schema 5): before it, refusals are unknown.
+DEMAND_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {DEMAND_TABLE};
+CREATE INDEX IF NOT EXISTS demand_by_time ON demand(first_at);
+CREATE TABLE IF NOT EXISTS registry_meta(
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+DEMAND_SINCE = "INSERT OR IGNORE INTO registry_meta(key, value) VALUES ('demand_recorded_since', ?)"
+# ``drains``: one row per drained GPU, ``gpu`` = HOST_WIDE for the whole host; a checkout's transaction
+# reads it, so a drain committed before a checkout is never missed. Made by SCHEMA above, it
+# would need no version of its own; schema 5 has one anyway: an older calque would ignore it and hand out
+# drained GPUs, so it must refuse a registry that has drains.
+SCHEMA_VERSION = 5
+HOST_WIDE = -1
+# Schema 4 (and older) to 5: DEMAND_SCHEMA, the time recording began (no refusal before it is known), drains.
 # Schema 3 (and older) to 4: the idle notice's column; every live session's clock (last_active) stays.
 IDLE_NOTICE_V3_TO_V4 = "ALTER TABLE sessions ADD COLUMN idle_notice_sent INTEGER NOT NULL DEFAULT 0"
 # Schema 2 to 3: the same rows into the clustered table (the old table's indexes go with it).

@@ -13,15 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from calque.durations import parse_duration
 from calque.models.session import (
+    BudgetElsewhereArgs,
+    BudgetOverrideArgs,
     CheckoutArgs,
+    DrainArgs,
+    Drained,
     EndReason,
     ExtendArgs,
+    LedgerArgs,
     ReleaseArgs,
     ReportArgs,
     RequestArgs,
     SessionRefArgs,
     SliceState,
+    UndrainArgs,
 )
+from calque.session.daemon import drains
 from calque.session.daemon.checkout import checkout, fmt_time, view
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.host import Host
@@ -29,7 +36,7 @@ from calque.session.daemon.identity import Caller, Identities
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
-from calque.session.daemon.rows import Held, ts
+from calque.session.daemon.rows import Held, covering, ts
 from calque.session.daemon.usage import usage_report
 from calque.session.daemon.wire import RequestError
 
@@ -103,6 +110,9 @@ class Service:
         lim = self.identities.limits(c)
         assert lim.max_ttl is not None
         new = held.expires + by
+        drain = drains.drain_covering(self.host.registry, held.slice.gpu_index)
+        if drain is not None and drain.deadline is not None and new > drain.deadline.timestamp() + 1e-6:
+            raise RequestError("refused", f"{drain.describe()}; session {held.session.id} cannot be extended past it")
         cap = held.created + lim.max_ttl
         if new > cap + 1e-6:
             room = max(0.0, cap - held.expires)
@@ -133,9 +143,11 @@ class Service:
                 if x.slice.kind == "mps" and pipe and x.session.uid != c.uid:
                     foreign[pipe] = x
         out = []
+        drained = drains.listed(self.host.registry)
         for sl in self.host.inventory.slices():
             h = live.get(sl.id)
             st = SliceState(slice=sl, busy=h is not None, busy_until=h.session.expires_at if h else None)
+            st.drained = covering(drained, sl.gpu_index)
             other = foreign.get(sl.pipe_directory or "") if sl.kind == "mps" and h is None else None
             down = self.host.mps.unavailable(sl)  # None for MIG slices, and while the daemon answers
             if down is not None:
@@ -150,12 +162,13 @@ class Service:
             out.append(st.model_dump(mode="json"))
         return out
 
-    def op_release(self, c: Caller, args: ReleaseArgs) -> Any:
+    def _admin(self, c: Caller, what: str) -> None:
         if not c.admin:
             ag = self.host.config.policy.admin_group
-            raise RequestError(
-                "forbidden", "only root" + (f" or members of {ag}" if ag else "") + " may force-release a session"
-            )
+            raise RequestError("forbidden", "only root" + (f" or members of {ag}" if ag else "") + f" may {what}")
+
+    def op_release(self, c: Caller, args: ReleaseArgs) -> Any:
+        self._admin(c, "force-release a session")
         if not args.force:
             raise RequestError("usage", "release ends another user's session; pass --force")
         sid = args.id
@@ -171,12 +184,70 @@ class Service:
         notify_terminals(ended.session.uid, f"an administrator ended session {sid} on {ended.slice.id} ({why})")
         return ended.session.model_dump(mode="json")
 
+    def op_drain(self, c: Caller, args: DrainArgs) -> Any:
+        """No new checkout on the GPU (or the host); with ``by``, its live sessions end that soon."""
+        self._admin(c, "drain this host or its GPUs")
+        if args.gpu is not None and self.host.reader is not None:
+            have = sorted(g.index for g in self.host.reader.gpus())
+            if args.gpu not in have:
+                raise RequestError("usage", f"this host has no GPU {args.gpu}; its GPUs: {have}")
+        within = parse_duration(args.by, what="by") if args.by is not None else None  # positive: DrainArgs
+        reason = args.reason.strip()
+        done = drains.drain(
+            self.host.registry, args.gpu, reason=reason, by_user=c.user, by_uid=c.uid, now=time.time(), within=within
+        )
+        d = done.drain
+        self.host.audit.event("drain", gpu=d.gpu, reason=reason, by_uid=c.uid, by_user=c.user, within=within)
+        for h in done.sessions:
+            if h.session.id not in done.shortened:
+                continue
+            was = fmt_time(ts(done.shortened[h.session.id]))
+            self.host.audit.record("drain_deadline", h, by_uid=c.uid, reason=reason, was=was)
+            notify_terminals(
+                h.session.uid,
+                f"{d.describe()}. Session {h.session.id} on {h.slice.id} now ends at "
+                f"{fmt_time(h.session.expires_at)} (was {was}): save your work",
+            )
+        self.host.timers_due.set()  # the moved deadlines: notices and ends on time
+        self.host.changed()  # the broker lists this host now and routes around the drain
+        answer = Drained(drain=d, sessions=[h.session for h in done.sessions], shortened=sorted(done.shortened))
+        return answer.model_dump(mode="json")
+
+    def op_undrain(self, c: Caller, args: UndrainArgs) -> Any:
+        self._admin(c, "undrain this host or its GPUs")
+        ended = drains.undrain(self.host.registry, args.gpu)
+        for d in ended:
+            self.host.audit.event("undrain", gpu=d.gpu, by_uid=c.uid, by_user=c.user, drained_by=d.by_user)
+        self.host.changed()
+        return [d.model_dump(mode="json") for d in ended]
+
+    def op_drains(self, c: Caller, args: RequestArgs) -> Any:
+        return [d.model_dump(mode="json") for d in drains.listed(self.host.registry)]
+
     def op_report(self, c: Caller, args: ReportArgs) -> Any:
         since_s = parse_duration(args.since, what="since")  # parses: checked by ReportArgs
         until = datetime.now(timezone.utc)
         since = ts(until.timestamp() - since_s)
         report = usage_report(self.host.registry, since, until, None if c.admin else c.uid)
         return report.model_dump(mode="json")
+
+    def op_ledger(self, c: Caller, args: LedgerArgs) -> Any:
+        from calque.session.daemon.ledger import host_ledger, sees_all  # the price tables on first use
+
+        until = time.time()
+        since = until - parse_duration(args.since, what="since")  # parses: checked by LedgerArgs
+        every = sees_all(self.host, c)
+        return host_ledger(self.host, since, until, None if every else c.uid).model_dump(mode="json")
+
+    def op_budget_override(self, c: Caller, args: BudgetOverrideArgs) -> Any:
+        from calque.session.daemon.ledger import override
+
+        return override(self.host, c, args.lab, args.extra, args.reason).model_dump(mode="json")
+
+    def op_budget_elsewhere(self, c: Caller, args: BudgetElsewhereArgs) -> Any:
+        from calque.session.daemon.ledger import elsewhere
+
+        return elsewhere(self.host, c, args)
 
     def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
         # prometheus_client only where metrics are read; holders by user for admins only
@@ -192,5 +263,6 @@ class Service:
                 host.tally,
                 holders=c.admin,
                 idle_for=idle.for_ if idle is not None else None,
+                drains=lambda: drains.listed(host.registry),
             )
         return {"text": render(reg)}

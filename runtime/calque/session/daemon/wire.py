@@ -65,7 +65,7 @@ def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes:
 
 
 # Operations that may wait on more than the registry: systemd (adopt), a long read (report, metrics).
-SLOW_OPS = frozenset({"adopt", "report", "metrics"})
+SLOW_OPS = frozenset({"adopt", "report", "metrics", "ledger"})
 
 
 _SLOW_NAMES = tuple(op.encode() for op in sorted(SLOW_OPS))

@@ -73,6 +73,33 @@ options:
       - Reset GPUs whose MIG mode must change, when nothing holds them.
     type: bool
     default: false
+  drain:
+    description:
+      - Drain the GPUs whose layout differs, and only those, through the host's session daemon before the change
+        (no new checkouts there, the refusal naming O(drain_reason)), and undrain them after.
+      - A GPU someone had already drained stays drained. Needs root or the daemon's admin group.
+    type: bool
+    default: false
+  drain_wait:
+    description:
+      - With O(drain), how many seconds live sessions on slices the layout destroys may take to run out by their own
+        deadlines. A session that ends later is refused up front without O(force), and ended when the wait is over
+        with it. Never ends a session on an unchanged GPU or instance.
+    type: int
+    default: 0
+  drain_reason:
+    description:
+      - With O(drain), the reason a refused checkout is told.
+    type: str
+    default: MIG layout change
+  window:
+    description:
+      - "UTC times a change may run, e.g. V(Sat,Sun 02:00-06:00), V(Mon-Fri 22:00-06:00), V(daily 03:00-04:00)."
+      - Outside all of them a plan that changes something is refused before anything changes (check mode says so);
+        one that changes nothing succeeds. Empty, the default, is any time.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - calque.gpu.gpu_backend
   - calque.gpu.runtime
@@ -113,6 +140,16 @@ EXAMPLES = r"""
         mig-devices: {3g.40gb: 1, 1g.10gb: 4}
         compute-instances: {3g.40gb: [1, 2]}
     force: true
+
+- name: Change GPU 0 on a weekend night only, draining it first and letting its sessions run out for up to 2 h
+  calque.gpu.mig:
+    layout:
+      - devices: [0]
+        mig-enabled: true
+        mig-devices: {7g.80gb: 1}
+    drain: true
+    drain_wait: 7200
+    window: ["Sat,Sun 01:00-05:00"]
 """
 
 RETURN = r"""
@@ -156,7 +193,9 @@ ended_sessions:
   type: list
   elements: dict
 refusal:
-  description: In check mode, why the real run will be refused (busy instances without O(force)); null otherwise.
+  description: >-
+    In check mode, why the real run will be refused (busy instances without O(force), sessions that outlive
+    O(drain_wait), outside O(window)); null otherwise.
   returned: always
   type: str
 """
@@ -174,6 +213,10 @@ def main():
         force=dict(type="bool", default=False),
         allow_reset=dict(type="bool", default=False),
         session_socket=dict(type="path"),
+        drain=dict(type="bool", default=False),
+        drain_wait=dict(type="int", default=0),
+        drain_reason=dict(type="str", default="MIG layout change"),
+        window=dict(type="list", elements="str", default=[]),
     )
     argument_spec.update(GPU_BACKEND_ARGS)
     run_op(

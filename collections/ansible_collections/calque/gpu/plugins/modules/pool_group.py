@@ -103,6 +103,31 @@ options:
   max_hourly_usd:
     description: Refuse a group whose worst case (max size x dearest type, on-demand) costs more per hour.
     type: float
+  lab_budget:
+    description:
+      - The monthly budget of the pool's lab (the first segment of O(pool)), as C(calque_labs) gives it.
+      - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, plus
+        O(lab_spent_elsewhere)) reaches it, the gate refuses, naming the budget and who can raise it.
+    type: dict
+    suboptions:
+      gpu_hours:
+        description: GPU-hours per calendar month (UTC).
+        type: float
+      usd:
+        description: Dollars per calendar month at EC2 on-demand rates.
+        type: float
+      notify_at:
+        description: The share of the budget at which the lab is told (by the broker's mail).
+        type: float
+        default: 0.8
+      raised_by:
+        description: Who can raise the budget (named in the refusal).
+        type: str
+        default: your institution's GPU administrators
+  lab_spent_elsewhere:
+    description: The lab's other spend this month (its sessions, from C(calque report --institution --by lab)), in the budget's unit.
+    type: float
+    default: 0.0
   i_understand_this_spends_money:
     description: Must be V(true) to create a group with instances or raise its count.
     type: bool
@@ -320,6 +345,16 @@ def main():
         min_healthy_percentage=dict(type="int", default=90),
         instance_warmup=dict(type="int", default=300),
         max_hourly_usd=dict(type="float"),
+        lab_budget=dict(
+            type="dict",
+            options=dict(
+                gpu_hours=dict(type="float"),
+                usd=dict(type="float"),
+                notify_at=dict(type="float", default=0.8),
+                raised_by=dict(type="str", default="your institution's GPU administrators"),
+            ),
+        ),
+        lab_spent_elsewhere=dict(type="float", default=0.0),
         i_understand_this_spends_money=dict(type="bool", default=False),
         i_understand_this_terminates_instances=dict(type="bool", default=False),
         gate_only=dict(type="bool", default=False),

@@ -1,0 +1,62 @@
+"""A lab's month-to-date use against its budget: the checkout gate, the 80 % notice and ``pool.yml``'s
+spend gate all read it here, so the rule (which events count, what the limit is) exists once.
+
+A month is the calendar month in UTC. GPU-hours budgets count every event's GPU-seconds; dollar
+budgets count the events' EC2 prices (what the institution pays; Modal's price is for comparison).
+An admin's override adds to the month's limit, in the budget's unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from calque.models.institution import Lab
+from calque.models.ledger import LabSpend, UsageEvent
+
+
+def month_of(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m")
+
+
+def month_start(t: datetime) -> datetime:
+    u = t.astimezone(timezone.utc)
+    return datetime(u.year, u.month, 1, tzinfo=timezone.utc)
+
+
+def lab_spend(lab: Lab, events: Iterable[UsageEvent], now: datetime, extra: float = 0.0) -> LabSpend:
+    """``lab``'s use this month from ``events`` (already windowed to the month); its budget's state."""
+    mine = [e for e in events if e.lab == lab.name]
+    return budget_state(lab, sum(e.gpu_seconds for e in mine) / 3600.0, sum(e.ec2_usd or 0.0 for e in mine), now, extra)
+
+
+def budget_state(lab: Lab, gpu_hours: float, usd: float, now: datetime, extra: float = 0.0) -> LabSpend:
+    """``lab``'s month given what it used (GPU-hours and EC2 dollars), against its budget plus ``extra``."""
+    spend = LabSpend(lab=lab.name, month=month_of(now), gpu_hours=round(gpu_hours, 6), ec2_usd=round(usd, 6))
+    b = lab.budget
+    if b is None:
+        return spend
+    limit = b.limit + extra
+    used = (gpu_hours if b.gpu_hours is not None else usd) / limit
+    state = "over" if used >= 1.0 else "notice" if used >= b.notify_at else "ok"
+    return spend.model_copy(
+        update={
+            "unit": b.unit,
+            "limit": b.limit,
+            "extra": extra,
+            "used": round(used, 6),
+            "state": state,
+            "raised_by": b.raised_by,
+        }
+    )
+
+
+def refusal(spend: LabSpend) -> str:
+    """The sentence a member of a lab over its budget is refused with."""
+    used = spend.gpu_hours if spend.unit == "GPU-hours" else spend.ec2_usd
+    extra = f" (+{spend.extra:g} granted by override)" if spend.extra else ""
+    return (
+        f"lab {spend.lab} has used {used:.2f} of its {spend.limit:g}{extra} {spend.unit} budget for {spend.month}; "
+        f"new checkouts by its members are refused until next month or until {spend.raised_by} raises it "
+        f"(calque_labs.{spend.lab}.budget in inventory, or an admin's `calque budget override {spend.lab}`)"
+    )

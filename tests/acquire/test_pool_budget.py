@@ -1,0 +1,48 @@
+"""``pool.yml``'s spend gate against the lab's month (``calque.ops.pool_group`` with ``lab_budget``),
+on the moto server: every instance of the lab's pools this month counts, another lab's do not, and
+the lab's sessions (``lab_spent_elsewhere``) are added in the budget's unit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from calque.errors import RefusedError
+from calque.ops.base import AwsSession
+from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+
+from .conftest import AL2023, Network
+from .test_pool_group import CONSENT
+
+
+def _request(network: Network, pool: str, **kw: Any) -> PoolGroupRequest:
+    base: dict[str, Any] = {
+        "pool": pool,
+        "count": 2,
+        "max_size": 2,
+        "instance_types": ["g6.xlarge"],
+        "subnets": network.subnets,
+        "ami_ssm_parameter": AL2023,
+        "user_data": "#!/bin/sh\n",
+        "max_hourly_usd": 50,
+        **CONSENT,
+    }
+    return PoolGroupRequest(**{**base, **kw})
+
+
+def test_the_gate_counts_the_labs_month_and_refuses_once_it_is_spent(network: Network) -> None:
+    op = PoolGroupOp(AwsSession())
+    assert op.run(_request(network, "lab-a/other")).result.desired == 2  # two running g6.xlarge of lab-a
+
+    def gate(pool: str, budget: dict[str, Any], elsewhere: float = 0.0) -> Any:
+        return op.plan(_request(network, pool, gate_only=True, lab_budget=budget, lab_spent_elsewhere=elsewhere))
+
+    raiser = "Research Computing <rc@example.edu>"
+    assert gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}, 50.0).spend  # under: the gate passes
+    with pytest.raises(RefusedError, match=r"refusing to launch pool lab-a/embedder: lab lab-a has used 100\.00 of"):
+        gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}, 100.0)
+    with pytest.raises(RefusedError, match="Research Computing"):
+        gate("lab-a/embedder", {"usd": 1e-9, "raised_by": raiser})  # lab-a/other's instances alone spend it
+    assert gate("lab-b/x", {"usd": 1e-9})  # lab-a's instances are not lab-b's
+    with pytest.raises(RefusedError, match="GPU-hours budget"):
+        gate("lab-a/embedder", {"gpu_hours": 10}, 10.0)

@@ -1,0 +1,171 @@
+"""A MIG layout change through ``calque.gpu.gpu_layout`` (``playbooks/site.yml``) on a booted 8x H100
+host (p5.48xlarge) with live sessions: the role drains only the GPU whose layout differs, waits for the
+session on a slice it destroys to run out by its own deadline (``calque_gpu_layout_drain_wait``),
+changes it and undrains it; the session on another GPU never ends and its slices never move; a second
+run changes nothing; outside ``calque_gpu_layout_window`` the change is refused before anything
+changes (check mode says so). And ``calque session drain --by`` on that host: the session on the
+drained GPU ends at the new deadline (reason ``drained``), the drain outlives a restart of
+``calque-session.service``, and ``undrain`` gives the GPU back."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .fleet import Fleet, HostSpec
+from .institution import INSTITUTION, institution_inventory, prepare_dlami
+from .paths import HOSTS_DIR
+from .test_site_e2e import Estate, recap
+
+pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+
+H100 = "teach-h100"
+AUDIT = "/var/log/calque/session-audit.jsonl"
+# The layout's own part of site.yml (its preflight and MIG tasks): straight to the role once converged.
+ROLE = ("--tags", "gpu_layout_mig")
+
+
+@pytest.fixture(scope="module")
+def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
+    fleet = Fleet("drain")
+    try:
+        fleet.up([HostSpec(H100, "p5.48xlarge", ("teaching",))])
+        prepare_dlami(fleet)
+        inventory, extra = institution_inventory(
+            fleet, wheelhouse, host_vars={H100: {"calque_nvidia_driver_instance_type": "p5.48xlarge"}}
+        )
+        (HOSTS_DIR / "logs").mkdir(parents=True, exist_ok=True)
+        yield Estate(fleet, inventory, extra)
+    finally:
+        fleet.down()
+
+
+def _layout_vars(estate: Estate, **more: Any) -> Path:
+    """Extra vars: the institution's configs plus ``gpu0-whole`` (GPU 0 one 7g.80gb, the rest as before)."""
+    teaching = yaml.safe_load((INSTITUTION / "group_vars" / "teaching.yml").read_text())
+    configs = dict(teaching["calque_gpu_layout_mig_configs"])
+    configs["gpu0-whole"] = [
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},
+        {"devices": [1, 2, 3, 4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+    ]
+    path = estate.fleet.dir / "layout-vars.yml"
+    path.write_text(
+        yaml.safe_dump({"calque_gpu_layout_mig_configs": configs, "calque_gpu_layout_mig_config": "gpu0-whole", **more})
+    )
+    return path
+
+
+def _devices(estate: Estate) -> dict[int, list[str]]:
+    """Each GPU's MIG device UUIDs, as ``calque gpu mig show`` reads them on the host."""
+    shown = json.loads(estate.fleet.ssh(H100, "calque gpu mig show --json").stdout)
+    return {
+        g["index"]: sorted(ci["uuid"] for gi in g["instances"] for ci in gi["compute_instances"]) for g in shown["gpus"]
+    }
+
+
+def _as(estate: Estate, user: str, command: str) -> Any:
+    return json.loads(estate.fleet.ssh(H100, command, user=user).stdout)
+
+
+def _events(estate: Estate) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in estate.fleet.ssh(H100, f"cat {AUDIT}").stdout.splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def converged(estate: Estate) -> Estate:
+    """site.yml once, and four users who log in by ssh."""
+    first = estate.site("drain-first")
+    assert first.returncode == 0, first.stdout[-6000:]
+    for user in ("alice", "bob", "carol", "dave"):
+        estate.fleet.ssh(H100, f"id {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}")
+        estate.fleet.authorize(H100, user)
+    return estate
+
+
+def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on_the_others(
+    converged: Estate,
+) -> None:
+    estate = converged
+    f = estate.fleet
+    before = _devices(estate)
+    assert sorted(before) == list(range(8)) and all(len(v) == 7 for v in before.values())
+
+    # Outside the window: refused before anything changes; check mode says so.
+    elsewhere = (datetime.now(timezone.utc) + timedelta(days=3)).strftime("%a")
+    closed = _layout_vars(estate, calque_gpu_layout_window=[f"{elsewhere} 02:00-03:00"])
+    checked = estate.site("drain-closed-check", "-e", f"@{closed}", *ROLE, "--check")
+    assert checked.returncode == 0 and "outside the layout's change window" in checked.stdout, checked.stdout[-6000:]
+    refused = estate.site("drain-closed", "-e", f"@{closed}", *ROLE)
+    assert refused.returncode != 0 and "outside the layout's change window" in refused.stdout, refused.stdout[-6000:]
+    assert _devices(estate) == before and not [e for e in _events(estate) if e["event"] == "drain"]
+
+    # Bob on GPU 3 (its layout stays) for an hour; Alice on GPU 0 (its slices go) for 180 s.
+    bob = _as(estate, "bob", "calque session checkout --gpu 3 --ttl 1h --json")
+    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 180s --json")
+    assert (bob["gpu_index"], alice["gpu_index"]) == (3, 0)
+
+    # Inside (no window), with a wait long enough for Alice's session: drained, waited, changed, undrained.
+    wait = _layout_vars(estate, calque_gpu_layout_drain_wait=600)
+    changed = estate.site("drain-change", "-e", f"@{wait}", *ROLE)
+    assert changed.returncode == 0, changed.stdout[-6000:]
+    after = _devices(estate)
+    assert len(after[0]) == 1 and after[0] != before[0]
+    assert {g: after[g] for g in range(1, 8)} == {g: before[g] for g in range(1, 8)}  # not one slice moved
+
+    events = _events(estate)
+    drains = [(e["event"], e.get("gpu")) for e in events if e["event"] in ("drain", "undrain")]
+    assert drains == [("drain", 0), ("undrain", 0)], drains
+    ends = {e["session"]: e["event"] for e in events if e["event"] in ("expiry", "release", "drained", "checkin")}
+    assert ends.get(alice["id"]) == "expiry"  # ran out by her own deadline: never ended for the layout
+    drained_at = next(e["ts"] for e in events if e["event"] == "drain")
+    ended_at = next(e["ts"] for e in events if e.get("session") == alice["id"] and e["event"] == "expiry")
+    undrained_at = next(e["ts"] for e in events if e["event"] == "undrain")
+    assert drained_at < ended_at < undrained_at  # the role waited for her session
+    assert bob["id"] not in ends
+    status = _as(estate, "bob", "calque session status --json")
+    assert [(s["id"], s["expires_at"]) for s in status] == [(bob["id"], bob["expires_at"])]
+    assert json.loads(f.ssh(H100, "calque session drains --json").stdout) == []
+
+    again = estate.site("drain-again", "-e", f"@{wait}", *ROLE)
+    assert again.returncode == 0 and recap(again.stdout)[H100]["changed"] == 0, again.stdout[-6000:]
+    assert len([e for e in _events(estate) if e["event"] == "drain"]) == 1
+
+
+def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain_gives_the_gpu_back(
+    converged: Estate,
+) -> None:
+    estate = converged
+    f = estate.fleet
+    carol = _as(estate, "carol", "calque session checkout --gpu 5 --ttl 1h --json")
+    drained = json.loads(f.ssh(H100, "calque session drain --gpu 5 --by 20s --reason 'fan swap' --json").stdout)
+    assert drained["shortened"] == [carol["id"]] and drained["drain"]["by_user"] == "root"
+
+    refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
+    assert refused.returncode == 4 and "GPU 5 is drained by root" in refused.stderr and "fan swap" in refused.stderr
+    f.ssh(H100, "systemctl restart calque-session.service")  # a drain is in the registry, not the process
+    refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
+    assert refused.returncode == 4 and "fan swap" in refused.stderr, refused.stderr
+    listed = f.ssh(H100, "calque session list", user="dave").stdout
+    assert "drained: GPU 5 is drained by root" in listed
+    assert 'calque_session_drained{gpu="5"} 1.0' in f.ssh(H100, "calque session metrics").stdout
+
+    deadline = time.monotonic() + 90
+    ends: list[str] = []
+    while time.monotonic() < deadline and not ends:  # bounded: the deadline is 20 s away
+        ends = [e["event"] for e in _events(estate) if e.get("session") == carol["id"] and e["event"] == "drained"]
+        time.sleep(2)
+    assert ends == ["drained"], [e for e in _events(estate) if e.get("session") == carol["id"]]
+    assert _as(estate, "carol", "calque session status --json") == []
+    notices = [e for e in _events(estate) if e.get("session") == carol["id"] and e["event"] == "drain_deadline"]
+    assert len(notices) == 1 and notices[0]["reason"] == "fan swap"
+
+    assert "fan swap" in f.ssh(H100, "calque session undrain --gpu 5").stdout
+    dave = _as(estate, "dave", "calque session checkout --gpu 5 --ttl 10m --json")
+    assert dave["gpu_index"] == 5

@@ -1,0 +1,208 @@
+"""An elastic class's two sides against moto, with a real session daemon and a stand-in IMDS on 127.0.0.1.
+
+- The broker's demand (``calque.session.broker.demand``): requests waiting longer than ``wait_s`` that
+  no running host of the class can serve land in CloudWatch as ``UnservedRequests`` (GetMetricData
+  reads them back), and nothing lands while the class's host has a free slice for them or while they
+  are younger than ``wait_s``. The host is found through its registration, written by the real
+  ``calque session fleet register`` into moto's SSM.
+- The host's fleet helper (``calque session fleet protect --once``): the instance is protected from
+  scale-in while a user holds a live session on the daemon, and not before or after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from calque.aws.clients import client
+from calque.models.fleet import DemandClass, DemandSettings, HostRegistration, registration_path
+from calque.models.pool_names import pool_names
+from calque.session.broker.demand import FleetDemand
+from calque.session.broker.hosts import HostCache
+from calque.session.broker.local import LocalHost
+from calque.session.broker.store import NewRequest, Store
+from pool.conftest import FakeImds
+
+from .conftest import CLI, VENV_PY, Host, User
+
+CLASS = "teaching"
+GROUP = pool_names(f"fleet/{CLASS}").group
+
+
+@pytest.fixture
+def instance(moto: str) -> Iterator[tuple[str, FakeImds]]:
+    """A real instance of the class's group in moto, and the IMDS that says it is this machine."""
+    ec2, asg = client("ec2"), client("autoscaling")
+    ami = client("ssm").get_parameter(Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")
+    tid = ec2.create_launch_template(
+        LaunchTemplateName="fleet-test", LaunchTemplateData={"ImageId": ami["Parameter"]["Value"]}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=GROUP, MinSize=1, MaxSize=2, DesiredCapacity=1, AvailabilityZones=["us-east-1a"],
+        LaunchTemplate={"LaunchTemplateId": tid, "Version": "1"},
+    )  # fmt: skip
+    iid = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"][0]["Instances"][0]
+    imds = FakeImds()
+    imds.paths.update({"instance-id": iid["InstanceId"], "local-ipv4": "127.0.0.1"})
+    try:
+        yield iid["InstanceId"], imds
+    finally:
+        imds.close()
+
+
+def fleet_cli(imds: FakeImds, moto: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``calque session fleet ARGS`` as root, as the host's user-data and helper unit run it."""
+    env = {**os.environ, "CALQUE_IMDS": imds.url}
+    cmd = [str(VENV_PY), "-c", CLI, "session", "fleet", *args, "--region", "us-east-1", "--endpoint-url", moto]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def protected(iid: str) -> bool:
+    found = client("autoscaling").describe_auto_scaling_instances(InstanceIds=[iid])["AutoScalingInstances"]
+    return bool(found[0]["ProtectedFromScaleIn"])
+
+
+def read_back(metric: str, since: datetime) -> list[float]:
+    """The metric's values for the class, as CloudWatch's GetMetricData returns them."""
+    out = client("cloudwatch").get_metric_data(
+        MetricDataQueries=[
+            {
+                "Id": "m",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": "calque/session",
+                        "MetricName": metric,
+                        "Dimensions": [{"Name": "Class", "Value": CLASS}],
+                    },
+                    "Period": 60,
+                    "Stat": "Maximum",
+                },
+            }
+        ],
+        StartTime=since - timedelta(minutes=5),
+        EndTime=datetime.now(timezone.utc) + timedelta(minutes=5),
+    )
+    return [float(v) for r in out["MetricDataResults"] for v in r["Values"]]
+
+
+def test_a_host_with_a_live_session_is_protected_and_one_without_is_not(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str
+) -> None:
+    iid, imds = instance
+    host.start(mps=False)
+    alice = make_user()
+    sock = ("--socket", str(host.socket))
+    done = fleet_cli(imds, moto, "protect", "--class", CLASS, "--once", *sock)
+    assert done.returncode == 0, done.stderr
+    assert "not protected" in done.stdout and not protected(iid)
+
+    host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", check=True)
+    done = fleet_cli(imds, moto, "protect", "--class", CLASS, "--once", *sock)
+    assert done.returncode == 0, done.stderr
+    assert protected(iid), done.stdout + done.stderr
+
+    host.cli(alice, "session", "checkin", check=True)
+    done = fleet_cli(imds, moto, "protect", "--class", CLASS, "--once", *sock)
+    assert done.returncode == 0, done.stderr
+    assert not protected(iid)
+
+
+def test_unserved_demand_lands_in_cloudwatch_only_when_no_host_of_the_class_can_serve(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str, tmp_path: Path
+) -> None:
+    iid, imds = instance
+    host.start(mps=False)
+    done = fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb")
+    assert done.returncode == 0, done.stderr
+    param = client("ssm").get_parameter(Name=f"{registration_path(CLASS)}/{iid}")["Parameter"]
+    reg = HostRegistration.model_validate(json.loads(param["Value"]))
+    assert (reg.name, reg.address, reg.offers) == (iid, "127.0.0.1", ["1g.5gb"])
+
+    store, cache = Store(tmp_path / "broker/broker.db"), HostCache({})
+    settings = DemandSettings(
+        classes={CLASS: DemandClass(offers=["1g.5gb"]), "other": DemandClass(offers=["mps"])},
+        wait_s=30, region="us-east-1", endpoint_url=moto,
+    )  # fmt: skip
+    fleet = FleetDemand(settings, store, cache, lambda r: LocalHost(r.name, host.socket))
+    now = time.time()
+    old = NewRequest("req-old-0001", 1001, "u1001", "a", "mig", "1g.5gb", 3600.0, False, True, now - 120, None)
+    young = NewRequest("req-new-0001", 1002, "u1002", "a", "mig", "1g.5gb", 3600.0, False, True, now, None)
+    store.submit(old, max_queued=4)
+    store.submit(young, max_queued=4)
+    since = datetime.now(timezone.utc)
+
+    # the class's host has free slices: waiting requests it can serve are no demand for more hosts
+    fleet.discover()
+    assert cache.names == [iid]
+    cache.refresh(iid)
+    first = {d.fleet_class: d for d in fleet.once()}
+    assert (first[CLASS].unserved, first[CLASS].idle_hosts, first[CLASS].hosts) == (0, 1, 1)
+    assert first["other"].unserved == 0  # an MPS class could never serve a MIG request
+    assert read_back("UnservedRequests", since) == []
+    assert read_back("IdleHosts", since) == [1.0]
+
+    # every slice of the host taken: the request that waited past wait_s is unserved, the young one not yet
+    bob = make_user()
+    for _ in host.migs:
+        host.cli(bob, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", check=True)
+    cache.refresh(iid)
+    second = {d.fleet_class: d for d in fleet.once()}
+    assert (second[CLASS].unserved, second[CLASS].idle_hosts) == (1, 0)
+    assert read_back("UnservedRequests", since) == [1.0]
+
+    # the host leaves the class (its registration deleted): out of the cache
+    assert fleet_cli(imds, moto, "deregister", "--class", CLASS).returncode == 0
+    fleet.discover()
+    assert cache.names == []
+    store.close()
+
+
+def test_the_broker_and_the_scaling_name_the_same_metrics() -> None:
+    from calque.aws.acquire import fleet_scaling
+    from calque.session.broker import demand
+
+    assert demand.IDLE_METRIC == fleet_scaling.IDLE_METRIC
+    doc: dict[str, Any] = fleet_scaling.desired_fleet_scaling(
+        pool_names("fleet/x"), "x", fleet_scaling.FleetScalingSettings(slices_per_host=4)
+    ).alarms
+    assert {a["MetricName"] for a in doc.values()} == {"UnservedRequests", demand.IDLE_METRIC}
+
+
+def test_a_host_leaving_its_group_drains_deregisters_then_completes_the_hook(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str
+) -> None:
+    """The drain hook (``calque-drain``) holds the instance; IMDS says Terminated. The helper runs the
+    drain step, deletes its registration, waits while a session is live (bounded by --hold), then
+    completes the action with CONTINUE. moto has no lifecycle actions: tests/support/fake_lifecycle_action.py
+    stands for the one AWS opens."""
+    from support import fake_lifecycle_action as fla
+
+    iid, imds = instance
+    client("autoscaling").put_lifecycle_hook(
+        AutoScalingGroupName=GROUP, LifecycleHookName="calque-drain", HeartbeatTimeout=600, DefaultResult="CONTINUE",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+    )  # fmt: skip
+    host.start(mps=False)
+    assert fleet_cli(imds, moto, "register", "--class", CLASS, "--offers", "1g.5gb").returncode == 0
+    alice = make_user()
+    host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", check=True)
+    imds.paths["autoscaling/target-lifecycle-state"] = "Terminated"
+    fla.open_action(GROUP, "calque-drain", iid)
+    began = time.monotonic()
+    done = fleet_cli(
+        imds, moto, "protect", "--class", CLASS, "--every", "1", "--hold", "4", "--socket", str(host.socket)
+    )
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began >= 4  # it waited for the live session, up to --hold
+    assert [(c.instance_id, c.hook, c.result) for c in fla.COMPLETED] == [(iid, "calque-drain", "CONTINUE")]
+    found = client("ssm").get_parameters_by_path(Path=registration_path(CLASS), Recursive=True)["Parameters"]
+    assert found == []  # the broker stops routing to it
+    # the session itself was not ended by the helper: it runs to its deadline (drain's promise)
+    assert any(s.session_id for s in host.client().list_slices())
