@@ -4,6 +4,7 @@ One run, one moto server on 127.0.0.1, figures side by side with their ratios (m
 figure is per claim). Nothing here is a test: it prints, it asserts nothing.
 
     .venv/bin/python bench/pool_amortization.py [--claims 20] [--items 10] [--enter 2.0] [--noop-items 500]
+        [--skip-cold] [--noop-only]
 
 (a) calque: one `calque pool worker` process; K claims of N items; `@enter` of --enter seconds and a
     method of 5 ms per item.
@@ -322,6 +323,7 @@ def main() -> None:
     p.add_argument("--enter", type=float, default=2.0)
     p.add_argument("--noop-items", type=int, default=500)
     p.add_argument("--skip-cold", action="store_true")
+    p.add_argument("--noop-only", action="store_true", help="only (d), the no-op items/s beside Celery's")
     args = p.parse_args()
 
     os.environ.update(ENV)
@@ -343,11 +345,11 @@ def main() -> None:
         print(f"calque pool amortization, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, moto {endpoint}", flush=True)
         shape = f"K={args.claims} claims x {args.items} items, @enter {args.enter}s"
         print(f"{shape}, method {METHOD_S * 1000:.0f} ms/item")
-        w = b.warm()
-        print(f"  (a) warm worker done: enter count {w['enter_count']:.0f}, warm hits {w['warm_hits']:.0f}", flush=True)
-        cold = None if args.skip_cold else b.cold()
-        raw = b.raw()
-        floor = args.enter + args.claims * args.items * METHOD_S
+        if not args.noop_only:
+            w = b.warm()
+            print(f"  (a) warm worker done: enter count {w['enter_count']:.0f}, warm hits {w['warm_hits']:.0f}")
+            cold = None if args.skip_cold else b.cold()
+            raw = b.raw()
         noop_c = b.noop_calque()
         noop_p = b.noop_celery()
     finally:
@@ -357,6 +359,19 @@ def main() -> None:
     print()
     print(_row("figure", "calque", "baseline/peer", "ratio", "target"))
     print("-" * 110)
+    if not args.noop_only:
+        _print_amortization(args, w, cold, raw)
+    if isinstance(noop_p, float):
+        print(_row(f"no-op items/s ({args.noop_items} items)", f"{noop_c:.0f}/s", f"celery {noop_p:.0f}/s",
+                   f"{noop_c / noop_p:.1f}x", ">= 8x (calque/celery)"))  # fmt: skip
+    else:
+        print(_row(f"no-op items/s ({args.noop_items} items)", f"{noop_c:.0f}/s", "-", "-", noop_p))
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
+
+
+def _print_amortization(args: argparse.Namespace, w: dict[str, float], cold: float | None, raw: float) -> None:
+    floor = args.enter + args.claims * args.items * METHOD_S
     warm_total = w["total_incl_process_start"]
     if cold is not None:
         print(_row("total wall, K claims (incl. process start)", f"{warm_total:.2f}s", f"cold {cold:.2f}s",
@@ -367,11 +382,6 @@ def main() -> None:
     print(_row("gap between consecutive claims (median)", f"{w['gap'] * 1000:.2f}ms", "-", "-", "< 10 ms"))
     print(_row("total from @enter start vs the floor", f"{w['total_from_enter']:.2f}s",
                f"floor {floor:.2f}s", f"{w['total_from_enter'] / floor:.2f}x", "<= 1.2x (calque/floor)"))  # fmt: skip
-    if isinstance(noop_p, float):
-        print(_row(f"no-op items/s ({args.noop_items} items)", f"{noop_c:.0f}/s", f"celery {noop_p:.0f}/s",
-                   f"{noop_c / noop_p:.1f}x", ">= 8x (calque/celery)"))  # fmt: skip
-    else:
-        print(_row(f"no-op items/s ({args.noop_items} items)", f"{noop_c:.0f}/s", "-", "-", noop_p))
     print()
     print(
         textwrap.dedent(f"""\

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from calque.aws.acquire import Acquirer, Consent
 from calque.cli.main import cli
 from calque.ops.base import AwsSession
 from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
@@ -32,6 +33,43 @@ def test_pool_list_shows_each_labs_pool_with_its_group_and_queue(network: Networ
     assert all(p["queue"] and p["group"] for p in pools)
     human = CliRunner().invoke(cli, ["pool", "list"])
     assert "lab-a/embedder" in human.output and "2/2" in human.output
+
+
+def test_pool_list_shows_a_pool_of_fixed_instances_by_its_cohort_beside_the_groups(
+    network: Network, acquirer: Acquirer, spec_for: Any
+) -> None:
+    """A pool with no group (ec2_cohort with pool:, as calque ramp launches one) is listed by its cohort."""
+    aws = AwsSession()
+    PoolQueueOp(aws).run(PoolQueueRequest(model="BAAI/bge", pool="lab-a/embedder"))
+    req: dict[str, Any] = {"pool": "lab-a/embedder", "count": 1, "instance_types": ["g6.xlarge"]}
+    req |= {"subnets": network.subnets, "ami_ssm_parameter": AL2023, "i_understand_this_spends_money": True}
+    PoolGroupOp(aws).run(PoolGroupRequest(**req))
+    PoolQueueOp(aws).run(PoolQueueRequest(model="Qwen/Qwen3", pool="lab-c/fixed"))
+    spend = Consent(spend=True)
+    acquirer.apply(spec_for(name="lab-c-fixed", count=2, pool="lab-c/fixed"), spend)
+    acquirer.apply(spec_for(name="lab-d-solo", count=1, pool="lab-d/solo"), spend)  # no queue yet
+    acquirer.apply(spec_for(name="scratch", count=1), spend)  # a cohort of no pool: not listed
+    out = CliRunner().invoke(cli, ["pool", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    pools = {p["pool"]: p for p in json.loads(out.output)["pools"]}
+    assert sorted(pools) == ["lab-a/embedder", "lab-c/fixed", "lab-d/solo"]
+    fixed = pools["lab-c/fixed"]
+    assert (fixed["cohort"], fixed["running"], fixed["group"]) == ("lab-c-fixed", 2, None)
+    assert fixed["queue"] and fixed["queue"].startswith("calque-lab-c-fixed-")
+    solo = pools["lab-d/solo"]
+    assert (solo["cohort"], solo["running"], solo["queue"]) == ("lab-d-solo", 1, None)
+    group = pools["lab-a/embedder"]  # a group's instances are the group's: no cohort for them
+    assert (group["cohort"], group["running"], group["desired"], group["in_service"]) == (None, None, 1, 1)
+    human = CliRunner().invoke(cli, ["pool", "list"])
+    assert human.exit_code == 0, human.output
+    line = next(x for x in human.output.splitlines() if x.startswith("lab-c/fixed"))
+    assert "cohort lab-c-fixed" in line and "2 running" in line and fixed["queue"] in line, human.output
+    assert "group calque-lab-a-embedder-" in human.output, human.output
+    # a cohort ended is no longer a pool here
+    acquirer.release("lab-c-fixed", Consent(terminate=True), wait=True, wait_timeout_s=60)
+    after = CliRunner().invoke(cli, ["pool", "list", "--json"])
+    left = {p["pool"]: p for p in json.loads(after.output)["pools"]}
+    assert left["lab-c/fixed"]["cohort"] is None and left["lab-c/fixed"]["queue"] == fixed["queue"], after.output
 
 
 def test_status_with_pool_reads_the_named_pools_queue_not_the_models(moto: str) -> None:

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from calque.aws.acquire.scaling import backlog_target
+from calque.aws.clients import client
 from test_pool_group_playbook import GROUP_TASK, SANDBOX_GROUP, in_group, play
 
 SPEC_TASK = "Staged calque runtime and worker user-data"
@@ -40,11 +43,21 @@ def predicted_then_real(tmp_path: Path, **extra: Any) -> tuple[dict[str, dict[st
 
 @pytest.mark.slow
 def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(moto: str, tmp_path: Path) -> None:
-    rc, first = play(tmp_path, "pool.yml")
+    """One pool through its life, each change checked before it is made: unchanged, a refused and then a
+    consented roll to a new spec, an unhealthy instance replaced, a scale-out that needs no terminate
+    consent, a scale-in that does. (This test took over test_pool_group_playbook.py's spec-change and
+    count tests, whose steps it repeated with a pool.yml run of its own each: every assertion of both
+    is here, in this order of runs.)"""
+    no_terminate = {"calque_i_understand_this_terminates_instances": False}
+    rc, first = play(tmp_path, "pool.yml", **no_terminate)  # making a pool needs no terminate consent
     assert rc == 0, first
     staged = first[SPEC_TASK]["runtime"]
     assert staged["wheelhouse_key"] and staged["wheelhouse_sha256"]  # the default path: a wheelhouse is staged
     instances = in_group()
+    assert len(instances) == 2
+    # the workers export the scaling policy's target beside the backlog (docs/monitoring.md)
+    written_spec = yaml.safe_load((tmp_path / "spec" / "pool.yml").read_text())
+    assert written_spec["backlog_target"] == backlog_target(latency_s=60, seconds_per_claim=2)  # the sandbox's scaling
 
     # unchanged: check mode says nothing changes, no new digest, nothing rolls; and the real run agrees
     check, real = predicted_then_real(tmp_path)
@@ -53,15 +66,46 @@ def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(mo
     assert check[SPEC_TASK]["runtime"]["wheelhouse_sha256"] == staged["wheelhouse_sha256"]
     assert in_group() == instances
 
-    # a changed spec: the spec file and the template change, every instance rolls to the new digest
+    # a changed spec without the terminate consent: the roll is refused, naming the inventory variable,
+    # and the spec file and the instances stay as they were
     spec = {"method": "embed", "parameters": {"dim": 16}, "workers": 1, "spot_watch": False, "shutdown_grace_s": 5}
-    check, real = predicted_then_real(tmp_path, calque_pool_spec=spec)
-    assert changed(check) == sorted([SPEC_FILE_TASK, GROUP_TASK])
-    assert check[GROUP_TASK]["config"] != first[GROUP_TASK]["config"]
-    assert sorted(check[GROUP_TASK]["rolling"]) == instances
-    assert check[GROUP_TASK]["diff"]["after"]["config"] == real[GROUP_TASK]["config"]
+    spec_file = tmp_path / "spec" / "pool.yml"
+    written = spec_file.read_text()
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec, **no_terminate)
+    assert rc != 0 and "calque_i_understand_this_terminates_instances: true" in tasks[GROUP_TASK]["msg"]
+    assert spec_file.read_text() == written and in_group() == instances
 
-    # a changed count: only the group changes, to 3, with no roll
-    check, real = predicted_then_real(tmp_path, calque_pool_spec=spec, calque_pool_group={**SANDBOX_GROUP, "count": 3})
+    # with it: the spec file and the template change, every instance rolls to the new digest
+    check, real = predicted_then_real(tmp_path, calque_pool_spec=spec)
+    planned = check[GROUP_TASK]
+    assert changed(check) == sorted([SPEC_FILE_TASK, GROUP_TASK])
+    assert planned["config"] != first[GROUP_TASK]["config"]
+    assert sorted(planned["rolling"]) == instances
+    assert planned["diff"]["before"]["config"] != planned["diff"]["after"]["config"]
+    assert planned["diff"]["after"]["config"] == real[GROUP_TASK]["config"]
+    assert real[GROUP_TASK]["template_version"] == 2 and real[GROUP_TASK]["refresh_id"]
+    now = in_group()
+    assert len(now) == 2 and not set(now) & set(instances)
+
+    # an instance EC2 marks unhealthy is replaced by the next run
+    client("autoscaling").set_instance_health(InstanceId=now[0], HealthStatus="Unhealthy")
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
+    assert rc == 0 and tasks[GROUP_TASK]["replaced"] == [now[0]] and now[0] not in in_group()
+
+    # a changed count: only the group changes, to 3, with no roll; scaling out needs no terminate consent
+    three = {**SANDBOX_GROUP, "count": 3}
+    check, real = predicted_then_real(tmp_path, calque_pool_spec=spec, calque_pool_group=three, **no_terminate)
     assert changed(check) == [GROUP_TASK] and check[GROUP_TASK]["desired"] == 3 and check[GROUP_TASK]["rolling"] == []
+    assert real[GROUP_TASK]["desired"] == 3 and len(in_group()) == 3
+
+    # lowering it does: refused without the consent (naming the inventory variable), made with it
+    one = {**SANDBOX_GROUP, "count": 1}
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec, calque_pool_group=one, **no_terminate)
+    assert (
+        rc != 0
+        and "calque_i_understand_this_terminates_instances: true (inventory"
+        in tasks["Spend gate (worst case, consents) before anything is made"]["msg"]
+    )
     assert len(in_group()) == 3
+    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec, calque_pool_group=one)
+    assert rc == 0 and tasks[GROUP_TASK]["changed"] and len(in_group()) == 1

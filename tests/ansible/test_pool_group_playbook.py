@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from calque.aws.clients import client
 from calque.models.pool_names import pool_names
 
@@ -58,56 +57,8 @@ def in_group(pool: str = "sandbox/embedder") -> list[str]:
     return sorted(i["InstanceId"] for i in groups[0]["Instances"]) if groups else []
 
 
-@pytest.mark.slow
-def test_raising_count_scales_out_and_lowering_it_needs_the_terminate_consent(moto: str, tmp_path: Path) -> None:
-    no_terminate = {"calque_i_understand_this_terminates_instances": False}
-    rc, _ = play(tmp_path, "pool.yml", **no_terminate)
-    assert rc == 0 and len(in_group()) == 2
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 3}, **no_terminate)
-    assert rc == 0 and tasks[GROUP_TASK]["desired"] == 3 and len(in_group()) == 3
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 1}, **no_terminate)
-    assert (
-        rc != 0
-        and "calque_i_understand_this_terminates_instances: true (inventory"
-        in tasks["Spend gate (worst case, consents) before anything is made"]["msg"]
-    )
-    assert len(in_group()) == 3
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_group={**SANDBOX_GROUP, "count": 1})
-    assert rc == 0 and tasks[GROUP_TASK]["changed"] and len(in_group()) == 1
-
-
-@pytest.mark.slow
-def test_a_spec_change_shows_what_will_roll_then_rolls_to_a_new_template_version(moto: str, tmp_path: Path) -> None:
-    from calque.aws.acquire.scaling import backlog_target
-
-    rc, _ = play(tmp_path, "pool.yml")
-    assert rc == 0
-    old = in_group()
-    # the workers export the scaling policy's target beside the backlog (docs/monitoring.md)
-    staged = yaml.safe_load((tmp_path / "spec" / "pool.yml").read_text())
-    assert staged["backlog_target"] == backlog_target(latency_s=60, seconds_per_claim=2)  # the sandbox's scaling
-    spec = {"method": "embed", "parameters": {"dim": 16}, "workers": 1, "spot_watch": False, "shutdown_grace_s": 5}
-    rc, tasks = play(tmp_path, "pool.yml", "--check", "--diff", calque_pool_spec=spec)
-    assert rc == 0
-    planned = tasks[GROUP_TASK]
-    assert (
-        sorted(planned["rolling"]) == old and planned["diff"]["before"]["config"] != planned["diff"]["after"]["config"]
-    )
-    assert in_group() == old  # check mode rolled nothing
-    # without the terminate consent the roll is refused, naming the inventory variable; the spec file stays
-    spec_file = tmp_path / "spec" / "pool.yml"
-    written = spec_file.read_text()
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec, calque_i_understand_this_terminates_instances=False)
-    assert rc != 0 and "calque_i_understand_this_terminates_instances: true" in tasks[GROUP_TASK]["msg"]
-    assert spec_file.read_text() == written and in_group() == old
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
-    assert rc == 0 and tasks[GROUP_TASK]["template_version"] == 2 and tasks[GROUP_TASK]["refresh_id"]
-    now = in_group()
-    assert len(now) == 2 and not set(now) & set(old)
-    # an instance EC2 marks unhealthy is replaced by the next run
-    client("autoscaling").set_instance_health(InstanceId=now[0], HealthStatus="Unhealthy")
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
-    assert rc == 0 and tasks[GROUP_TASK]["replaced"] == [now[0]] and now[0] not in in_group()
+# Raising and lowering the count, and a spec change that rolls: test_pool_check_predicts.py, in one pool's life
+# with check mode before each change (its runs were these tests' runs).
 
 
 @pytest.mark.slow

@@ -192,3 +192,37 @@ def test_an_entrypoint_annotation_modal_run_refuses_is_refused(capsys, tmp_path:
     assert code == 2 and "a function with *rest can have no other parameters" in err, err
     code, _, err = _cli(capsys, ["run", "--local", str(CORPUS / "modal_args.py::main"), "--mode", "medium"])
     assert code == 2 and "'medium' is not one of 'fast', 'slow'" in err, err
+
+
+def test_an_unknown_or_missing_parameter_is_a_type_error_at_the_class_call(capsys, tmp_path: Path) -> None:
+    """docs/modal-compat.md: an unknown parameter, or a missing one with no default, fails at ``Model(...)``."""
+    script = tmp_path / "params.py"
+    script.write_text(
+        "import modal\napp = modal.App()\n\n@app.cls()\nclass Model:\n"
+        "    size: int = modal.parameter()\n    lang: str = modal.parameter(default='en')\n\n"
+        "    @modal.method()\n    def f(self) -> str:\n        return f'{self.size} {self.lang}'\n\n"
+        "@app.local_entrypoint()\ndef main():\n"
+        "    for make in (lambda: Model(size=1, language='fr'), lambda: Model(lang='fr')):\n"
+        "        try:\n            make()\n        except TypeError as exc:\n            print('TypeError', exc)\n"
+        "    print(Model(size=3).f.remote())\n"
+    )
+    code, out, err = _cli(capsys, ["run", "--local", str(script)])
+    assert code == 0, err
+    assert out.splitlines() == [
+        "TypeError Model() got unknown parameter(s) ['language'] (it declares ['lang', 'size'])",
+        "TypeError Model() needs parameter(s) ['size']: modal.parameter() without a default",
+        "3 en",
+    ], out
+
+
+def test_a_datetime_entrypoint_argument_arrives_as_a_datetime(capsys, tmp_path: Path) -> None:
+    """docs/modal-compat.md's argument table: ``x: datetime.datetime`` is ``--x VALUE``, converted as modal run does."""
+    script = tmp_path / "day.py"
+    script.write_text(
+        "import datetime\nimport modal\napp = modal.App()\n\n@app.local_entrypoint()\n"
+        "def main(day: datetime.datetime):\n    print(type(day).__name__, day + datetime.timedelta(days=1))\n"
+    )
+    code, out, err = _cli(capsys, ["run", "--local", str(script), "--day", "2026-12-02"])
+    assert (code, out) == (0, "datetime 2026-12-03 00:00:00\n"), err
+    code, _, err = _cli(capsys, ["run", "--local", str(script), "--day", "tomorrow"])
+    assert code == 2 and "'tomorrow' does not match the formats" in err, err

@@ -48,3 +48,23 @@ def test_service_specific_endpoint_variable_wins(moto: str, monkeypatch: pytest.
     with pytest.raises(RefusedError):
         client("s3")
     assert client("sqs").meta.endpoint_url == moto
+
+
+def test_clients_made_at_once_on_threads_each_work_and_leave_the_collector_on(moto: str) -> None:
+    """calque pool status makes its clients on several threads (LazyClient): one each, all usable, and
+    the collector paused while a client is made is running again afterwards."""
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
+
+    from calque.aws.clients import LazyClient
+
+    lazy = [LazyClient(service) for service in ("sqs", "s3", "autoscaling", "cloudwatch", "sqs")]
+    shared = LazyClient("sqs")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        made = list(pool.map(lambda c: c.get(), lazy))
+        same = list(pool.map(lambda _: shared.get(), range(8)))
+    assert gc.isenabled()
+    assert [c.meta.service_model.service_name for c in made] == ["sqs", "s3", "autoscaling", "cloudwatch", "sqs"]
+    assert made[0] is not made[4] and all(c is same[0] for c in same)  # a LazyClient makes its client once
+    assert lazy[0].list_queues().get("QueueUrls", []) == []  # methods reach the client it made
+    assert lazy[1].list_buckets()["Buckets"] == []

@@ -8,8 +8,12 @@ loopback, so nothing offline can ever reach a real cloud.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import ipaddress
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -82,6 +86,43 @@ def _session(profile: str | None) -> Session:
     return session
 
 
+# Clients are made one at a time: making one is CPU under the GIL either way, and two made at once
+# would each parse the endpoint and service data before the shared loader had cached it.
+_making = threading.Lock()
+_frozen = False
+
+
+def _after_fork() -> None:
+    global _making
+    _making = threading.Lock()  # a forked child never inherits a lock another thread of its parent held
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic collection while botocore builds a client (called with ``_making`` held).
+
+    A client is some hundred thousand objects that live as long as the process (the endpoint data, the
+    service model, the handlers): while they are made, every full collection walks all of them again,
+    for nothing (a third of ``calque pool status``'s CPU here). The first client's are then moved out
+    of the collector's sight for good (``gc.freeze``), once per process, so that later collections do
+    not walk them either; whatever garbage exists at that one moment is never collected, a one-time cost.
+    """
+    global _frozen
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if not _frozen:
+            gc.freeze()
+            _frozen = True
+        if enabled:
+            gc.enable()
+
+
 def client(
     service: str,
     *,
@@ -101,17 +142,41 @@ def client(
     check_offline_endpoint(service, endpoint)
     # botocore's own session, not boto3's: boto3 adds only resources and S3's transfer methods (neither
     # used here) and its import pulls in s3transfer, a third of `calque pool status`'s start-up
-    try:
-        session = _session(profile)
-        region = region or session.get_config_variable("region") or "us-east-1"
-    except Exception as exc:  # botocore.exceptions.ProfileNotFound and friends
-        raise UsageError(f"cannot use AWS profile {profile!r}: {exc}") from exc
     extra: dict[str, Any] = {"max_pool_connections": max_pool_connections, "signature_version": signature_version}
     cfg = retry_config(**{k: v for k, v in extra.items() if v is not None})
     cfg = cfg if config is None else cfg.merge(config)
-    factory: Any = session.create_client  # typed per service by the stubs; callers get Any either way
-    made = factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
+    with _making:
+        try:
+            session = _session(profile)
+            region = region or session.get_config_variable("region") or "us-east-1"
+        except Exception as exc:  # botocore.exceptions.ProfileNotFound and friends
+            raise UsageError(f"cannot use AWS profile {profile!r}: {exc}") from exc
+        factory: Any = session.create_client  # typed per service by the stubs; callers get Any either way
+        with _collector_paused():
+            made = factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
     from calque.aws.errors import name_the_call
 
     made.meta.events.register("after-call-error", name_the_call)  # errors name their call (calque.aws.errors)
     return made
+
+
+class LazyClient:
+    """A client made at its first use, once, whichever thread uses it first: a command that reads
+    several services at once makes each service's client on the thread that first needs it, while
+    another thread waits on AWS (``calque pool status``), and a read it does not reach costs nothing."""
+
+    def __init__(self, service: str, **options: Any) -> None:
+        self.service = service
+        self._options = options
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        if self._made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = client(self.service, **self._options)
+        return self._made
+
+    def __getattr__(self, name: str) -> Any:  # only names LazyClient lacks: the client's methods and meta
+        return getattr(self.get(), name)

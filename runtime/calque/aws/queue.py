@@ -8,6 +8,7 @@ extend, delete) live here too so every SQS call of the pool goes through one pla
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -121,17 +122,25 @@ class PoolQueue:
         return self._url
 
     def depth(self) -> QueueDepth:
-        attrs = self._attributes(self.url())
-        durl = self._lookup(self.dlq)
-        dlq_visible = int(self._attributes(durl).get("ApproximateNumberOfMessages", 0)) if durl else 0
+        """The queue's counts, the DLQ's visible messages and the oldest message's age: three reads of
+        their own, made at once (each waits on AWS, not on the others)."""
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="calque-depth") as pool:
+            dlq_read = pool.submit(self._dlq_visible)
+            age_read = pool.submit(self._oldest_age)
+            attrs = self._attributes(self.url())
+            dlq_visible, oldest = dlq_read.result(), age_read.result()
         return QueueDepth(
             queue_name=self.name,
             visible=int(attrs.get("ApproximateNumberOfMessages", 0)),
             in_flight=int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
             delayed=int(attrs.get("ApproximateNumberOfMessagesDelayed", 0)),
             dlq_visible=dlq_visible,
-            oldest_message_age_s=self._oldest_age(),
+            oldest_message_age_s=oldest,
         )
+
+    def _dlq_visible(self) -> int:
+        durl = self._lookup(self.dlq)
+        return int(self._attributes(durl).get("ApproximateNumberOfMessages", 0)) if durl else 0
 
     def backlog(self) -> tuple[int, int]:
         """(visible, in flight): the two counts the scaling policy's backlog sums, in one SQS call."""

@@ -1,4 +1,4 @@
-"""``calque pool list``: the named pools of an account and region, found by their calque:pool tag."""
+"""``calque pool list``: the named pools of a region (groups and cohorts), found by their calque:pool tag."""
 
 from __future__ import annotations
 
@@ -17,27 +17,28 @@ def _render(pools: PoolList) -> str:
     if not pools.pools:
         return "no named pools here (a pool named by its model only: calque pool status --model ...)"
     dash = "-"
-    rows = [
-        [
-            p.pool,
-            p.group or dash,
-            dash if p.desired is None else f"{p.in_service}/{p.desired}",
-            dash if p.max_size is None else f"{p.min_size}..{p.max_size}",
-            p.queue or dash,
-        ]
-        for p in pools.pools
-    ]
-    return table(["pool", "group", "in service/desired", "size", "queue"], rows)
+    rows = []
+    for p in pools.pools:
+        if p.group is not None:
+            kind, instances = f"group {p.group}", dash if p.desired is None else f"{p.in_service}/{p.desired}"
+            size = dash if p.max_size is None else f"{p.min_size}..{p.max_size}"
+        elif p.cohort is not None:
+            kind, instances, size = f"cohort {p.cohort}", f"{p.running} running", dash
+        else:
+            kind, instances, size = dash, dash, dash
+        rows.append([p.pool, kind, instances, size, p.queue or dash])
+    return table(["pool", "group / cohort", "in service/desired", "size", "queue"], rows)
 
 
 @click.command("list")
 @aws_options
 @json_option
 def pool_list(region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
-    """List the named pools in an account and region: group size and instances in service, queue."""
-    from calque.aws.clients import client
+    """List the named pools in an account and region: a group's size and instances in service, a cohort's
+    running instances (a pool of fixed instances, calque.gpu.ec2_cohort with pool:), the queue."""
+    from calque.aws.clients import LazyClient
     from calque.aws.pools import list_pools
 
-    asg = client("autoscaling", region=region, endpoint_url=endpoint_url, profile=profile)
-    sqs = client("sqs", region=region, endpoint_url=endpoint_url, profile=profile)
-    emit(list_pools(asg, sqs), as_json, _render)
+    where = {"region": region, "endpoint_url": endpoint_url, "profile": profile}
+    asg, sqs, ec2 = (LazyClient(service, **where) for service in ("autoscaling", "sqs", "ec2"))
+    emit(list_pools(asg, sqs, ec2), as_json, _render)

@@ -30,7 +30,9 @@ from calque.models.versions import check_version_number
 class CalqueModel(BaseModel):
     """Forbid unknown fields so a typo in a spec or a message from a newer version fails loudly."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+    # defer_build: a model builds its validator on first use, so a command pays only for the models it
+    # touches (`calque pool status` imports models/pool.py and uses three of its classes)
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True, defer_build=True)
 
 
 class VersionedModel(CalqueModel):

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from calque.aws.acquire.group import pool_groups
 from calque.aws.errors import aws_errors
+from calque.aws.pools import pool_of, tagged_instances
 from calque.errors import UsageError, format_validation_error
 from calque.models import PoolSpec
 from calque.models.pool_names import POOL_TAG
@@ -56,24 +57,6 @@ def spec_of_user_data(user_data: str, where: str) -> PoolSpec:
         raise UsageError(f"{where}: the pool spec in its user-data cannot be read ({detail})") from None
 
 
-def _tagged_instances(ec2: Any, pool: str | None) -> list[dict[str, Any]]:
-    """Pending or running instances tagged ``calque:pool`` (``=pool`` when given), newest first."""
-    tag = {"Name": f"tag:{POOL_TAG}", "Values": [pool]} if pool else {"Name": "tag-key", "Values": [POOL_TAG]}
-    found: list[dict[str, Any]] = []
-    with aws_errors(f"describe the instances of pool {pool}" if pool else "describe the instances of pools"):
-        pages = ec2.get_paginator("describe_instances").paginate(
-            Filters=[tag, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
-        )
-        for page in pages:
-            for res in page.get("Reservations", []):
-                found += [i for i in res.get("Instances", []) if pool is None or _pool_of(i) == pool]
-    return sorted(found, key=lambda i: (i["LaunchTime"], i["InstanceId"]), reverse=True)
-
-
-def _pool_of(resource: dict[str, Any]) -> str | None:
-    return next((t["Value"] for t in resource.get("Tags", []) if t["Key"] == POOL_TAG), None)
-
-
 def _checked(spec: PoolSpec, pool: str, where: str) -> PoolSpec:
     if spec.pool not in (None, pool):
         raise UsageError(f"{where} carries the spec of pool {spec.pool}: refusing it")
@@ -94,11 +77,11 @@ def deployed_spec(pool: str, asg: Any, ec2: Any) -> PoolSpec:
     """The spec of the deployed pool named ``pool``: its tagged group's launch template, else its tagged instances'."""
     groups = [g for g in pool_groups(asg) if any(t["Key"] == POOL_TAG and t["Value"] == pool for t in g["Tags"])]
     if not groups:
-        instances = _tagged_instances(ec2, pool)
+        instances = tagged_instances(ec2, pool)
         if instances:
             return _instance_spec(ec2, pool, instances[0])
         names = {t["Value"] for g in pool_groups(asg) for t in g["Tags"] if t["Key"] == POOL_TAG}
-        names |= {p for i in _tagged_instances(ec2, None) if (p := _pool_of(i))}
+        names |= {p for i in tagged_instances(ec2, None) if (p := pool_of(i))}
         raise UsageError(
             f"no deployed pool named {pool!r} in this account and region (the pools tagged here: "
             f"{', '.join(sorted(names)) or 'none'}); deploy one with playbooks/pool.yml, or pass its spec with "

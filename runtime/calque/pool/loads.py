@@ -11,6 +11,7 @@ worker has started yet) and submitters wait as before.
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -51,18 +52,16 @@ class LoadRecords:
         with aws_errors(f"list the load records under s3://{bucket}/{key}", error=StoreError):
             for page in self.store.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
                 listed.update({o["Key"]: o.get("ETag", "") for o in page.get("Contents", [])})
-        fresh: dict[str, tuple[str, LoadRecord]] = {}
-        for k, etag in listed.items():
-            cached = self._cache.get(k)
-            if cached is not None and cached[0] == etag:
-                fresh[k] = cached
-                continue
-            uri = f"s3://{bucket}/{k}"
-            data = self.store.get(uri)
+        fresh = {k: cached for k, etag in listed.items() if (cached := self._cache.get(k)) and cached[0] == etag}
+        changed = [k for k in listed if k not in fresh]
+        # one GET per changed record, several at once: a pool of many slots costs about one round trip
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(changed))), thread_name_prefix="calque-loads") as pool:
+            bodies = list(pool.map(lambda k: self.store.get(f"s3://{bucket}/{k}"), changed))
+        for k, data in zip(changed, bodies, strict=True):
             if data is None:  # deleted between the LIST and the GET
                 continue
             try:
-                fresh[k] = (etag, LoadRecord.model_validate_json(data))
+                fresh[k] = (listed[k], LoadRecord.model_validate_json(data))
             except ValueError:
                 continue  # a newer calque's record, or not one of ours: it says nothing we can read
         self._cache = fresh

@@ -8,10 +8,11 @@ pool) is not loaded to look at a queue (bench/cli_startup.py's ``pool status`` r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from calque.aws.clients import client
+from calque.aws.clients import LazyClient, client
 from calque.aws.queue import PoolQueue
 from calque.errors import UsageError
 from calque.models.pool_names import PoolNames, pool_names
@@ -19,7 +20,7 @@ from calque.models.pool_names import PoolNames, pool_names
 if TYPE_CHECKING:
     from calque.aws.acquire.scaling import ScalingStatus
     from calque.aws.store import RunStore
-    from calque.models import PoolStatus, QueueDepth, RunReport
+    from calque.models import LoadRecord, PoolStatus, QueueDepth, RunReport
     from calque.pool.loads import PoolLoadError
 
 
@@ -49,6 +50,9 @@ class PoolAddress:
     def client(self, service: str) -> Any:
         return client(service, region=self.region, endpoint_url=self.endpoint_url, profile=self.profile)
 
+    def lazy_client(self, service: str) -> LazyClient:
+        return LazyClient(service, region=self.region, endpoint_url=self.endpoint_url, profile=self.profile)
+
     def need_bucket(self) -> str:
         if not self.bucket:
             raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
@@ -73,8 +77,8 @@ class RunView:
 
 
 def _queue(address: PoolAddress, names: PoolNames | None) -> tuple[PoolQueue, Any]:
-    cloudwatch = address.client("cloudwatch")
-    queue = PoolQueue(address.client("sqs"), address.label, names.queue if names else None, cloudwatch=cloudwatch)
+    cloudwatch = address.lazy_client("cloudwatch")
+    queue = PoolQueue(address.lazy_client("sqs"), address.label, names.queue if names else None, cloudwatch=cloudwatch)
     return queue, cloudwatch
 
 
@@ -84,26 +88,42 @@ def _store(address: PoolAddress, queue: PoolQueue) -> RunStore:
     return RunStore(address.client("s3"), address.need_bucket(), address.prefix, queue.name)
 
 
-def status(address: PoolAddress) -> PoolView:
-    """The queue's depth; with a bucket, every worker slot's load record; for a named pool, its group."""
+def _workers(address: PoolAddress, queue: PoolQueue) -> tuple[list[LoadRecord], str | None]:
     from calque.pool.loads import LoadRecords, health, load_error
 
+    records = LoadRecords(_store(address, queue)).read()
+    failing = health(records).failing
+    return records, None if failing is None else str(load_error(failing, address.label))
+
+
+def status(address: PoolAddress) -> PoolView:
+    """The queue's depth; with a bucket, every worker slot's load record; for a named pool, its group.
+
+    The three are independent reads of three services: they run at once, each making its clients on
+    its own thread (``LazyClient``), so the command waits on the slowest read rather than their sum.
+    """
     names = address.names()
     queue, cloudwatch = _queue(address, names)
-    depth = queue.depth()
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="calque-status") as pool:
+        workers_read = pool.submit(_workers, address, queue) if address.bucket else None
+        group_read = None
+        if names is not None:
+            from calque.aws.acquire.scaling import PoolScaling, read_group
+
+            group_read = pool.submit(read_group, PoolScaling(address.lazy_client("autoscaling"), cloudwatch, names))
+        depth = queue.depth()
+        read = None if workers_read is None else workers_read.result()
+        reading = None if group_read is None else group_read.result()
     workers = None
-    if address.bucket:
+    if read is not None:
         from calque.models import PoolStatus
 
-        records = LoadRecords(_store(address, queue)).read()
-        failing = health(records).failing
-        why = None if failing is None else str(load_error(failing, address.label))
-        workers = PoolStatus(**depth.model_dump(), workers=records, load_error=why)
+        workers = PoolStatus(**depth.model_dump(), workers=read[0], load_error=read[1])
     group = None
-    if names is not None:
-        from calque.aws.acquire.scaling import PoolScaling, scaling_status
+    if reading is not None:
+        from calque.aws.acquire.scaling import scaling_status
 
-        group = scaling_status(PoolScaling(address.client("autoscaling"), cloudwatch, names), depth)
+        group = scaling_status(reading, depth)
     return PoolView(depth=depth, workers=workers, group=group)
 
 

@@ -6,10 +6,37 @@
 - ``launch_spec``: the hardened RunInstances request, tags and TTL user-data
 - ``gate``: consent flags and the spend ceiling
 - ``cohort``: describe and tag-scoped terminate
+
+The names below load on first use: ``calque pool status`` imports ``scaling`` from this package and
+should not pay for the acquirer (pricing, the sweep, YAML, the cohort models).
 """
 
-from calque.aws.acquire.acquirer import Acquirer
-from calque.aws.acquire.gate import Consent
-from calque.models.acquire import CohortPlan, CohortResult, CohortSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from calque.aws.acquire.acquirer import Acquirer
+    from calque.aws.acquire.gate import Consent
+    from calque.models.acquire import CohortPlan, CohortResult, CohortSpec
+
+_HOME = {
+    "Acquirer": "calque.aws.acquire.acquirer",
+    "Consent": "calque.aws.acquire.gate",
+    "CohortPlan": "calque.models.acquire",
+    "CohortResult": "calque.models.acquire",
+    "CohortSpec": "calque.models.acquire",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'calque.aws.acquire' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
 
 __all__ = ["Acquirer", "CohortPlan", "CohortResult", "CohortSpec", "Consent"]

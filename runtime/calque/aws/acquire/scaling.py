@@ -25,6 +25,7 @@ own), so a second run changes nothing, and check mode is the same plan, unapplie
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -353,16 +354,42 @@ class ScalingStatus(CalqueModel):
     queue: QueueDepth
 
 
-def scaling_status(scaling: PoolScaling, depth: QueueDepth) -> ScalingStatus:
-    """The group's size, the queue's backlog and the backlog policy's target, read now."""
-    names, group = scaling.names, scaling.group()
+@dataclass(frozen=True)
+class GroupReading:
+    """A pool's group and its backlog policy's target as read from AWS (``read_group``)."""
+
+    names: PoolNames
+    group: GroupView | None
+    target: float | None
+
+
+def read_group(scaling: PoolScaling) -> GroupReading:
+    """The group and its backlog policy's target, the two reads at once (``calque pool status`` waits on
+    the slowest of its reads, not their sum); a group tagged for another pool is refused before its
+    policy is looked at."""
+    names = scaling.names
+
+    def policies() -> Any:
+        with aws_errors(f"describe the scaling policies of {names.group}"):
+            return scaling.asg.describe_policies(AutoScalingGroupName=names.group, PolicyNames=[policy_names(names)[0]])
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="calque-group") as pool:
+        policy_read = pool.submit(policies)
+        group = scaling.group()
+        if group is None:
+            return GroupReading(names, None, None)
+        refuse_other_pools("Auto Scaling group", group.name, group.tags, names.pool)
+        found = policy_read.result()
+    target = next((p["TargetTrackingConfiguration"]["TargetValue"] for p in found["ScalingPolicies"]), None)
+    return GroupReading(names, group, target)
+
+
+def scaling_status(reading: GroupReading, depth: QueueDepth) -> ScalingStatus:
+    """The group's size beside the queue's backlog and the backlog policy's target."""
+    names, group = reading.names, reading.group
     backlog = depth.visible + depth.in_flight
     if group is None:
         return ScalingStatus(pool=names.pool, group_name=names.group, group_exists=False, backlog=backlog, queue=depth)
-    refuse_other_pools("Auto Scaling group", group.name, group.tags, names.pool)
-    with aws_errors(f"describe the scaling policies of {group.name}"):
-        found = scaling.asg.describe_policies(AutoScalingGroupName=group.name, PolicyNames=[policy_names(names)[0]])
-    target = next((p["TargetTrackingConfiguration"]["TargetValue"] for p in found["ScalingPolicies"]), None)
     return ScalingStatus(
         pool=names.pool,
         group_name=group.name,
@@ -373,6 +400,6 @@ def scaling_status(scaling: PoolScaling, depth: QueueDepth) -> ScalingStatus:
         in_service=group.in_service,
         backlog=backlog,
         backlog_per_instance=round(backlog / group.in_service, 2) if group.in_service else None,
-        target=target,
+        target=reading.target,
         queue=depth,
     )

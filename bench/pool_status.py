@@ -1,0 +1,134 @@
+"""``calque pool status`` of a whole named pool against a moto server on 127.0.0.1, beside its 0.3 s target.
+
+The pool is what ``playbooks/pool.yml`` makes, on moto: a named pool's queue and dead-letter queue,
+its Auto Scaling group (one instance) with its backlog policy, and a bucket holding two workers' load
+records. The command is the installed ``calque`` console script, as a researcher runs it, with every
+part shown: ``calque pool status --pool bench/status --bucket B`` (queue depth, the oldest message's
+age, the group and its target, the workers). Each figure is the median wall time of N fresh
+processes, run in rounds that run every command once, so a load that comes and goes weighs on all
+alike. Printed beside the target (issue 21: under 0.3 s) and beside ``python -c 'import botocore'``
+and ``python -c 'import botocore.session'`` (the least any AWS client costs), as ratios.
+
+    .venv/bin/python bench/pool_status.py [--runs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli_startup import moto_server
+
+BIN = Path(sys.executable).parent
+POOL = "bench/status"
+BUCKET = "calque-bench-status"
+TARGET_S = 0.3
+AL2023 = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+
+
+def _env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "CALQUE_OFFLINE": "1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": url,
+    }
+    return env
+
+
+def make_pool() -> None:
+    """The pool pool.yml makes (queue, group, backlog policy) and two workers' load records, in this process."""
+    from calque.aws.clients import client
+    from calque.aws.store import RunStore
+    from calque.models import LoadRecord
+    from calque.models.pool_names import pool_names
+    from calque.ops.base import AwsSession
+    from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+    from calque.ops.pool_queue import PoolQueueOp, PoolQueueRequest
+    from calque.ops.pool_scaling import PoolScalingOp, PoolScalingRequest
+    from calque.pool.loads import slot_uri
+
+    aws = AwsSession()
+    PoolQueueOp(aws).run(PoolQueueRequest(model="BAAI/bge", pool=POOL))
+    ec2 = client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.43.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.43.0.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    group = {"pool": POOL, "count": 1, "instance_types": ["g6.xlarge"], "subnets": [subnet["SubnetId"]]}
+    PoolGroupOp(aws).run(PoolGroupRequest(**group, ami_ssm_parameter=AL2023, i_understand_this_spends_money=True))
+    PoolScalingOp(aws).run(PoolScalingRequest(pool=POOL, seconds_per_claim=2.0, latency_s=20.0))
+    s3 = client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    store = RunStore(s3, BUCKET, "calque", pool_names(POOL).queue)
+    now = datetime.now(timezone.utc)
+    for i in range(2):
+        slot = f"host-{i}/0"
+        rec = LoadRecord(
+            slot=slot, worker_id=f"host-{i}:1/0", state="serving", workload="w.py::Model", methods=["embed"], at=now,
+            seen_at=now,
+        )  # fmt: skip
+        store.put(slot_uri(store, slot), rec.model_dump_json().encode())
+
+
+def _once(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"benchmark: {' '.join(cmd)} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    # an installed wheel's modules are compiled; compile the checkout's once so no run times the compiler
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "runtime" / "calque"), quiet=1)
+    with moto_server() as url:
+        if url is None:
+            raise SystemExit("benchmark: moto_server is not installed (the dev dependencies have it)")
+        env = _env(url)
+        os.environ.update(env)
+        make_pool()
+        status = [str(BIN / "calque"), "pool", "status", "--pool", POOL, "--bucket", BUCKET]
+        rows = [
+            ("python -c pass", [sys.executable, "-c", "pass"]),
+            ("python -c 'import botocore'", [sys.executable, "-c", "import botocore"]),
+            ("python -c 'import botocore.session'", [sys.executable, "-c", "import botocore.session"]),
+            ("calque pool status --pool --bucket (moto)", status),
+        ]
+        _once(status, env)  # moto's first answers build its backends: not the command's time
+        times: list[list[float]] = [[] for _ in rows]
+        for _ in range(args.runs):
+            for i, (_, cmd) in enumerate(rows):
+                times[i].append(_once(cmd, env))
+    load = os.getloadavg()
+    ms = [statistics.median(t) * 1000 for t in times]
+    print(
+        f"calque pool status, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, median of {args.runs} rounds, "
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    width = max(len(name) for name, _ in rows)
+    print(f"{'command':<{width}}  {'ms':>7}  {'x botocore':>10}  {'x session':>9}")
+    for (name, _), m in zip(rows, ms, strict=True):
+        print(f"{name:<{width}}  {m:7.1f}  {m / ms[1]:9.2f}x  {m / ms[2]:8.2f}x")
+    verdict = "under" if ms[-1] < TARGET_S * 1000 else "OVER"
+    print(
+        f"pool status: {ms[-1]:.0f} ms against the {TARGET_S * 1000:.0f} ms target "
+        f"({ms[-1] / 1000 / TARGET_S:.2f}x, {verdict})"
+    )
+
+
+if __name__ == "__main__":
+    main()
