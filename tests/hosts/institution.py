@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from .fleet import Fleet
-from .paths import HOSTS_DIR, REPO
+from .paths import REPO
 
 INSTITUTION = REPO / "playbooks" / "inventories" / "institution"
 SITE = REPO / "playbooks" / "site.yml"
@@ -29,7 +29,9 @@ def prepare_dlami(fleet: Fleet, hosts: list[str] | None = None) -> None:
     NVIDIA's repository configured (here the stand-in one of tests/roles) and the driver installed and
     loaded (the stand-in ``nvidia-open``: ``nvidia-smi`` answering 580, ``nvidia-persistenced``,
     ``nvidia-cuda-mps-control``)."""
-    standins = HOSTS_DIR / "nvidia-standin"
+    # Built into the run's own folder: booted modules run side by side, and one shared folder was
+    # rebuilt by one run while another copied it (both runs' setups failed).
+    standins = fleet.dir / "nvidia-standin"
     names = [h.name for h in fleet.hosts if hosts is None or h.name in hosts]
     kernel = fleet.ssh(names[0], "uname -r").stdout.strip()
     subprocess.run(
