@@ -19,7 +19,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # Roles that run only on the controller and never touch a host: a booted host would test nothing
 # of theirs; their playbook tests (named here, which must exist) run them for real instead.
-CONTROLLER_ROLES = {"preflight": "tests/ansible/test_preflight.py"}
+CONTROLLER_ROLES = {
+    "preflight": "tests/ansible/test_preflight.py",
+    "session_fleet": "tests/ansible/test_session_fleet_playbook.py",  # AWS from the controller; hosts boot from user-data
+}
 
 
 def test_every_role_has_a_molecule_scenario() -> None:
