@@ -21,7 +21,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # of theirs; their playbook tests (named here, which must exist) run them for real instead.
 CONTROLLER_ROLES = {
     "preflight": "tests/ansible/test_preflight.py",
-    "session_fleet": "tests/ansible/test_session_fleet_playbook.py",  # AWS from the controller; hosts boot from user-data
+    # AWS from the controller; its hosts make themselves from user-data
+    "session_fleet": "tests/ansible/test_session_fleet_playbook.py",
 }
 
 
