@@ -32,7 +32,9 @@ def test_sandbox_runs_the_pool_flow_end_to_end_and_cleans_up() -> None:
     assert re.search(rf"workload: s3://calque-sandbox-runs/calque/pools/{QUEUE}/workload/embedder.py::Embedder", out)
     launched = re.findall(r"^  (i-[0-9a-f]+)  g6\.xlarge  \S+  InService  config [0-9a-f]{16}$", out, re.M)
     assert len(launched) == 2, out
-    assert re.search(r"sandbox/embedder\s+calque-sandbox-embedder-[0-9a-f]{8}\s+2/2\s+0\.\.3", out)  # calque pool list
+    assert re.search(
+        r"sandbox/embedder\s+group calque-sandbox-embedder-[0-9a-f]{8}\s+2/2\s+0\.\.3", out
+    )  # calque pool list
 
     # two local workers entered once each; two runs, every item ok, the second all warm hits
     assert len(re.findall(r"entered in \d+\.\d+s \(enter count 1\)", out)) == 2

@@ -19,6 +19,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 TEACH_A, TEACH_B, RESEARCH, FRONT = "teach-a", "teach-b", "research", "front"
 USERS = {"alice": 3101, "bob": 3102, "carol": 3103, "dave": 3104}
+# The institution inventory's two labs (share 1 each), as Unix groups with one gid on every host.
+LABS = {"alice": "lab-a", "bob": "lab-a", "carol": "lab-b", "dave": "lab-b"}
+LAB_GIDS = {"lab-a": 3201, "lab-b": 3202}
+AGING = 60  # the front door's aging bound here (seconds): short enough to watch a request pass it
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 LOGS = HOSTS_DIR / "logs"
 PY = "/opt/calque/venv/bin/python"
@@ -140,6 +145,17 @@ class Front:
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
+def wait_in_queue(f: Fleet, user: str, tag: str) -> None:
+    """``user`` joins the queue from teach-a (``--wait`` in the background): the grant in /tmp/TAG.json,
+    its time in /tmp/TAG.t."""
+    f.ssh(
+        TEACH_A,
+        "nohup sh -c 'calque session checkout --anywhere --profile 1g.24gb --wait --ttl 1h --json "
+        f">/tmp/{tag}.json 2>/tmp/{tag}.err; date +%s.%N >/tmp/{tag}.t' >/dev/null 2>&1 &",
+        user=user,
+    )
+
+
 def until(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -171,7 +187,13 @@ def front(host_image: Path, wheelhouse: Path) -> Iterator[Front]:
                 TEACH_A: teaching_limits,
                 TEACH_B: teaching_limits,
                 RESEARCH: {"calque_session_service_mps": one_gpu_mps_slots()},
-                FRONT: {"calque_session_frontdoor_queue": {"max_queued_per_user": 20, "claim_window": "60s"}},
+                FRONT: {
+                    "calque_session_frontdoor_queue": {
+                        "max_queued_per_user": 20,
+                        "claim_window": "60s",
+                        "aging": f"{AGING}s",
+                    }
+                },
             },
         )
         LOGS.mkdir(parents=True, exist_ok=True)
@@ -195,9 +217,14 @@ def test_the_front_door_across_three_booted_hosts(front: Front) -> None:
     keys = {f.ssh(h, "sha256sum /etc/munge/munge.key").stdout.split()[0] for h in (TEACH_A, TEACH_B, FRONT)}
     assert len(keys) == 1
 
-    for user, uid in USERS.items():  # the same uid on every host
+    for user, uid in USERS.items():  # the same uid on every host, in its lab's group
+        lab = LABS[user]
         for host in (TEACH_A, TEACH_B, RESEARCH, FRONT):
-            f.ssh(host, f"id {user} >/dev/null 2>&1 || useradd --uid {uid} --create-home --shell /bin/bash {user}")
+            f.ssh(
+                host,
+                f"(getent group {lab} >/dev/null || groupadd --gid {LAB_GIDS[lab]} {lab}) && "
+                f"(id {user} >/dev/null 2>&1 || useradd --uid {uid} -G {lab} --create-home --shell /bin/bash {user})",
+            )
         f.authorize(TEACH_A, user)
 
     # Two users fill every 1g slice of both teaching hosts from teach-a, through the broker over TCP.
@@ -221,12 +248,7 @@ def test_the_front_door_across_three_booted_hosts(front: Front) -> None:
     assert mps["host"] == RESEARCH
 
     # carol waits in the queue; alice checks one in; carol has it within 1 s of the free.
-    f.ssh(
-        TEACH_A,
-        "nohup sh -c 'calque session checkout --anywhere --profile 1g.24gb --wait --ttl 1h --json >/tmp/carol.json "
-        "2>/tmp/carol.err; date +%s.%N >/tmp/carol.t' >/dev/null 2>&1 &",
-        user="carol",
-    )
+    wait_in_queue(f, "carol", "carol")
     mine = until(
         "carol's request queued",
         lambda: [e for e in front.json("carol", "session queue --json") if e["state"] == "queued"],
@@ -302,3 +324,36 @@ def test_the_front_door_across_three_booted_hosts(front: Front) -> None:
         30,
         1.0,
     )
+
+    # Fair share and aging, scripted. Every 1g slice is held; lab-a (alice, bob) has used far more
+    # through the broker than lab-b (carol, dave). alice queues first, dave after her: dave goes first.
+    def positions() -> dict[str, int]:
+        return {e["user"]: e["position"] for e in front.queue_all() if e["state"] == "queued"}
+
+    def two_queued() -> dict[str, int] | None:
+        now = positions()
+        return now if len(now) == 2 else None
+
+    wait_in_queue(f, "alice", "fair-alice")
+    until("alice queued", lambda: "alice" in positions(), 30)
+    wait_in_queue(f, "dave", "fair-dave")
+    order = until("alice and dave queued", two_queued, 30)
+    assert order == {"dave": 1, "alice": 2}, order  # lab-b is further below its share
+    bobs = [g for g in grants if g["session"]["user"] == "bob"]
+    front.calque("bob", f"session checkin {bobs[0]['session']['id']}@{bobs[0]['host']}")
+    until("dave granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-dave.t 2>/dev/null || :").stdout, 30, 0.2)
+    assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-dave.json").stdout)["host"] == bobs[0]["host"]
+    assert positions() == {"alice": 1}
+    # carol (lab-b) queues behind alice and goes ahead of her, until alice has waited the aging bound:
+    # then arrival is all that counts, and alice is next whatever her lab used.
+    wait_in_queue(f, "carol", "fair-carol")
+    order = until("carol queued", two_queued, 30)
+    alice_since = next(e["enqueued_at"] for e in front.queue_all() if e["user"] == "alice" and e["state"] == "queued")
+    waited = time.time() - datetime.fromisoformat(alice_since).timestamp()
+    assert waited < AGING and order == {"carol": 1, "alice": 2}, (waited, order)
+    aged = until("alice past the aging bound", lambda: positions() == {"alice": 1, "carol": 2}, AGING + 30, 2.0)
+    assert aged
+    front.calque("bob", f"session checkin {bobs[1]['session']['id']}@{bobs[1]['host']}")
+    until("alice granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-alice.t 2>/dev/null || :").stdout, 30, 0.2)
+    assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-alice.json").stdout)["host"] == bobs[1]["host"]
+    assert positions() == {"carol": 1}

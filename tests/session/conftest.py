@@ -33,6 +33,9 @@ from .munged import munged  # noqa: F401 (a fixture of the cross-host tests)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PY = REPO / ".venv/bin/python"
+# The labs' Unix groups of the ledger and budget tests, one pair per test process: side by side,
+# two tests creating (and at teardown deleting) one group name took it from under each other.
+LAB_A, LAB_B = f"cqla{os.getpid()}", f"cqlb{os.getpid()}"
 SITE = next((REPO / ".venv/lib").glob("python3*/site-packages"))
 CLI = "import sys; sys.argv[0] = 'calque'; from calque.cli.main import main; main()"
 # The stand-in control daemon the GPU tests use (a real process on a real socket), for each MPS GPU.

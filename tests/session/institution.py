@@ -29,10 +29,21 @@ from .conftest import CLI, VENV_PY, Host, User, _user_python
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port() -> int:
+    """A port free for both UDP and TCP: the broker takes nudges (UDP) and researchers (TCP) on one port."""
+    for _ in range(50):
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp,
+        ):
+            tcp.bind(("127.0.0.1", 0))
+            port = int(tcp.getsockname()[1])
+            try:
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no port free for both TCP and UDP on 127.0.0.1 in 50 tries")
 
 
 @dataclass
@@ -182,7 +193,7 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
     root = Path(tempfile.mkdtemp(prefix="calque-inst-", dir="/tmp"))
     root.chmod(0o755)
     probe = make_user()
-    port = free_udp_port()
+    port = free_port()
     hosts = {name: make_host(root, name, n, probe, port) for name, n in slices.items()}
     python, env = _user_python(probe)
     b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port)

@@ -412,7 +412,9 @@ def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Calla
         waited = time.monotonic() - freed
         assert later.returncode == 0, err
         assert json.loads(out)["session"]["user"] == carol.name
-        assert 5.0 <= waited < 15.0, waited  # held for alice through the claim window, then passed on
+        # held for alice through the claim window (5 s), then passed on; the window opens when the broker
+        # holds the grant, which can be before the check-in's own client has exited and been timed here
+        assert 4.5 <= waited < 15.0, waited
         db = sqlite3.connect(f"file:{broker.db}?mode=ro", uri=True)
         (state,) = db.execute("SELECT state FROM requests WHERE id=?", (rid,)).fetchone()
         db.close()

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from .conftest import User, wait_for
-from .institution import Broker, _user_python, free_udp_port, make_host
+from .conftest import LAB_A, LAB_B, User, wait_for
+from .institution import Broker, _user_python, free_port, make_host
 from .test_broker import _Sink
 
 
@@ -41,17 +41,17 @@ def test_the_institution_report_keeps_a_down_host_as_stale_and_labs_are_mailed_a
     smtp.start()
     root = Path(tempfile.mkdtemp(prefix="calque-ledger-", dir="/tmp"))
     root.chmod(0o755)
-    alice, bob = make_user(["cqlab-a"]), make_user(["cqlab-b"])
-    port = free_udp_port()
+    alice, bob = make_user([LAB_A]), make_user([LAB_B])
+    port = free_port()
     hosts = {name: make_host(root, name, 2, alice, port) for name in ("hostA", "hostB")}
     python, env = _user_python(alice)
     broker = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port)
     broker.dir.mkdir(mode=0o755)
     labs = [
         # lab-a: told early (a notice at 0.01 % of 1 GPU-h, 0.36 GPU-s) and far from its end
-        {"name": "lab-a", "groups": ["cqlab-a"], "budget": {"gpu_hours": 1.0, "notify_at": 0.0001}},
+        {"name": "lab-a", "groups": [LAB_A], "budget": {"gpu_hours": 1.0, "notify_at": 0.0001}},
         # lab-b: 0.0001 GPU-h (0.36 GPU-s) is spent in under 3 s on a 1/7 slice
-        {"name": "lab-b", "groups": ["cqlab-b"], "budget": {"gpu_hours": 0.0001, "raised_by": "rc@example.edu"}},
+        {"name": "lab-b", "groups": [LAB_B], "budget": {"gpu_hours": 0.0001, "raised_by": "rc@example.edu"}},
     ]
     broker.write_institution(labs=labs)
     inst = broker.dir / "institution.yaml"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from .conftest import User
+from .conftest import LAB_A, User
 from .institution import institution
 from .munged import start_munged, stop_munged
 
@@ -41,7 +41,7 @@ def test_the_institution_report_over_tcp(make_user: Callable[..., User]) -> None
                         "version": 1,
                         "hosts": [*hosts, {"name": "hostZ", "address": "127.0.0.1", "port": _free_port()}],
                         "broker": {"address": "127.0.0.1", "port": broker.port, "service_user": "root"},
-                        "labs": [{"name": "lab-a", "groups": ["cqlab-a"]}],
+                        "labs": [{"name": "lab-a", "groups": [LAB_A]}],
                     }
                 )
             )
@@ -55,7 +55,7 @@ def test_the_institution_report_over_tcp(make_user: Callable[..., User]) -> None
                 )
             broker.config.update(local_hosts={}, institution=str(inst), munge_socket=str(brokers_munged.socket))
             broker.start()
-            alice, bob = make_user(["cqlab-a"]), make_user()
+            alice, bob = make_user([LAB_A]), make_user()
             for u, name in ((alice, "hostA"), (bob, "hostB")):
                 assert broker.hosts[name].cli(u, "session", "checkout", "--json").returncode == 0
 

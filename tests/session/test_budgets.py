@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import yaml
 
-from .conftest import Host, User
+from .conftest import LAB_A, LAB_B, Host, User
 
 RAISED_BY = "Research Computing <rc@example.edu>"
 
@@ -20,8 +20,8 @@ def _institution(host: Host) -> str:
     path = host.dir / "institution.yaml"
     labs = [
         # 0.0002 GPU-h = 0.72 GPU-s: a few seconds on a 1/7 slice spend it
-        {"name": "lab-a", "groups": ["cqlab-a"], "budget": {"gpu_hours": 0.0002, "raised_by": RAISED_BY}},
-        {"name": "lab-b", "groups": ["cqlab-b"], "budget": {"usd": 1000}},
+        {"name": "lab-a", "groups": [LAB_A], "budget": {"gpu_hours": 0.0002, "raised_by": RAISED_BY}},
+        {"name": "lab-b", "groups": [LAB_B], "budget": {"usd": 1000}},
     ]
     path.write_text(yaml.safe_dump({"version": 1, "labs": labs}))
     path.chmod(0o644)
@@ -29,7 +29,7 @@ def _institution(host: Host) -> str:
 
 
 def test_a_lab_over_its_budget_is_refused_and_a_lab_under_it_is_not(host: Host, make_user: Callable[..., User]) -> None:
-    alice, bob = make_user(["cqlab-a"]), make_user(["cqlab-b"])
+    alice, bob = make_user([LAB_A]), make_user([LAB_B])
     host.start(institution=_institution(host))
     first = host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--json", check=True)
     assert json.loads(first.stdout)["user"] == alice.name  # under budget: granted

@@ -34,7 +34,7 @@ from calque.session.config import load_config
 from calque.session.daemon import ledger
 from calque.session.daemon.host import Host
 
-from .conftest import User
+from .conftest import LAB_A, LAB_B, User
 
 H = 3600.0
 POOL = "lab-a/embedder"
@@ -70,11 +70,11 @@ def _hold(h: Host, sid: str, user: User, start: float, end: float | None) -> Non
 
 @pytest.fixture
 def labs(make_user: Callable[..., User], tmp_path: Path) -> Iterator[tuple[User, User, Path]]:
-    alice, bob = make_user(["cqlab-a"]), make_user(["cqlab-b"])
+    alice, bob = make_user([LAB_A]), make_user([LAB_B])
     inst = tmp_path / "institution.yaml"
     inst.write_text(
         yaml.safe_dump(
-            {"version": 1, "labs": [{"name": "lab-a", "groups": ["cqlab-a"]}, {"name": "lab-b", "groups": ["cqlab-b"]}]}
+            {"version": 1, "labs": [{"name": "lab-a", "groups": [LAB_A]}, {"name": "lab-b", "groups": [LAB_B]}]}
         )
     )
     yield alice, bob, inst

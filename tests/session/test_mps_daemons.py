@@ -52,8 +52,13 @@ def test_a_stopped_mps_daemon_is_noticed_refused_to_others_and_offered_again_onc
         assert f"session {held['id']}" in told and "MPS control daemon of GPU 1 does not answer" in told, told
         (down,) = _events(host, "mps_down", held["id"])
         assert down["terminals"] == 1 and "nothing listens" in down["reason"], down
-        (mine,) = json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)
-        assert mine["id"] == held["id"] and any("GPU 1 does not answer" in w for w in mine["warnings"]), mine
+
+        def warned() -> bool:  # each daemon process asks a pipe at most once a second (MPS_PROBE_MAX_AGE_S)
+            (mine,) = json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)
+            assert mine["id"] == held["id"], mine
+            return any("GPU 1 does not answer" in w for w in mine["warnings"])
+
+        assert wait_for(warned, 5)
         assert "warning: the MPS control daemon of GPU 1" in host.cli(alice, "session", "status", check=True).stdout
 
         # Bob sees both slots unavailable, and why; his checkout is refused (exit 4) saying the same.
