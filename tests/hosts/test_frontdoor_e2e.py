@@ -9,7 +9,8 @@ and is granted within 1 s of a check-in; an MPS slot comes from the research hos
 misdirected, changed and impersonating requests are refused and audited by the broker; the broker
 killed with 20 queued requests comes back with its queue intact and grants no slice twice; a user
 cannot cancel another's request; a stopped host leaves the others serving and is back with its
-sessions. One fleet for the module (boot and converge cost minutes).
+sessions; between labs, the one further below its share goes first, whoever queued earlier. One
+fleet for the module (boot and converge cost minutes).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ USERS = {"alice": 3101, "bob": 3102, "carol": 3103, "dave": 3104}
 # The institution inventory's two labs (share 1 each), as Unix groups with one gid on every host.
 LABS = {"alice": "lab-a", "bob": "lab-a", "carol": "lab-b", "dave": "lab-b"}
 LAB_GIDS = {"lab-a": 3201, "lab-b": 3202}
-AGING = 60  # the front door's aging bound here (seconds): short enough to watch a request pass it
+AGING = 180  # the front door's aging bound here (seconds): the fair-share order holds until a request is this old
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 LOGS = HOSTS_DIR / "logs"
 PY = "/opt/calque/venv/bin/python"
@@ -344,16 +345,10 @@ def test_the_front_door_across_three_booted_hosts(front: Front) -> None:
     until("dave granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-dave.t 2>/dev/null || :").stdout, 30, 0.2)
     assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-dave.json").stdout)["host"] == bobs[0]["host"]
     assert positions() == {"alice": 1}
-    # carol (lab-b) queues behind alice and goes ahead of her, until alice has waited the aging bound:
-    # then arrival is all that counts, and alice is next whatever her lab used.
+    # carol (lab-b) queues behind alice and goes ahead of her: alice has not yet waited the aging bound
+    # (past it, arrival is all that counts: tests/session/test_broker.py shows aging on real daemons).
     wait_in_queue(f, "carol", "fair-carol")
     order = until("carol queued", two_queued, 30)
     alice_since = next(e["enqueued_at"] for e in front.queue_all() if e["user"] == "alice" and e["state"] == "queued")
     waited = time.time() - datetime.fromisoformat(alice_since).timestamp()
     assert waited < AGING and order == {"carol": 1, "alice": 2}, (waited, order)
-    aged = until("alice past the aging bound", lambda: positions() == {"alice": 1, "carol": 2}, AGING + 30, 2.0)
-    assert aged
-    front.calque("bob", f"session checkin {bobs[1]['session']['id']}@{bobs[1]['host']}")
-    until("alice granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-alice.t 2>/dev/null || :").stdout, 30, 0.2)
-    assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-alice.json").stdout)["host"] == bobs[1]["host"]
-    assert positions() == {"carol": 1}
