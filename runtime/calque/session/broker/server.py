@@ -15,6 +15,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -37,6 +38,8 @@ from calque.session.brokerconfig import BrokerConfig
 from calque.session.files import prepare_socket
 
 log = logging.getLogger("calque.broker")
+
+STOP_GRACE_S = 5.0  # how long stop() lets connections being served end before the store closes
 
 
 def _kind_of(exc: CalqueError) -> str:
@@ -94,7 +97,7 @@ class BrokerServer:
         # open connections per key: a unix caller's uid, a TCP peer's address (known before its request)
         self._open: collections.Counter[int | str] = collections.Counter()
         self._total = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified as each connection ends: stop() waits on it
         self._threads: list[threading.Thread] = []
         self.unix: socket.socket | None = None
         self.udp: socket.socket | None = None
@@ -140,6 +143,14 @@ class BrokerServer:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
+        # Connections still being served read the store the broker closes next: let them see
+        # ``stopping`` (a waiting one looks every WAIT_TICK_S) and end first, within a bound.
+        deadline = time.monotonic() + STOP_GRACE_S
+        with self._lock:
+            while self._total > 0 and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+            if self._total > 0:
+                log.warning("%d broker connection(s) open after %.0f s; stopping anyway", self._total, STOP_GRACE_S)
 
     def _accept_unix(self) -> None:
         assert self.unix is not None
@@ -225,6 +236,7 @@ class BrokerServer:
                 self._total -= 1
                 if self._open[uid] <= 0:
                     del self._open[uid]
+                self._lock.notify_all()
 
     def _reply(self, conn: socket.socket, line: bytes, identify: Identify) -> bytes | None:
         try:
