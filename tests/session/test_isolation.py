@@ -21,6 +21,7 @@ from calque.session.daemon.cgroup import cgroup2_mount
 from calque.session.daemon.isolation import acl_users
 
 from .conftest import CLI, Host, User, as_user, wait_for
+from .institution import free_port, make_host
 
 pytestmark = pytest.mark.slow
 
@@ -228,6 +229,35 @@ def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
         assert work.wait(5) == -signal.SIGKILL
         assert wait_for(lambda: not cg.exists(), 5)
     finally:
+        if work.poll() is None:
+            work.kill()
+            work.wait()
+
+
+def test_a_second_daemon_under_the_same_cgroup_parent_leaves_this_ones_sessions_alone(
+    host: Host, make_user: Callable[..., User], cgroup_parent: Path
+) -> None:
+    # Two daemons, one cgroup parent (two services on a host, or a test run's daemons side by side):
+    # the other's sweep once killed every session cgroup its own registry did not list as live.
+    alice = make_user()
+    other = make_host(host.dir, "other", 1, alice, free_port())
+    host.start(cgroup_parent=str(cgroup_parent), cgroups="direct")
+    other.start(mps=False, cgroup_parent=str(cgroup_parent), cgroups="direct")
+    s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sleep", "300"]
+    work = subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir)
+    cg = cgroup_parent / s["id"]
+    try:
+        assert wait_for(lambda: cg.is_dir() and (cg / "cgroup.procs").read_text().split() == [str(work.pid)], 20)
+        time.sleep(1.5)  # six of the other daemon's ticks (0.25 s apart)
+        assert work.poll() is None and cg.is_dir()
+        foreign = f"cgroup of session {s['id']} is not one of this daemon's sessions; leaving it"
+        assert (other.dir / "daemon.log").read_text().count(foreign) == 1  # named once, not every tick
+        host.cli(alice, "session", "checkin", s["id"], check=True)
+        assert work.wait(5) == -signal.SIGKILL  # its own daemon still ends it
+    finally:
+        other.stop()
         if work.poll() is None:
             work.kill()
             work.wait()

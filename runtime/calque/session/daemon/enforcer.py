@@ -64,6 +64,7 @@ class Enforcer:
             for i in range(RECLAIMERS)
         ]
         self._last_reassert = 0.0
+        self._foreign: set[str] = set()  # session cgroups under our parent that this registry never had
         self.idle = idle_watch(host)
         try:
             self._notice_sig = int(getattr(signal, self.cfg.notice_signal))
@@ -203,10 +204,17 @@ class Enforcer:
                     self._retry_at.pop(sid, None)
 
     def sweep_cgroups(self, with_cgroup: list[str], live: set[str]) -> None:
-        """Kill the cgroup of any session that is no longer live (ended by another process, or before
-        a restart). ``with_cgroup`` was listed before ``live`` was read, so a cgroup made for a new
-        session after that read is not in it."""
+        """Kill the cgroup of any session of ours that is no longer live (ended by another process, or
+        before a restart). ``with_cgroup`` was listed before ``live`` was read, so a cgroup made for a
+        new session after that read is not in it. A cgroup of a session this registry never had is not
+        ours (another daemon's under the same parent: a second service on the host, a test's daemons
+        side by side): it is named once and left alone, never killed."""
         for sid in with_cgroup:
-            if sid not in live:
-                log.info("session %s has ended: killing its cgroup", sid)
-                self.cgroups.kill(sid)
+            if sid in live or sid in self._foreign:
+                continue
+            if self.host.registry.get(sid) is None:
+                self._foreign.add(sid)
+                log.warning("cgroup of session %s is not one of this daemon's sessions; leaving it", sid)
+                continue
+            log.info("session %s has ended: killing its cgroup", sid)
+            self.cgroups.kill(sid)
