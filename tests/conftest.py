@@ -74,13 +74,19 @@ def moto(moto_endpoint: str) -> Iterator[str]:
 
 
 # --- Side by side (scripts/test runs pytest -n N) --------------------------------------------------
-# The booted-host tier's site e2e runs as one unit on one worker, in its own order (the e2e starts the
-# molecule scenarios beside it), and first: it is the longest chain, and it spends its time waiting on
-# ssh and systemd while the other workers take every other test one at a time, wherever a worker is
-# free. Every other booted module (its own fleet, module-scoped) is a unit of its own, started next on
-# another worker: chained behind the site e2e they would make the whole run as long as their sum.
+# The booted-host tier's e2e modules share one booted estate (tests/hosts/estate.py, session-scoped),
+# so they run as one unit on one worker, in this order (each leaves the hosts as the next expects), and
+# first: it is the longest chain, and it spends much of its time waiting on ssh and systemd while the
+# other workers take every other test one at a time, wherever a worker is free. The molecule scenarios
+# start in the background with the estate; their tests only collect the results, last. Every other
+# booted module (its own fleet, module-scoped) is a unit of its own, started next on another worker.
 HOSTS_TIER = "tests/hosts/"
-SITE_TIER = ("tests/hosts/test_site_e2e.py", "tests/hosts/test_molecule.py")
+SITE_TIER = (
+    "tests/hosts/test_site_e2e.py",
+    "tests/hosts/test_layout_drain_e2e.py",
+    "tests/hosts/test_frontdoor_e2e.py",
+    "tests/hosts/test_molecule.py",
+)
 
 
 def _unit(nodeid: str) -> str:
@@ -92,9 +98,16 @@ def _unit(nodeid: str) -> str:
     return nodeid
 
 
+def _rank(nodeid: str) -> tuple[int, int]:
+    """The site tier first, in SITE_TIER's order; then the other booted modules; then the rest."""
+    for i, module in enumerate(SITE_TIER):
+        if nodeid.startswith(module):
+            return (0, i)
+    return (1, 0) if nodeid.startswith(HOSTS_TIER) else (2, 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # stable: each tier keeps its order; the site tier, then the other booted modules, then the rest
-    items.sort(key=lambda item: (not item.nodeid.startswith(SITE_TIER), not item.nodeid.startswith(HOSTS_TIER)))
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: each module keeps its own order
 
 
 @pytest.hookimpl(optionalhook=True)

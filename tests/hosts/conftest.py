@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .estate import booted_estate, estate, release_after  # noqa: F401 (the e2e modules' shared estate)
 from .fleet import Fleet, HostSpec
 from .image import ensure_image
 from .paths import HOSTS_DIR
@@ -37,6 +38,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("hosts"):
             item.add_marker(skip)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    release_after(item, nextitem)
 
 
 @pytest.fixture(scope="session")

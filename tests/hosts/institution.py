@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -40,7 +41,8 @@ def prepare_dlami(fleet: Fleet, hosts: list[str] | None = None) -> None:
         capture_output=True,
         timeout=300,
     )
-    for name in names:
+
+    def install(name: str) -> None:
         fleet.scp_to(name, standins, "/srv/nvidia-standin")
         fleet.ssh(
             name,
@@ -50,18 +52,21 @@ def prepare_dlami(fleet: Fleet, hosts: list[str] | None = None) -> None:
             timeout=300,
         )
 
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:  # the hosts are independent: side by side
+        list(pool.map(install, names))  # list(): the first failure is raised here
 
-def run_institution(fleet: Fleet, frontdoor: str) -> dict[str, object]:
+
+def run_institution(fleet: Fleet, frontdoor: str, offers: dict[str, list[str]] | None = None) -> dict[str, object]:
     """The institution inventory's ``calque_session_service_institution`` with the run's hosts in place
-    of example.edu's: every session host at its address (port 7461, its group's offers), the broker on
-    ``frontdoor``; the labs are the inventory's."""
+    of example.edu's: every session host at its address (port 7461, what ``offers`` names for it, else
+    its group's offers), the broker on ``frontdoor``; the labs are the inventory's."""
     example = yaml.safe_load((INSTITUTION / "group_vars" / "all.yml").read_text())["calque_session_service_institution"]
-    offers = {"teaching": ["1g.24gb"], "research": ["mps"]}
+    by_group = {"teaching": ["1g.24gb"], "research": ["mps"]}
     hosts = [
-        {"name": h.name, "address": h.address, "port": 7461, "offers": offers[g]}
+        {"name": h.name, "address": h.address, "port": 7461, "offers": (offers or {}).get(h.name, by_group[g])}
         for h in fleet.hosts
         for g in h.groups
-        if g in offers
+        if g in by_group
     ]
     front = fleet.host(frontdoor)
     broker = {"name": front.name, "address": front.address, "port": 7460, "service_user": "root"}

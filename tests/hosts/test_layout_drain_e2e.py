@@ -1,17 +1,16 @@
-"""A MIG layout change through ``calque.gpu.gpu_layout`` (``playbooks/site.yml``) on a booted 8x H100
-host (p5.48xlarge) with live sessions: the role drains only the GPU whose layout differs, waits for the
-session on a slice it destroys to run out by its own deadline (``calque_gpu_layout_drain_wait``),
-changes it and undrains it; the session on another GPU never ends and its slices never move; a second
-run changes nothing; outside ``calque_gpu_layout_window`` the change is refused before anything
-changes (check mode says so). And ``calque session drain --by`` on that host: the session on the
-drained GPU ends at the new deadline (reason ``drained``), the drain outlives a restart of
-``calque-session.service``, and ``undrain`` gives the GPU back."""
+"""A MIG layout change through ``calque.gpu.gpu_layout`` (``playbooks/site.yml``) on the estate's
+booted 8x H100 host (p5.48xlarge; ``estate.py``) with live sessions: the role drains only the GPU whose
+layout differs, waits for the session on a slice it destroys to run out by its own deadline
+(``calque_gpu_layout_drain_wait``), changes it and undrains it; the session on another GPU never ends
+and its slices never move; a second run changes nothing; outside ``calque_gpu_layout_window`` the
+change is refused before anything changes (check mode says so). And ``calque session drain --by`` on
+that host: the session on the drained GPU ends at the new deadline (reason ``drained``), the drain
+outlives a restart of ``calque-session.service``, and ``undrain`` gives the GPU back."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -19,32 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
-from .fleet import Fleet, HostSpec
-from .institution import INSTITUTION, institution_inventory, prepare_dlami
-from .paths import HOSTS_DIR
-from .test_site_e2e import Estate, recap
+from .estate import H100, Estate, recap
+from .institution import INSTITUTION
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
-H100 = "teach-h100"
 AUDIT = "/var/log/calque/session-audit.jsonl"
-# The layout's own part of site.yml (its preflight and MIG tasks): straight to the role once converged.
-ROLE = ("--tags", "gpu_layout_mig")
-
-
-@pytest.fixture(scope="module")
-def estate(host_image: Path, wheelhouse: Path) -> Iterator[Estate]:
-    fleet = Fleet("drain")
-    try:
-        fleet.up([HostSpec(H100, "p5.48xlarge", ("teaching",))])
-        prepare_dlami(fleet)
-        inventory, extra = institution_inventory(
-            fleet, wheelhouse, host_vars={H100: {"calque_nvidia_driver_instance_type": "p5.48xlarge"}}
-        )
-        (HOSTS_DIR / "logs").mkdir(parents=True, exist_ok=True)
-        yield Estate(fleet, inventory, extra)
-    finally:
-        fleet.down()
+# The layout's own part of site.yml (its preflight and MIG tasks) on this host alone, the estate converged.
+ROLE = ("--limit", H100, "--tags", "gpu_layout_mig")
 
 
 def _layout_vars(estate: Estate, **more: Any) -> Path:
@@ -78,21 +59,9 @@ def _events(estate: Estate) -> list[dict[str, Any]]:
     return [json.loads(x) for x in estate.fleet.ssh(H100, f"cat {AUDIT}").stdout.splitlines() if x.strip()]
 
 
-@pytest.fixture(scope="module")
-def converged(estate: Estate) -> Estate:
-    """site.yml once, and four users who log in by ssh."""
-    first = estate.site("drain-first")
-    assert first.returncode == 0, first.stdout[-6000:]
-    for user in ("alice", "bob", "carol", "dave"):
-        estate.fleet.ssh(H100, f"id {user} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {user}")
-        estate.fleet.authorize(H100, user)
-    return estate
-
-
 def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on_the_others(
-    converged: Estate,
+    estate: Estate,
 ) -> None:
-    estate = converged
     f = estate.fleet
     before = _devices(estate)
     assert sorted(before) == list(range(8)) and all(len(v) == 7 for v in before.values())
@@ -136,12 +105,12 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     again = estate.site("drain-again", "-e", f"@{wait}", *ROLE)
     assert again.returncode == 0 and recap(again.stdout)[H100]["changed"] == 0, again.stdout[-6000:]
     assert len([e for e in _events(estate) if e["event"] == "drain"]) == 1
+    f.ssh(H100, f"calque session checkin {bob['id']}", user="bob")  # the estate as it was, for the next module
 
 
 def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain_gives_the_gpu_back(
-    converged: Estate,
+    estate: Estate,
 ) -> None:
-    estate = converged
     f = estate.fleet
     carol = _as(estate, "carol", "calque session checkout --gpu 5 --ttl 1h --json")
     drained = json.loads(f.ssh(H100, "calque session drain --gpu 5 --by 20s --reason 'fan swap' --json").stdout)
@@ -169,3 +138,4 @@ def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain
     assert "fan swap" in f.ssh(H100, "calque session undrain --gpu 5").stdout
     dave = _as(estate, "dave", "calque session checkout --gpu 5 --ttl 10m --json")
     assert dave["gpu_index"] == 5
+    f.ssh(H100, f"calque session checkin {dave['id']}", user="dave")
