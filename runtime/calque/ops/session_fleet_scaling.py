@@ -57,18 +57,10 @@ class FleetScalingPlan:
 
     @property
     def changed(self) -> bool:
-        if self.want is None:
-            return bool(self.current.policies or self.current.alarms or self.current.hooks)
-        return self.current.model_dump(exclude={"group_exists"}) != self.want.model_dump(exclude={"group_exists"})
+        return self.current.differs(self.want)
 
     def actions(self) -> list[str]:
-        if not self.changed:
-            return []
-        if self.want is None:
-            return [f"delete {n}" for n in (*self.current.alarms, *self.current.policies, *self.current.hooks)]
-        out = [f"put scaling policy {n}" for n, d in self.want.policies.items() if self.current.policies.get(n) != d]
-        out += [f"put lifecycle hook {n}" for n, d in self.want.hooks.items() if self.current.hooks.get(n) != d]
-        return out + [f"put alarm {n}" for n, d in self.want.alarms.items() if self.current.alarms.get(n) != d]
+        return self.current.actions_to(self.want)
 
 
 class FleetScalingOp(Operation[FleetScalingRequest, FleetScalingPlan, FleetScalingResult]):

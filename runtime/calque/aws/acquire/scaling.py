@@ -87,6 +87,25 @@ class ScalingState(CalqueModel):
     hooks: dict[str, dict[str, Any]] = Field(default_factory=dict)
     metrics: list[str] = Field(default_factory=list)
 
+    def differs(self, want: ScalingState | None) -> bool:
+        """Whether reaching ``want`` (None: absent) from this state changes anything."""
+        if want is None:
+            return bool(self.policies or self.alarms or self.hooks)
+        return self.model_dump(exclude={"group_exists"}) != want.model_dump(exclude={"group_exists"})
+
+    def actions_to(self, want: ScalingState | None) -> list[str]:
+        """What reaching ``want`` does, one line per part (the plan's words in check mode and diff)."""
+        if not self.differs(want):
+            return []
+        if want is None:
+            return [f"delete {n}" for n in (*self.alarms, *self.policies, *self.hooks)]
+        out = [f"put scaling policy {n}" for n, d in want.policies.items() if self.policies.get(n) != d]
+        out += [f"put lifecycle hook {n}" for n, d in want.hooks.items() if self.hooks.get(n) != d]
+        out += [f"put alarm {n}" for n, d in want.alarms.items() if self.alarms.get(n) != d]
+        if sorted(self.metrics) != sorted(want.metrics):
+            out.insert(0, f"collect {', '.join(want.metrics)} for the group")
+        return out
+
 
 def _stat(qid: str, namespace: str, metric: str, dim: str, value: str, stat: str, period: bool) -> dict[str, Any]:
     stat_doc: dict[str, Any] = {
