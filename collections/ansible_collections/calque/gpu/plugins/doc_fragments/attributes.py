@@ -25,3 +25,18 @@ attributes:
     description:
       - A second run with the same options changes nothing and reports RV(ignore:changed=false).
 """
+
+    # A module that renders documents and changes nothing (pool_iam_policy, session_fleet_iam_policy).
+    RENDER_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Renders only; the same in check mode.
+  diff_mode:
+    support: none
+    details: Nothing changes, so there is nothing to compare.
+  idempotent:
+    support: full
+    details: Never changes anything.
+"""

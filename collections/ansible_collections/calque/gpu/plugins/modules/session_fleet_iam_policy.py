@@ -54,16 +54,7 @@ options:
 extends_documentation_fragment:
   - calque.gpu.runtime
   - calque.gpu.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Renders only; the same in check mode.
-  diff_mode:
-    support: none
-    details: Nothing changes, so there is nothing to compare.
-  idempotent:
-    support: full
-    details: Never changes anything.
+  - calque.gpu.attributes.render_only
 """
 
 EXAMPLES = r"""
