@@ -207,3 +207,43 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
         for h in hosts.values():
             h.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None) -> Iterator[None]:
+    """The broker reaching its hosts over TCP with munge instead of their sockets: the broker and the
+    hosts each have a munged (one key), ``institution.yaml`` names every host at a loopback port, plus
+    hostZ where nothing listens; the hosts are restarted listening, the broker configured (not started)."""
+    from .munged import start_munged, stop_munged
+
+    (broker.dir / "munge").mkdir()
+    (broker.dir / "munge-hosts").mkdir()
+    brokers_munged = start_munged(broker.dir / "munge")
+    hosts_munged = start_munged(broker.dir / "munge-hosts", key=brokers_munged.key.read_bytes())
+    try:
+        ports = {name: free_port() for name in broker.hosts}
+        inst = broker.dir / "institution.yaml"
+        doc: dict[str, Any] = {
+            "version": 1,
+            # hostZ is in the file but nothing listens there: refused connections, skipped (NotSent)
+            "hosts": [{"name": n, "address": "127.0.0.1", "port": p} for n, p in ports.items()]
+            + [{"name": "hostZ", "address": "127.0.0.1", "port": free_port()}],
+            "broker": {"address": "127.0.0.1", "port": broker.port, "service_user": "root"},
+        }
+        if labs is not None:
+            doc["labs"] = labs
+        inst.write_text(yaml.safe_dump(doc))
+        inst.chmod(0o644)
+        for name, h in broker.hosts.items():
+            h.stop()
+            h.start(
+                listen_tcp={"address": "127.0.0.1", "port": ports[name]},
+                institution=str(inst),
+                munge_socket=str(hosts_munged.socket),
+            )
+        broker.config.update(local_hosts={}, institution=str(inst), munge_socket=str(brokers_munged.socket))
+        yield
+    finally:
+        broker.stop()
+        stop_munged(hosts_munged)
+        stop_munged(brokers_munged)
