@@ -153,7 +153,7 @@ def booted_estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureReq
                 FRONT: {
                     "calque_session_frontdoor_queue": {
                         "max_queued_per_user": 20,
-                        "claim_window": "60s",
+                        "claim_window": "30s",  # a grant nobody claims goes back within the test's patience
                         "aging": f"{AGING}s",
                     }
                 },

@@ -75,9 +75,10 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     assert refused.returncode != 0 and "outside the layout's change window" in refused.stdout, refused.stdout[-6000:]
     assert _devices(estate) == before and not [e for e in _events(estate) if e["event"] == "drain"]
 
-    # Bob on GPU 3 (its layout stays) for an hour; Alice on GPU 0 (its slices go) for 180 s.
+    # Bob on GPU 3 (its layout stays) for an hour; Alice on GPU 0 (its slices go) for 90 s: the role reaches
+    # its drain within seconds, then waits for her session.
     bob = _as(estate, "bob", "calque session checkout --gpu 3 --ttl 1h --json")
-    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 180s --json")
+    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 90s --json")
     assert (bob["gpu_index"], alice["gpu_index"]) == (3, 0)
 
     # Inside (no window), with a wait long enough for Alice's session: drained, waited, changed, undrained.
