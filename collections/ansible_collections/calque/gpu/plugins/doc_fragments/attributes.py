@@ -26,13 +26,10 @@ attributes:
       - A second run with the same options changes nothing and reports RV(ignore:changed=false).
 """
 
-    # A module that renders documents and changes nothing (pool_iam_policy, session_fleet_iam_policy).
-    RENDER_ONLY = r"""
+    # A module that changes nothing (it reads or renders); each states its own check_mode details.
+    CHANGES_NOTHING = r"""
 options: {}
 attributes:
-  check_mode:
-    support: full
-    details: Renders only; the same in check mode.
   diff_mode:
     support: none
     details: Nothing changes, so there is nothing to compare.

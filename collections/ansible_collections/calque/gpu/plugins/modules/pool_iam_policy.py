@@ -55,7 +55,11 @@ options:
 extends_documentation_fragment:
   - calque.gpu.runtime
   - calque.gpu.attributes
-  - calque.gpu.attributes.render_only
+  - calque.gpu.attributes.changes_nothing
+attributes:
+  check_mode:
+    support: full
+    details: Renders only; the same in check mode.
 """
 
 EXAMPLES = r"""

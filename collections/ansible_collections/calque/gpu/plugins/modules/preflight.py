@@ -42,16 +42,11 @@ options:
 extends_documentation_fragment:
   - calque.gpu.runtime
   - calque.gpu.attributes
+  - calque.gpu.attributes.changes_nothing
 attributes:
   check_mode:
     support: full
     details: Reads variables only; the same in check mode.
-  diff_mode:
-    support: none
-    details: Nothing changes, so there is nothing to compare.
-  idempotent:
-    support: full
-    details: Never changes anything.
 """
 
 EXAMPLES = r"""
