@@ -144,7 +144,7 @@ def until(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
         time.sleep(every)
 
 
-def test_the_front_door_across_three_booted_hosts(estate: Estate) -> None:
+def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     front = Front(estate)
     f = front.fleet
     for host in ALL:  # one institution key, one institution file
