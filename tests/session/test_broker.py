@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -265,8 +266,18 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
                 finally:
                     db.close()
 
+            def asked() -> bool:  # the broker's call waits in hostB's accept queue (hostB, stopped, took none)
+                out = subprocess.run(
+                    ["ss", "-xlnH", "src", str(host.socket)], capture_output=True, text=True, check=False
+                ).stdout.split()
+                return len(out) >= 3 and int(out[2]) >= 1
+
             assert wait_for(lambda: bool(granting()), timeout=30)
             (rid,) = granting()
+            # The row is committed before the call: kill the broker only once the call is on its way (its
+            # child connects, then writes at once), or hostB would never see it.
+            assert wait_for(asked, timeout=30)
+            time.sleep(0.2)
             broker.kill9()
         finally:
             os.killpg(host.proc.pid, signal.SIGCONT)
