@@ -36,6 +36,23 @@ def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> Non
     assert pool.queue.name in human and "42s" in human
 
 
+def test_an_empty_queue_has_no_oldest_message_whatever_cloudwatch_last_said(make_pool, capsys) -> None:
+    """CloudWatch's age lags the queue by minutes: once the queue is empty, status shows no age."""
+    pool: Pool = make_pool()
+    client("cloudwatch").put_metric_data(
+        Namespace="AWS/SQS",
+        MetricData=[{
+            "MetricName": "ApproximateAgeOfOldestMessage", "Value": 42.0, "Timestamp": datetime.now(timezone.utc),
+            "Dimensions": [{"Name": "QueueName", "Value": pool.queue.name}],
+        }],
+    )  # fmt: skip
+    capsys.readouterr()
+    assert run(["pool", "status", "--model", pool.model, "--json"]) == 0
+    depth = json.loads(capsys.readouterr().out)
+    assert depth["visible"] == depth["in_flight"] == depth["delayed"] == 0
+    assert depth["oldest_message_age_s"] is None
+
+
 def test_status_of_a_missing_pool_names_the_queue(moto, capsys) -> None:
     assert run(["pool", "status", "--model", "no/such-model"]) == 3
     assert "looked for SQS queue 'calque-pool-no-such-model-" in capsys.readouterr().err

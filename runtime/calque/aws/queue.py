@@ -122,18 +122,24 @@ class PoolQueue:
         return self._url
 
     def depth(self) -> QueueDepth:
-        """The queue's counts, the DLQ's visible messages and the oldest message's age: three reads of
-        their own, made at once (each waits on AWS, not on the others)."""
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="calque-depth") as pool:
+        """The queue's counts, the DLQ's visible messages and the oldest message's age.
+
+        The DLQ is read beside the queue. The age is asked of CloudWatch only when the queue holds a
+        message: an empty queue has no oldest message, whatever CloudWatch's last datapoint (minutes
+        behind) still says, and its status then needs no CloudWatch client at all."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="calque-depth") as pool:
             dlq_read = pool.submit(self._dlq_visible)
-            age_read = pool.submit(self._oldest_age)
             attrs = self._attributes(self.url())
-            dlq_visible, oldest = dlq_read.result(), age_read.result()
+            visible = int(attrs.get("ApproximateNumberOfMessages", 0))
+            in_flight = int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0))
+            delayed = int(attrs.get("ApproximateNumberOfMessagesDelayed", 0))
+            oldest = self._oldest_age() if visible + in_flight + delayed > 0 else None
+            dlq_visible = dlq_read.result()
         return QueueDepth(
             queue_name=self.name,
-            visible=int(attrs.get("ApproximateNumberOfMessages", 0)),
-            in_flight=int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
-            delayed=int(attrs.get("ApproximateNumberOfMessagesDelayed", 0)),
+            visible=visible,
+            in_flight=in_flight,
+            delayed=delayed,
             dlq_visible=dlq_visible,
             oldest_message_age_s=oldest,
         )
