@@ -218,3 +218,4 @@ class Enforcer:
                 continue
             log.info("session %s has ended: killing its cgroup", sid)
             self.cgroups.kill(sid)
+        self._foreign.intersection_update(with_cgroup)  # forget the foreign cgroups that are gone
