@@ -6,8 +6,9 @@ records. The command is the installed ``calque`` console script, as a researcher
 part shown: ``calque pool status --pool bench/status --bucket B`` (queue depth, the oldest message's
 age, the group and its target, the workers). Each figure is the median wall time of N fresh
 processes, run in rounds that run every command once, so a load that comes and goes weighs on all
-alike. Printed beside the target (issue 21: under 0.3 s) and beside ``python -c 'import botocore'``
-and ``python -c 'import botocore.session'`` (the least any AWS client costs), as ratios.
+alike. Printed beside the target (issue 21: under 0.3 s), beside ``python -c 'import botocore'``
+and ``python -c 'import botocore.session'`` (the least any AWS client costs), and beside the same
+reads made by a plain botocore script in a process of its own, no calque, as ratios.
 
     .venv/bin/python bench/pool_status.py [--runs 15]
 """
@@ -32,6 +33,44 @@ POOL = "bench/status"
 BUCKET = "calque-bench-status"
 TARGET_S = 0.3
 AL2023 = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+
+# The peer: the command's reads as a plain botocore script makes them, no calque and no click. One
+# botocore session, a client per service, the same calls with the same overlap (queue, load records and
+# group at once); without calque.aws.clients' collector pause, so what that saves shows too.
+PLAIN_BOTOCORE = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+import botocore.session
+
+queue, bucket, prefix = sys.argv[1:4]
+session = botocore.session.Session()
+make = lambda service: session.create_client(service, region_name="us-east-1")
+
+def depth():
+    sqs, cw = make("sqs"), make("cloudwatch")
+    for name in (queue, queue + "-dlq"):
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+    now = datetime.now(timezone.utc)
+    cw.get_metric_statistics(Namespace="AWS/SQS", MetricName="ApproximateAgeOfOldestMessage",
+        Dimensions=[{"Name": "QueueName", "Value": queue}], StartTime=now - timedelta(minutes=15),
+        EndTime=now, Period=60, Statistics=["Maximum"])
+
+def records():
+    s3 = make("s3")
+    for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+        s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+
+def group():
+    asg = make("autoscaling")
+    asg.describe_auto_scaling_groups(AutoScalingGroupNames=[queue])
+    asg.describe_policies(AutoScalingGroupName=queue)
+
+with ThreadPoolExecutor(3) as pool:
+    for read in [pool.submit(f) for f in (depth, records, group)]:
+        read.result()
+"""
 
 
 def _env(url: str) -> dict[str, str]:
@@ -101,11 +140,16 @@ def main() -> None:
         env = _env(url)
         os.environ.update(env)
         make_pool()
+        from calque.models.pool_names import pool_names
+
+        queue = pool_names(POOL).queue
+        slots = f"calque/pools/{queue}/load/"
         status = [str(BIN / "calque"), "pool", "status", "--pool", POOL, "--bucket", BUCKET]
         rows = [
             ("python -c pass", [sys.executable, "-c", "pass"]),
             ("python -c 'import botocore'", [sys.executable, "-c", "import botocore"]),
             ("python -c 'import botocore.session'", [sys.executable, "-c", "import botocore.session"]),
+            ("plain botocore: the same reads", [sys.executable, "-c", PLAIN_BOTOCORE, queue, BUCKET, slots]),
             ("calque pool status --pool --bucket (moto)", status),
         ]
         _once(status, env)  # moto's first answers build its backends: not the command's time
