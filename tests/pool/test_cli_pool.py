@@ -15,17 +15,21 @@ from calque.pool.cost import claim_cost, run_cost
 from pool.conftest import RUN_WAIT, Pool
 
 
-def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> None:
-    pool: Pool = make_pool()
-    pool.submit([1, 2, 3], batch_size=1)
-    cw = client("cloudwatch")
-    cw.put_metric_data(
+def _cloudwatch_says_the_oldest_message_is_42s_old(pool: Pool) -> None:
+    """The datapoint SQS publishes to CloudWatch (moto publishes none of its own)."""
+    client("cloudwatch").put_metric_data(
         Namespace="AWS/SQS",
         MetricData=[{
             "MetricName": "ApproximateAgeOfOldestMessage", "Value": 42.0, "Timestamp": datetime.now(timezone.utc),
             "Dimensions": [{"Name": "QueueName", "Value": pool.queue.name}],
         }],
     )  # fmt: skip
+
+
+def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> None:
+    pool: Pool = make_pool()
+    pool.submit([1, 2, 3], batch_size=1)
+    _cloudwatch_says_the_oldest_message_is_42s_old(pool)
     capsys.readouterr()
     assert run(["pool", "status", "--model", pool.model, "--json"]) == 0
     depth = json.loads(capsys.readouterr().out)
@@ -39,13 +43,7 @@ def test_status_shows_depth_and_the_oldest_message_age(make_pool, capsys) -> Non
 def test_an_empty_queue_has_no_oldest_message_whatever_cloudwatch_last_said(make_pool, capsys) -> None:
     """CloudWatch's age lags the queue by minutes: once the queue is empty, status shows no age."""
     pool: Pool = make_pool()
-    client("cloudwatch").put_metric_data(
-        Namespace="AWS/SQS",
-        MetricData=[{
-            "MetricName": "ApproximateAgeOfOldestMessage", "Value": 42.0, "Timestamp": datetime.now(timezone.utc),
-            "Dimensions": [{"Name": "QueueName", "Value": pool.queue.name}],
-        }],
-    )  # fmt: skip
+    _cloudwatch_says_the_oldest_message_is_42s_old(pool)
     capsys.readouterr()
     assert run(["pool", "status", "--model", pool.model, "--json"]) == 0
     depth = json.loads(capsys.readouterr().out)
