@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -159,3 +161,38 @@ def test_status_counts_two_workers_running_side_by_side_on_one_host(make_pool, c
     records = json.loads(capsys.readouterr().out)["workers"]
     assert sorted(r["slot"] for r in records) == sorted(r["slot"] for r in both)
     assert {r["state"] for r in records} == {"serving"}
+
+
+def test_status_reads_the_workers_records_without_pydantic_and_prints_what_json_says(make_pool, capsys) -> None:
+    """The human output is read into pydantic-free views (start-up: bench/pool_status.py); a fresh process
+    shows every record and the load error, imports no pydantic, and agrees with ``--json``."""
+    from calque.models import LoadRecord
+    from calque.pool.loads import slot_uri
+
+    pool: Pool = make_pool()
+    now = datetime.now(timezone.utc)
+    records = [
+        LoadRecord(slot="gpu-a/0", worker_id="gpu-a:41/0", state="failed", workload="w.py::M", failures=2,
+                   error="RuntimeError: weights not found", at=now, seen_at=now),
+        LoadRecord(slot="gpu-b/0", worker_id="gpu-b:7/0", state="stopped", workload="w.py::M", at=now, seen_at=now),
+    ]  # fmt: skip
+    for r in records:
+        pool.store.put(slot_uri(pool.store, r.slot), r.model_dump_json().encode())
+    pool.store.put(slot_uri(pool.store, "gpu-c/0"), b'{"version": 9, "slot": "gpu-c/0"}')  # a newer calque's
+    args = ["pool", "status", "--model", pool.model, "--bucket", pool.bucket]
+    code = (
+        "import sys\nfrom calque.cli.main import run\n"
+        f"rc = run({args!r})\n"
+        "print('pydantic:', sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')), rc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.rstrip().endswith("pydantic: [] 0"), done.stdout + done.stderr
+    human = done.stdout
+    assert "gpu-a/0" in human and "RuntimeError: weights not found (2 in a row)" in human
+    assert "gpu-b/0" in human and "stopped" in human and "gpu-c/0" not in human
+    assert "load error: the pool's workers cannot load their workload w.py::M" in human
+    capsys.readouterr()
+    assert run([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [w["slot"] for w in doc["workers"]] == ["gpu-a/0", "gpu-b/0"]
+    assert doc["load_error"].splitlines()[0] in human

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 from calque.aws.clients import client
-from calque.aws.store import RunStore, StoreError
+from calque.aws.errors import StoreError
+from calque.aws.store import RunStore
 from calque.models import ItemResult, RunRecord, Summary
 
 NOW = datetime.now(timezone.utc)

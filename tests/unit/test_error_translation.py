@@ -8,8 +8,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from calque.aws import errors as aws
 from calque.aws.clients import client, retry_config
+from calque.aws.errors import StoreError
 from calque.aws.queue import PoolQueue
-from calque.aws.store import RunStore, StoreError
+from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError, format_validation_error
 from calque.models import PoolSpec
 from pydantic import ValidationError

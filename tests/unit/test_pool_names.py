@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from calque.aws.store import pool_key_base
+from calque.aws.naming import pool_key_base
 from calque.models.pool_names import POOL_TAG, ForeignPoolError, owned_by, pool_names, refuse_foreign
 from hypothesis import given
 from hypothesis import strategies as st

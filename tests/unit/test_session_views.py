@@ -20,6 +20,7 @@ from calque.models.session import Drain, Session, SessionResponse, Slice, SliceS
 from calque.session.client import views
 from calque.session.client.wire import NoFreeSliceError, decode_answer
 from pydantic import ValidationError
+from support.views import assert_same_fields_and_defaults
 
 PAIRS = [
     (views.SliceView, Slice),
@@ -32,15 +33,7 @@ NOW = datetime(2026, 12, 2, 7, 0, 0, 123456, tzinfo=timezone.utc)
 
 @pytest.mark.parametrize(("view", "model"), PAIRS, ids=lambda c: c.__name__)
 def test_a_view_has_its_models_fields_and_defaults(view: type, model: type) -> None:
-    fields = {f.name: f for f in dataclasses.fields(view)}
-    assert set(fields) == set(model.model_fields)
-    for name, info in model.model_fields.items():
-        f = fields[name]
-        if info.is_required():
-            assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, name
-        else:
-            ours = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            assert ours == info.get_default(call_default_factory=True), name
+    assert_same_fields_and_defaults(view, model)
 
 
 def _mig() -> Slice:

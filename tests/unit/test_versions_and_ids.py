@@ -139,7 +139,8 @@ def test_pool_spec_key_parts_are_safe(field: str, value: str) -> None:
 
 def test_an_older_reader_meeting_a_newer_summary_says_what_to_upgrade(moto: str) -> None:
     from calque.aws.clients import client
-    from calque.aws.store import RunStore, StoreError
+    from calque.aws.errors import StoreError
+    from calque.aws.store import RunStore
 
     s3 = client("s3")
     s3.create_bucket(Bucket="runs")

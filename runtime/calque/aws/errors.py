@@ -108,6 +108,11 @@ _INVALID_PREFIXES = ("Invalid", "Malformed", "MissingParameter", "Validation")
 SERVER_CODES = frozenset({"InternalError", "InternalFailure", "InternalServerError", "ServiceUnavailable"})
 _CALL_ATTR = "calque_aws_call"  # where name_the_call writes the operation's name on an exception
 
+
+class StoreError(InfrastructureError):
+    """S3 failed (not a missing object: those are ``None``/``False``); ``calque.aws.store``'s error."""
+
+
 _ADVICE: dict[Kind, str] = {
     "not_found": "check the name, the region and the endpoint",
     "throttled": "AWS throttled the calls even after retries: try again later or lower the parallelism",

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field
 
-from calque.aws.store import pool_key_base
+from calque.aws.naming import pool_key_base
 from calque.errors import UsageError
 from calque.models.base import CalqueModel
 from calque.models.pool_names import POOL_TAG, pool_names

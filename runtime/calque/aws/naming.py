@@ -39,3 +39,12 @@ def pool_queue_name(model: str) -> str:
 
 def dlq_name(queue_name: str) -> str:
     return f"{queue_name}{DLQ_SUFFIX}"
+
+
+def pool_key_base(prefix: str, queue_name: str) -> str:
+    """The key under which every object of one pool lives: ``<prefix>/pools/<queue name>``.
+
+    The workers' IAM policy (``calque.aws.iam_policy``) grants exactly this prefix, so it is computed
+    here once for both.
+    """
+    return "/".join(p for p in (prefix.strip("/"), "pools", queue_name) if p)

@@ -7,9 +7,8 @@ extend, delete) live here too so every SQS call of the pool goes through one pla
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -17,6 +16,7 @@ from pydantic import Field
 
 from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
+from calque.aws.queue_depth import lookup_queue, missing_queue, queue_attributes, read_depth
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import CalqueModel, ClaimRef, QueueDepth, QueueSettings
 from calque.models.pool_names import POOL_TAG, pool_names, refuse_foreign
@@ -79,18 +79,10 @@ class PoolQueue:
     # -- reading -------------------------------------------------------------------------------
 
     def _lookup(self, name: str) -> str | None:
-        try:
-            url: str = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
-            return url
-        except (ClientError, BotoCoreError) as exc:
-            if is_not_found(exc):
-                return None
-            raise translate(exc, f"look up SQS queue {name}") from exc
+        return lookup_queue(self.sqs, name)
 
     def _attributes(self, url: str) -> dict[str, str]:
-        with aws_errors(f"read the attributes of {url}"):
-            attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-        return attrs
+        return queue_attributes(self.sqs, url)
 
     def state(self) -> QueueState:
         """The queue as it is now (``exists=False`` when it does not)."""
@@ -115,38 +107,13 @@ class PoolQueue:
         if self._url is None:
             self._url = self._lookup(self.name)
             if self._url is None:
-                raise InfrastructureError(
-                    f"no pool queue for model {self.model!r}: looked for SQS queue {self.name!r}. "
-                    "Create it with the calque.gpu.pool_queue module (playbooks/pool.yml)."
-                )
+                raise missing_queue(self.model, self.name)
         return self._url
 
     def depth(self) -> QueueDepth:
-        """The queue's counts, the DLQ's visible messages and the oldest message's age.
-
-        The DLQ is read beside the queue. The age is asked of CloudWatch only when the queue holds a
-        message: an empty queue has no oldest message, whatever CloudWatch's last datapoint (minutes
-        behind) still says, and its status then needs no CloudWatch client at all."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="calque-depth") as pool:
-            dlq_read = pool.submit(self._dlq_visible)
-            attrs = self._attributes(self.url())
-            visible = int(attrs.get("ApproximateNumberOfMessages", 0))
-            in_flight = int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0))
-            delayed = int(attrs.get("ApproximateNumberOfMessagesDelayed", 0))
-            oldest = self._oldest_age() if visible + in_flight + delayed > 0 else None
-            dlq_visible = dlq_read.result()
-        return QueueDepth(
-            queue_name=self.name,
-            visible=visible,
-            in_flight=in_flight,
-            delayed=delayed,
-            dlq_visible=dlq_visible,
-            oldest_message_age_s=oldest,
-        )
-
-    def _dlq_visible(self) -> int:
-        durl = self._lookup(self.dlq)
-        return int(self._attributes(durl).get("ApproximateNumberOfMessages", 0)) if durl else 0
+        """The queue's counts, the DLQ's visible messages and the oldest message's age (``read_depth``)."""
+        view = read_depth(self.sqs, self.cloudwatch, self.name, self.dlq, self.url())
+        return QueueDepth.model_validate(dataclasses.asdict(view))
 
     def backlog(self) -> tuple[int, int]:
         """(visible, in flight): the two counts the scaling policy's backlog sums, in one SQS call."""
@@ -155,29 +122,6 @@ class PoolQueue:
         with aws_errors(f"read the backlog of {url}"):
             attrs: dict[str, str] = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
         return int(attrs.get(names[0], 0)), int(attrs.get(names[1], 0))
-
-    def _oldest_age(self) -> int | None:
-        # SQS publishes the age only as the CloudWatch metric ApproximateAgeOfOldestMessage (peeking
-        # would change receive counts): read its latest maximum when a CloudWatch client was given.
-        if self.cloudwatch is None:
-            return None
-        now = datetime.now(timezone.utc)
-        try:
-            points = self.cloudwatch.get_metric_statistics(
-                Namespace="AWS/SQS",
-                MetricName="ApproximateAgeOfOldestMessage",
-                Dimensions=[{"Name": "QueueName", "Value": self.name}],
-                StartTime=now - timedelta(minutes=15),
-                EndTime=now + timedelta(minutes=1),
-                Period=60,
-                Statistics=["Maximum"],
-            ).get("Datapoints", [])
-        except (ClientError, BotoCoreError):
-            return None
-        if not points:
-            return None
-        latest = max(points, key=lambda p: p["Timestamp"])
-        return int(latest["Maximum"])
 
     # -- changing ------------------------------------------------------------------------------
 

@@ -26,26 +26,14 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import BaseModel, ValidationError
 
-from calque.aws.errors import aws_errors, is_not_found, is_precondition_failed, translate
-from calque.errors import InfrastructureError, format_validation_error
+from calque.aws.errors import StoreError, aws_errors, is_not_found, is_precondition_failed, translate
+from calque.aws.naming import pool_key_base
+from calque.errors import format_validation_error
 from calque.models import ItemError, ItemResult, Manifest, RunRecord, Summary
 
 # The ItemError type of an item whose claim ended without its result (poisoned, dead-lettered, cut short).
 CLAIM_FAILED = "calque.ClaimFailed"
 _UNSAFE_KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def pool_key_base(prefix: str, queue_name: str) -> str:
-    """The key under which every object of one pool lives: ``<prefix>/pools/<queue name>``.
-
-    The workers' IAM policy (``calque.aws.iam_policy``) grants exactly this prefix, so it is computed
-    here once for both.
-    """
-    return "/".join(p for p in (prefix.strip("/"), "pools", queue_name) if p)
-
-
-class StoreError(InfrastructureError):
-    """S3 failed (not a missing object: those are ``None``/``False``)."""
 
 
 class ManifestProblem(Exception):

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
 
 from calque.cli.options import aws_options, bucket_option, json_option, prefix_option
-from calque.cli.output import emit, table
+from calque.cli.output import emit, table, to_json
 
 if TYPE_CHECKING:
-    from calque.aws.acquire.scaling import ScalingStatus
-    from calque.models import PoolStatus, QueueDepth
+    from calque.models.pool_views import DepthView, LoadView, ScalingStatusView
 
 
-def _render_depth(d: QueueDepth) -> str:
+def _render_depth(d: DepthView) -> str:
     age = "-" if d.oldest_message_age_s is None else f"{d.oldest_message_age_s}s"
     return table(
         ["queue", "visible", "in flight", "delayed", "dlq", "oldest"],
@@ -23,7 +21,7 @@ def _render_depth(d: QueueDepth) -> str:
     )
 
 
-def _render_group(s: ScalingStatus) -> str:
+def _render_group(s: ScalingStatusView) -> str:
     if not s.group_exists:
         return f"group {s.group_name}: none (calque.gpu.pool_group creates it)"
     per = "-" if s.backlog_per_instance is None else f"{s.backlog_per_instance:g}"
@@ -34,16 +32,16 @@ def _render_group(s: ScalingStatus) -> str:
     )
 
 
-def _render_scaling(s: ScalingStatus) -> str:
+def _render_scaling(s: ScalingStatusView) -> str:
     return f"pool {s.pool}\n{_render_group(s)}\n{_render_depth(s.queue)}"
 
 
-def _render_workers(s: PoolStatus) -> str:
+def _render_workers(workers: list[LoadView], load_error: str | None) -> str:
     from datetime import datetime, timezone
 
     now = datetime.now(timezone.utc)
     rows = []
-    for r in s.workers:
+    for r in workers:
         what = ", ".join(r.methods) if r.state == "serving" else (r.error or "-")
         if r.state == "failed" and r.failures > 1:
             what = f"{what} ({r.failures} in a row)"
@@ -51,13 +49,9 @@ def _render_workers(s: PoolStatus) -> str:
     parts = [table(["slot", "worker", "state", "seen", "methods / error"], rows)] if rows else []
     if not rows:
         parts.append("no worker has recorded a load yet")
-    if s.load_error:
-        parts.append(f"load error: {s.load_error}")
+    if load_error:
+        parts.append(f"load error: {load_error}")
     return "\n\n".join(parts)
-
-
-def _render_status(s: PoolStatus) -> str:
-    return f"{_render_depth(s)}\n\n{_render_workers(s)}"
 
 
 @click.command()
@@ -109,15 +103,12 @@ def status(
             click.echo(str(run.load_error), err=True)
         return
     view = read_status(address)
+    if as_json:
+        click.echo(to_json(view.document()))
+        return
+    parts = [] if view.group is None else [_render_scaling(view.group)]
     if view.group is None:
-        if view.workers is None:
-            emit(view.depth, as_json, _render_depth)
-        else:
-            emit(view.workers, as_json, _render_status)
-    elif view.workers is None:
-        emit(view.group, as_json, _render_scaling)
-    elif as_json:
-        both = {"scaling": view.group.model_dump(mode="json"), "workers": view.workers.model_dump(mode="json")}
-        click.echo(json.dumps(both, indent=2))
-    else:
-        click.echo(f"{_render_scaling(view.group)}\n\n{_render_workers(view.workers)}")
+        parts.append(_render_depth(view.depth))
+    if view.workers is not None:
+        parts.append(_render_workers(view.workers, view.load_error))
+    click.echo("\n\n".join(parts))

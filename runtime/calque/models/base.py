@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainValidator, model_validator
 
 from calque.durations import parse_duration, parse_seconds
+from calque.models.pool_names import check_pool_name
 from calque.models.versions import check_version_number
 
 
@@ -70,6 +71,10 @@ def _ip_address(v: str) -> str:
     except ValueError:
         raise ValueError(f"{v!r} is not an IP address: use 127.0.0.1, 0.0.0.0 or a host's IP") from None
 
+
+PoolName = Annotated[str, AfterValidator(check_pool_name)]
+"""A pool's identity, e.g. ``lab-a/embedder``; validated wherever a model carries it (the names it
+derives are ``calque.models.pool_names``, which imports no pydantic: ``calque pool status`` reads them)."""
 
 # The address a metrics port binds: an IP literal, never a name a resolver could answer differently.
 BindAddress = Annotated[str, AfterValidator(_ip_address)]

@@ -12,12 +12,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel, WholeSeconds
+from calque.models.base import BindAddress, CalqueModel, PoolName, Seconds, VersionedModel, WholeSeconds
 from calque.models.ids import SafeId, check_id
-from calque.models.pool_names import PoolName, pool_names
+from calque.models.pool_names import pool_names
+from calque.models.versions import POOL_SCHEMA_VERSION
 
-# Bump when a model that crosses a process boundary changes incompatibly.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = POOL_SCHEMA_VERSION  # the pool models' version (models/versions.py says when to bump it)
 
 # SQS limits: visibility timeout at most 12 h, retention 60 s..14 days, long-poll wait 0..20 s.
 MAX_VISIBILITY_TIMEOUT_S = 12 * 3600

@@ -12,9 +12,6 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Annotated
-
-from pydantic import AfterValidator
 
 POOL_TAG = "calque:pool"
 """Tag key on every resource of a pool; its value is the pool's name. calque refuses to adopt or
@@ -39,10 +36,6 @@ def check_pool_name(name: str) -> str:
     if not isinstance(name, str) or len(name) > MAX_POOL_NAME or _POOL.fullmatch(name) is None:
         raise ValueError(f"pool name {name!r} is not valid: use {RULE}")
     return name
-
-
-PoolName = Annotated[str, AfterValidator(check_pool_name)]
-"""A pool's identity, e.g. ``lab-a/embedder``; validated wherever a model carries it."""
 
 
 @dataclass(frozen=True)

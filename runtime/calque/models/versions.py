@@ -12,6 +12,10 @@ from typing import Any
 # Bump when the session socket protocol changes incompatibly; the daemon refuses other versions.
 SESSION_PROTOCOL_VERSION = 1
 
+# Bump when a pool model that crosses a process boundary (calque.models.pool, .poolload) changes
+# incompatibly. Here rather than beside the models so that the pool views (no pydantic) read it too.
+POOL_SCHEMA_VERSION = 1
+
 
 def check_version_number(label: str, version: Any, newest: int, upgrade_hint: str, oldest: int = 1) -> None:
     """The rule for a document called ``label`` whose reader knows versions ``oldest`` to ``newest``."""

@@ -35,9 +35,9 @@ from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
 from calque.ledger.gate import check_lab_budget
 from calque.models.acquire import LaunchOptions
-from calque.models.base import CalqueModel
+from calque.models.base import CalqueModel, PoolName
 from calque.models.institution import LabBudget
-from calque.models.pool_names import ForeignPoolError, PoolName, PoolNames, pool_names
+from calque.models.pool_names import ForeignPoolError, PoolNames, pool_names
 from calque.models.warmth import ScheduleEntry, WarmPoolSettings
 from calque.ops.base import Operation
 from calque.ops.outcome import Failure, Outcome

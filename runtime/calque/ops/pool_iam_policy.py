@@ -10,8 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from calque.aws.iam_policy import PoolIamDocuments, pool_iam_documents
-from calque.models.base import CalqueModel
-from calque.models.pool_names import PoolName
+from calque.models.base import CalqueModel, PoolName
 from calque.ops.base import Operation
 from calque.ops.outcome import Outcome
 

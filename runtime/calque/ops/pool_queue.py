@@ -14,8 +14,8 @@ from pydantic import Field, field_validator
 from calque.aws.queue import PoolQueue, QueueChange, QueueState
 from calque.errors import RefusedError
 from calque.models import QueueSettings
-from calque.models.base import CalqueModel
-from calque.models.pool_names import ForeignPoolError, PoolName
+from calque.models.base import CalqueModel, PoolName
+from calque.models.pool_names import ForeignPoolError
 from calque.ops.base import Operation, validated
 from calque.ops.outcome import Outcome
 

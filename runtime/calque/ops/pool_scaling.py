@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from calque.aws.acquire.scaling import PoolScaling, ScalingSettings, ScalingState, desired_scaling
-from calque.models.base import CalqueModel
-from calque.models.pool_names import PoolName, pool_names
+from calque.models.base import CalqueModel, PoolName
+from calque.models.pool_names import pool_names
 from calque.ops.base import Operation, validated
 from calque.ops.outcome import Failure, Outcome
 

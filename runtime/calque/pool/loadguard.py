@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 from calque.aws.store import RunStore
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import LoadRecord
-from calque.pool.loads import FRESH_S, HEARTBEAT_S, slot_uri
+from calque.pool.load_reads import FRESH_S, HEARTBEAT_S
+from calque.pool.loads import slot_uri
 from calque.warm import WarmSupervisor
 
 log = logging.getLogger("calque.pool")

@@ -1,30 +1,28 @@
 """A pool's load records, read by submitters: has any worker loaded the workload, and which methods it has.
 
-Workers write them (``calque.pool.loadguard``); ``calque pool submit``, ``calque run`` and
-``calque pool status`` read them. The rule (``health``): a pool *serves* while some slot's record
-says serving and was refreshed within ``LIVE_S``; it *cannot load* when none serves and a slot
-failed within ``FRESH_S`` (a failing worker rewrites its record at every restart, backoff
-included, so a pool that keeps failing always has a fresh one). Otherwise nothing is known (no
-worker has started yet) and submitters wait as before.
+Workers write them (``calque.pool.loadguard``); ``calque pool submit``, ``calque run`` and ``calque ramp``
+read them here, into ``LoadRecord``; ``calque pool status`` reads them without pydantic
+(``calque.pool.load_reads``, where the rule of ``health`` is written: serving, cannot load, or nothing
+known yet, in which case submitters wait as before).
 """
 
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
-from calque.aws.errors import aws_errors
-from calque.aws.store import RunStore, StoreError, parse_s3_uri
+from calque.aws.errors import StoreError
+from calque.aws.store import RunStore, parse_s3_uri
 from calque.errors import InfrastructureError, UsageError
 from calque.models import LoadRecord
+from calque.pool.load_reads import (
+    get_records,
+    list_records,
+    load_error_message,
+    split_health,
+)
 
-# A serving worker refreshes its record this often; three missed refreshes and it no longer counts.
-HEARTBEAT_S = 60.0
-LIVE_S = 3 * HEARTBEAT_S
-# A failure counts this long: longer than the longest backoff hold plus a restart delay and a load.
-FRESH_S = 900.0
 # How often a waiting submitter reads the records again (one LIST, a GET per changed record).
 CHECK_EVERY_S = 2.0
 
@@ -48,16 +46,10 @@ class LoadRecords:
 
     def read(self) -> list[LoadRecord]:
         bucket, key = parse_s3_uri(load_prefix(self.store))
-        listed: dict[str, str] = {}
-        with aws_errors(f"list the load records under s3://{bucket}/{key}", error=StoreError):
-            for page in self.store.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key):
-                listed.update({o["Key"]: o.get("ETag", "") for o in page.get("Contents", [])})
+        listed = list_records(self.store.s3, bucket, key)
         fresh = {k: cached for k, etag in listed.items() if (cached := self._cache.get(k)) and cached[0] == etag}
         changed = [k for k in listed if k not in fresh]
-        # one GET per changed record, several at once: a pool of many slots costs about one round trip
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(changed))), thread_name_prefix="calque-loads") as pool:
-            bodies = list(pool.map(lambda k: self.store.get(f"s3://{bucket}/{k}"), changed))
-        for k, data in zip(changed, bodies, strict=True):
+        for k, data in zip(changed, get_records(self.store.s3, bucket, changed), strict=True):
             if data is None:  # deleted between the LIST and the GET
                 continue
             try:
@@ -84,11 +76,8 @@ class PoolHealth:
 
 
 def health(records: list[LoadRecord], now: datetime | None = None) -> PoolHealth:
-    now = now or datetime.now(timezone.utc)
-    serving = [r for r in records if r.state == "serving" and (now - r.seen_at).total_seconds() <= LIVE_S]
-    failed = [r for r in records if r.state == "failed" and (now - r.at).total_seconds() <= FRESH_S]
-    newest = max(failed, key=lambda r: r.at) if failed and not serving else None
-    return PoolHealth(serving, newest)
+    """What the records say now (``calque.pool.load_reads.split_health``)."""
+    return PoolHealth(*split_health(records, now))
 
 
 class PoolLoadError(InfrastructureError):
@@ -99,25 +88,9 @@ class PoolLoadError(InfrastructureError):
         self.record = record
 
 
-def _ago(then: datetime, now: datetime) -> str:
-    s = max(0, int((now - then).total_seconds()))
-    return f"{s}s" if s < 120 else f"{s // 60}m"
-
-
 def load_error(record: LoadRecord, model: str, *, waiting: str = "") -> PoolLoadError:
     """The error a submitter raises: the worker's error, the end of its traceback, and what to do."""
-    now = datetime.now(timezone.utc)
-    times = "once" if record.failures <= 1 else f"{record.failures} times in a row"
-    tail = "\n".join((record.traceback or "").rstrip().splitlines()[-6:])
-    retry = f"; it retries in {record.retry_in_s:g}s" if record.retry_in_s else ""
-    lines = [
-        f"the pool's workers cannot load their workload {record.workload}: worker {record.worker_id} "
-        f"failed {_ago(record.at, now)} ago ({times}{retry}): {record.error}",
-        *([tail] if tail else []),
-        f"Fix the workload and restart the workers; `calque pool status --model {model}` shows every "
-        "worker's load record." + (f" {waiting}" if waiting else ""),
-    ]
-    return PoolLoadError("\n".join(lines), record)
+    return PoolLoadError(load_error_message(record, model, waiting=waiting), record)
 
 
 def check_loadable(h: PoolHealth, model: str, *, waiting: str = "") -> None:

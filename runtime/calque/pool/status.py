@@ -1,26 +1,28 @@
 """What ``calque pool status`` shows, read from AWS: a pool's queue depth, its workers' load records and,
 for a named pool, its Auto Scaling group; or one run's report, dead-lettered claims settled first.
 
-The CLI (``cli/pool_status.py``) only renders these. ``status`` reads the load records through a
-plain ``RunStore``, not ``calque.pool.submit``'s ``PoolTarget``: the submit path (pricing, the staging
-pool) is not loaded to look at a queue (bench/cli_startup.py's ``pool status`` row).
+The CLI (``cli/pool_status.py``) only renders these. ``status`` imports no pydantic: it reads the
+queue, the load records and the group into the views of ``calque.models.pool_views``
+(``calque.aws.queue_depth``, ``calque.pool.load_reads``, ``calque.aws.acquire.group_status``), and
+``PoolView.document`` makes the models of them only for ``--json`` (bench/pool_status.py). ``run_status``
+uses the models throughout: a run's report is read through ``calque.pool.submit``.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from calque.aws.clients import LazyClient, client
-from calque.aws.queue import PoolQueue
+from calque.aws.naming import dlq_name, pool_queue_name
 from calque.errors import UsageError
 from calque.models.pool_names import PoolNames, pool_names
+from calque.models.pool_views import DepthView, LoadView, ScalingStatusView
 
 if TYPE_CHECKING:
-    from calque.aws.acquire.scaling import ScalingStatus
-    from calque.aws.store import RunStore
-    from calque.models import LoadRecord, PoolStatus, QueueDepth, RunReport
+    from calque.aws.queue import PoolQueue
+    from calque.models import RunReport
     from calque.pool.loads import PoolLoadError
 
 
@@ -63,9 +65,26 @@ class PoolAddress:
 class PoolView:
     """A pool as ``calque pool status`` shows it: ``workers`` with a bucket, ``group`` for a named pool."""
 
-    depth: QueueDepth
-    workers: PoolStatus | None
-    group: ScalingStatus | None
+    depth: DepthView
+    workers: list[LoadView] | None
+    load_error: str | None
+    group: ScalingStatusView | None
+
+    def document(self) -> Any:
+        """What ``--json`` prints, as the models: the group's ``ScalingStatus`` and the queue's ``PoolStatus``
+        (the depth and the workers) under ``scaling`` and ``workers`` when there are both, else the one
+        there is (``QueueDepth`` alone without a bucket or a group)."""
+        from calque.aws.acquire.scaling import ScalingStatus
+        from calque.models import PoolStatus, QueueDepth
+
+        group = None if self.group is None else ScalingStatus.model_validate(asdict(self.group))
+        workers = None
+        if self.workers is not None:
+            records = [asdict(w) for w in self.workers]
+            workers = PoolStatus(**asdict(self.depth), workers=records, load_error=self.load_error)
+        if group is not None and workers is not None:
+            return {"scaling": group.model_dump(mode="json"), "workers": workers.model_dump(mode="json")}
+        return group or workers or QueueDepth.model_validate(asdict(self.depth))
 
 
 @dataclass(frozen=True)
@@ -77,23 +96,29 @@ class RunView:
 
 
 def _queue(address: PoolAddress, names: PoolNames | None) -> tuple[PoolQueue, Any]:
+    from calque.aws.queue import PoolQueue
+
     cloudwatch = address.lazy_client("cloudwatch")
     queue = PoolQueue(address.lazy_client("sqs"), address.label, names.queue if names else None, cloudwatch=cloudwatch)
     return queue, cloudwatch
 
 
-def _store(address: PoolAddress, queue: PoolQueue) -> RunStore:
-    from calque.aws.store import RunStore
+def _workers(address: PoolAddress, queue_name: str) -> tuple[list[LoadView], str | None]:
+    from calque.pool.load_reads import load_error_message, load_key_prefix, read_load_views, split_health
 
-    return RunStore(address.client("s3"), address.need_bucket(), address.prefix, queue.name)
+    views = read_load_views(address.client("s3"), address.need_bucket(), load_key_prefix(address.prefix, queue_name))
+    failing = split_health(views)[1]
+    return views, None if failing is None else load_error_message(failing, address.label)
 
 
-def _workers(address: PoolAddress, queue: PoolQueue) -> tuple[list[LoadRecord], str | None]:
-    from calque.pool.loads import LoadRecords, health, load_error
+def _depth(address: PoolAddress, queue_name: str) -> DepthView:
+    from calque.aws.queue_depth import lookup_queue, missing_queue, read_depth
 
-    records = LoadRecords(_store(address, queue)).read()
-    failing = health(records).failing
-    return records, None if failing is None else str(load_error(failing, address.label))
+    sqs = address.lazy_client("sqs")
+    url = lookup_queue(sqs, queue_name)
+    if url is None:
+        raise missing_queue(address.label, queue_name)
+    return read_depth(sqs, address.lazy_client("cloudwatch"), queue_name, dlq_name(queue_name), url)
 
 
 def status(address: PoolAddress) -> PoolView:
@@ -103,28 +128,23 @@ def status(address: PoolAddress) -> PoolView:
     its own thread (``LazyClient``), so the command waits on the slowest read rather than their sum.
     """
     names = address.names()
-    queue, cloudwatch = _queue(address, names)
+    queue_name = names.queue if names else pool_queue_name(address.label)
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="calque-status") as pool:
-        workers_read = pool.submit(_workers, address, queue) if address.bucket else None
+        workers_read = pool.submit(_workers, address, queue_name) if address.bucket else None
         group_read = None
         if names is not None:
-            from calque.aws.acquire.scaling import PoolScaling, read_group
+            from calque.aws.acquire.group_status import read_group
 
-            group_read = pool.submit(read_group, PoolScaling(address.lazy_client("autoscaling"), cloudwatch, names))
-        depth = queue.depth()
-        read = None if workers_read is None else workers_read.result()
+            group_read = pool.submit(read_group, address.lazy_client("autoscaling"), names)
+        depth = _depth(address, queue_name)
+        workers, load_error = (None, None) if workers_read is None else workers_read.result()
         reading = None if group_read is None else group_read.result()
-    workers = None
-    if read is not None:
-        from calque.models import PoolStatus
-
-        workers = PoolStatus(**depth.model_dump(), workers=read[0], load_error=read[1])
     group = None
     if reading is not None:
-        from calque.aws.acquire.scaling import scaling_status
+        from calque.aws.acquire.group_status import scaling_status
 
         group = scaling_status(reading, depth)
-    return PoolView(depth=depth, workers=workers, group=group)
+    return PoolView(depth=depth, workers=workers, load_error=load_error, group=group)
 
 
 def run_status(address: PoolAddress, run_id: str) -> RunView:

@@ -15,8 +15,9 @@ import queue as queue_mod
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from calque.aws.errors import StoreError
 from calque.aws.queue import PoolQueue
-from calque.aws.store import RunStore, StoreError
+from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import ItemResult, Summary
 from calque.models.ids import is_safe_id

@@ -25,31 +25,21 @@ own), so a second run changes nothing, and check mode is the same plan, unapplie
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
+from calque.aws.acquire.group_status import GroupView, describe_group, policy_names, refuse_other_pools
 from calque.aws.errors import aws_errors, is_not_found, translate
-from calque.errors import RefusedError
 from calque.models import QueueDepth
 from calque.models.base import CalqueModel
-from calque.models.pool_names import POOL_TAG, ForeignPoolError, PoolNames, refuse_foreign
+from calque.models.pool_names import POOL_TAG, PoolNames
 
 TERMINATION_HOOK = "calque-drain"
 """The lifecycle hook a worker completes once it has drained (the same name in every pool's group)."""
 GROUP_METRICS = ["GroupDesiredCapacity", "GroupInServiceInstances"]
 _PERIOD_S = 60
-
-
-def refuse_other_pools(kind: str, name: str, tags: list[dict[str, str]], pool: str) -> None:
-    """``refuse_foreign`` as the CLI's and the modules' refusal (exit 4), not a bare ValueError."""
-    try:
-        refuse_foreign(kind, name, tags, pool)
-    except ForeignPoolError as exc:
-        raise RefusedError(str(exc)) from None
 
 
 def backlog_target(latency_s: float, seconds_per_claim: float) -> int:
@@ -137,11 +127,6 @@ def _queries(names: PoolNames, *, period: bool, inservice: bool) -> list[dict[st
     return out
 
 
-def policy_names(names: PoolNames) -> tuple[str, str, str]:
-    """(backlog, wake, idle): policy names are per account in some engines, so they carry the pool's base."""
-    return f"{names.base}-backlog", f"{names.base}-wake", f"{names.base}-idle"
-
-
 def desired_scaling(names: PoolNames, s: ScalingSettings) -> ScalingState:
     """Every scaling part ``names``' pool should have under ``s``."""
     backlog, wake, idle = policy_names(names)
@@ -226,19 +211,6 @@ def project(actual: Any, wanted: Any) -> Any:
     return actual
 
 
-@dataclass
-class GroupView:
-    """What the scaling side reads of a group: its size and its pool tag."""
-
-    name: str
-    min_size: int
-    max_size: int
-    desired: int
-    in_service: int
-    tags: list[dict[str, str]]
-    metrics: list[str]
-
-
 class PoolScaling:
     """Reads and writes one pool's scaling parts. ``autoscaling`` and ``cloudwatch`` are boto3 clients."""
 
@@ -249,21 +221,7 @@ class PoolScaling:
         self.policy_arns: dict[str, str] = {}  # filled by ``read``
 
     def group(self) -> GroupView | None:
-        with aws_errors(f"describe Auto Scaling group {self.names.group}"):
-            groups = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.names.group])
-        found = groups.get("AutoScalingGroups", [])
-        if not found:
-            return None
-        g = found[0]
-        return GroupView(
-            name=g["AutoScalingGroupName"],
-            min_size=int(g["MinSize"]),
-            max_size=int(g["MaxSize"]),
-            desired=int(g["DesiredCapacity"]),
-            in_service=sum(1 for i in g.get("Instances", []) if i.get("LifecycleState") == "InService"),
-            tags=[{"Key": t["Key"], "Value": t["Value"]} for t in g.get("Tags", [])],
-            metrics=sorted(m["Metric"] for m in g.get("EnabledMetrics", [])),
-        )
+        return describe_group(self.asg, self.names)
 
     def read(self, like: ScalingState) -> ScalingState:
         """The parts that exist now, each projected onto the shape of ``like`` (the desired state)."""
@@ -358,7 +316,8 @@ class PoolScaling:
 
 
 class ScalingStatus(CalqueModel):
-    """A pool's size next to its backlog: what ``calque pool status --pool`` shows."""
+    """A pool's size next to its backlog: what ``calque pool status --pool --json`` prints
+    (``calque.models.pool_views.ScalingStatusView`` is its pydantic-free twin, for the human output)."""
 
     pool: str
     group_name: str
@@ -371,54 +330,3 @@ class ScalingStatus(CalqueModel):
     backlog_per_instance: float | None = Field(None, description="None at zero in-service instances")
     target: float | None = Field(None, description="the backlog policy's target; None without the policy")
     queue: QueueDepth
-
-
-@dataclass(frozen=True)
-class GroupReading:
-    """A pool's group and its backlog policy's target as read from AWS (``read_group``)."""
-
-    names: PoolNames
-    group: GroupView | None
-    target: float | None
-
-
-def read_group(scaling: PoolScaling) -> GroupReading:
-    """The group and its backlog policy's target, the two reads at once (``calque pool status`` waits on
-    the slowest of its reads, not their sum); a group tagged for another pool is refused before its
-    policy is looked at."""
-    names = scaling.names
-
-    def policies() -> Any:
-        with aws_errors(f"describe the scaling policies of {names.group}"):
-            return scaling.asg.describe_policies(AutoScalingGroupName=names.group, PolicyNames=[policy_names(names)[0]])
-
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="calque-group") as pool:
-        policy_read = pool.submit(policies)
-        group = scaling.group()
-        if group is None:
-            return GroupReading(names, None, None)
-        refuse_other_pools("Auto Scaling group", group.name, group.tags, names.pool)
-        found = policy_read.result()
-    target = next((p["TargetTrackingConfiguration"]["TargetValue"] for p in found["ScalingPolicies"]), None)
-    return GroupReading(names, group, target)
-
-
-def scaling_status(reading: GroupReading, depth: QueueDepth) -> ScalingStatus:
-    """The group's size beside the queue's backlog and the backlog policy's target."""
-    names, group = reading.names, reading.group
-    backlog = depth.visible + depth.in_flight
-    if group is None:
-        return ScalingStatus(pool=names.pool, group_name=names.group, group_exists=False, backlog=backlog, queue=depth)
-    return ScalingStatus(
-        pool=names.pool,
-        group_name=group.name,
-        group_exists=True,
-        min_size=group.min_size,
-        max_size=group.max_size,
-        desired=group.desired,
-        in_service=group.in_service,
-        backlog=backlog,
-        backlog_per_instance=round(backlog / group.in_service, 2) if group.in_service else None,
-        target=reading.target,
-        queue=depth,
-    )

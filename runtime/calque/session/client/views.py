@@ -5,7 +5,8 @@ pydantic and building those models is most of what a researcher's two most frequ
 (about two thirds of their start-up; bench/cli_startup.py), so their human output reads the same
 answers into these frozen dataclasses instead: the same fields, read at least as strictly (an unknown
 field, a missing one without a default, a value of the wrong type: the answer is refused; so is a
-string of digits for an integer, which the model's lax mode would read). tests/unit/test_session_views.py
+string of digits for an integer, which the model's lax mode would read; ``calque.models.view_reader``).
+tests/unit/test_session_views.py
 holds each view to its model, field by field and value by value, so the two cannot drift. Everything
 else (checkout's rules, ``--json``) uses the models.
 """
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 from calque.durations import format_duration
 from calque.errors import InfrastructureError
+from calque.models.view_reader import READERS, ViewError, read_view
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,93 +94,21 @@ class SliceStateView:
     drained: DrainView | None = None
 
 
-class _Bad(ValueError):
-    pass
-
-
-def _str(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    raise _Bad("not a string")
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    raise _Bad("not an integer")
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    raise _Bad("not true or false")
-
-
-def _when(v: Any) -> datetime:
-    try:
-        text = _str(v)  # Python 3.10's fromisoformat does not read the "Z" pydantic writes
-        return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        raise _Bad("not an ISO 8601 time") from None
-
-
-def _env(v: Any) -> dict[str, str]:
-    if isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-        return dict(v)
-    raise _Bad("not an object of strings")
-
-
-def _strings(v: Any) -> list[str]:
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return list(v)
-    raise _Bad("not a list of strings")
-
-
 V = TypeVar("V")
 
-
-def _read(cls: type[V], data: Any) -> V:
-    """``cls`` from one JSON object, field by field by its annotations (see ``_READERS``)."""
-    if not isinstance(data, dict):
-        raise _Bad(f"a {cls.__name__.removesuffix('View')} is not a JSON object")
-    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    extra = sorted(set(data) - set(known))
-    if extra:
-        raise _Bad(f"unknown field(s) {', '.join(extra)}")
-    values: dict[str, Any] = {}
-    for name, f in known.items():
-        if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise _Bad(f"{name}: missing")
-            continue
-        annotation = str(f.type)
-        optional = annotation.endswith(" | None")
-        raw = data[name]
-        try:
-            values[name] = None if optional and raw is None else _READERS[annotation.removesuffix(" | None")](raw)
-        except _Bad as exc:
-            raise _Bad(f"{name}: {exc}") from None
-    return cls(**values)
-
-
 _READERS: dict[str, Callable[[Any], Any]] = {
-    "str": _str,
-    "int": _int,
-    "bool": _bool,
-    "datetime": _when,
-    "dict[str, str]": _env,
-    "list[str]": _strings,
-    "SliceView": lambda v: _read(SliceView, v),
-    "DrainView": lambda v: _read(DrainView, v),
+    **READERS,
+    "SliceView": lambda v: read_view(SliceView, v, _READERS),
+    "DrainView": lambda v: read_view(DrainView, v, _READERS),
 }
 
 
 def _many(cls: type[V], result: Any, what: str) -> list[V]:
     try:
         if not isinstance(result, list):
-            raise _Bad("not a list")
-        return [_read(cls, item) for item in result]
-    except _Bad as exc:
+            raise ViewError("not a list")
+        return [read_view(cls, item, _READERS) for item in result]
+    except ViewError as exc:
         raise InfrastructureError(f"the session daemon sent {what} this client cannot read: {exc}") from None
 
 
