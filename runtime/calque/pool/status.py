@@ -84,7 +84,9 @@ class PoolView:
             workers = PoolStatus(**asdict(self.depth), workers=records, load_error=self.load_error)
         if group is not None and workers is not None:
             return {"scaling": group.model_dump(mode="json"), "workers": workers.model_dump(mode="json")}
-        return group or workers or QueueDepth.model_validate(asdict(self.depth))
+        if group is not None:
+            return group
+        return workers if workers is not None else QueueDepth.model_validate(asdict(self.depth))
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,11 @@ class RunView:
     load_error: PoolLoadError | None
 
 
-def _queue(address: PoolAddress, names: PoolNames | None) -> tuple[PoolQueue, Any]:
+def _queue(address: PoolAddress, names: PoolNames | None) -> PoolQueue:
     from calque.aws.queue import PoolQueue
 
     cloudwatch = address.lazy_client("cloudwatch")
-    queue = PoolQueue(address.lazy_client("sqs"), address.label, names.queue if names else None, cloudwatch=cloudwatch)
-    return queue, cloudwatch
+    return PoolQueue(address.lazy_client("sqs"), address.label, names.queue if names else None, cloudwatch=cloudwatch)
 
 
 def _workers(address: PoolAddress, queue_name: str) -> tuple[list[LoadView], str | None]:
@@ -153,7 +154,7 @@ def run_status(address: PoolAddress, run_id: str) -> RunView:
     from calque.pool.deadletter import settle_dead_letters
     from calque.pool.loads import LoadRecords, health, load_error
 
-    queue, _ = _queue(address, address.names())
+    queue = _queue(address, address.names())
     target = core.PoolTarget(
         address.label,
         address.need_bucket(),
