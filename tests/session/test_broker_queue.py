@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from calque.errors import InfrastructureError, RefusedError
 from calque.session.broker.fairness import Waiting, lab_of, order
-from calque.session.broker.store import NewRequest, Store, TooManyQueued
+from calque.session.broker.store import NewRequest, Row, Store, TooManyQueued
 
 HOUR = 3600.0
 
@@ -133,3 +133,44 @@ def test_kill_9_mid_grant_loses_nothing(tmp_path: Path) -> None:
     assert [(r.id, r.host) for r in s.in_state("granting")] == [("req-00007", "hostA")]
     assert s.begin_grant("req-00007", "hostB") is None
     s.close()
+
+
+class _SubmitAfterEachRead(Store):
+    """A store where another user's request lands right after every read, as a ``checkout --wait``
+    arriving while ``calque session queue`` reads the queue would."""
+
+    arrivals = 0
+
+    def _rows(self, where: str, params: tuple[object, ...] = ()) -> list[Row]:
+        rows = super()._rows(where, params)
+        self.arrivals += 1
+        self.submit(_req(f"req-late{self.arrivals:04d}", 2000 + self.arrivals, "b", 50.0), max_queued=4)
+        return rows
+
+
+def test_every_queued_request_the_queue_lists_has_its_position_though_requests_arrive_meanwhile(
+    tmp_path: Path,
+) -> None:
+    from calque.models.broker import QueueArgs
+    from calque.session.broker.callers import Caller
+    from calque.session.broker.dispatch import Dispatcher
+    from calque.session.broker.grants import Granter
+    from calque.session.broker.hosts import HostCache
+    from calque.session.broker.service import BrokerService
+    from calque.session.brokerconfig import BrokerConfig
+
+    store = _SubmitAfterEachRead(tmp_path / "broker.db")
+    for i in range(2):
+        Store.submit(store, _req(f"req-0000{i}", 1000 + i, "a", float(i)), max_queued=4)
+    cache = HostCache({})
+    config = BrokerConfig(db=tmp_path / "broker.db")
+    dispatcher = Dispatcher(config, store, cache, Granter(store, cache, claim_window=60.0), {})  # never started
+    service = BrokerService(store, cache, dispatcher.granter, dispatcher)
+    admin = Caller(uid=0, gid=0, user="root", groups=frozenset(), lab="default", admin=True)
+    for _ in range(3):
+        listed = service.queue(admin, QueueArgs(all=True))
+        queued = [e for e in listed if e["state"] == "queued"]
+        assert queued and all(e["position"] is not None for e in queued), listed
+        assert sorted(e["position"] for e in queued) == list(range(1, len(queued) + 1))
+    assert store.arrivals >= 3  # requests did arrive between and after the readings
+    store.close()

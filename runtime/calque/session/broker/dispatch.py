@@ -70,10 +70,14 @@ class Dispatcher:
                 self._nudged.add(host)
         self.wake.set()
 
-    def ordered(self, now: float) -> list[Waiting]:
-        """The queued requests in the order grants follow (``calque session queue`` shows this)."""
+    def ordered(self, now: float, rows: list[Row] | None = None) -> list[Waiting]:
+        """The queued requests in the order grants follow (``calque session queue`` shows this).
+
+        ``rows``: requests already read from the store (queued ones are picked out), so that a caller
+        showing rows and their positions shows one reading of the queue, not two a submit fell between."""
         q = self.config.queue
-        waiting = [r.waiting for r in self.store.in_state("queued")]
+        queued = self.store.in_state("queued") if rows is None else [r for r in rows if r.state == "queued"]
+        waiting = [r.waiting for r in queued]
         usage = self.store.usage(now - q.fair_share_window, now)
         return order(
             waiting,

@@ -196,10 +196,11 @@ class BrokerService:
         if args.all and not c.admin:
             raise RefusedError("only root or the admin group see every user's requests; leave out --all")
         now = time.time()
-        ordered = self.dispatcher.ordered(now)
+        live = self.store.live()  # one reading: a request queued meanwhile is in neither list, or in both
+        ordered = self.dispatcher.ordered(now, live)
         position = {w.id: i + 1 for i, w in enumerate(ordered)}
         out = []
-        for row in self.store.live():
+        for row in live:
             if not (args.all or row.uid == c.uid):
                 continue
             e = QueueEntry(
