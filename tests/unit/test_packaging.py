@@ -12,6 +12,7 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from calque import __version__
@@ -186,3 +187,51 @@ def test_staged_wheelhouse_is_uploaded_once_and_the_user_data_installs_exactly_i
     ).stdout
     assert f"prometheus_client=={runtime_pins()['prometheus_client']}" in out.replace("-", "_")
     assert f"calque=={__version__}" in out
+
+
+@pytest.mark.slow
+def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_built_again(
+    moto: str, wheelhouse: Path
+) -> None:
+    """The second run of the default path downloads nothing: the staged wheelhouse says which wheel it
+    was built around. One built around another wheel, or staged by a calque that did not say, is
+    built again (and restaged with the wheel's sha256); check mode predicts each case as the real run."""
+    from calque.aws.clients import client
+    from calque.pool.runtime_wheel import SHA_METADATA, WHEEL_SHA_METADATA, predict_runtime, stage_runtime
+
+    s3 = client("s3")
+    s3.create_bucket(Bucket="lab-runs")
+    wheel = wheelhouse / wheel_name()
+
+    def stage() -> tuple[Any, list[str]]:
+        said: list[str] = []
+        return stage_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=True, progress=said.append), said
+
+    def predicted() -> Any:
+        return predict_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=True)
+
+    first, said = stage()
+    assert first.uploaded and any(line.startswith("downloading") for line in said)
+    key = first.wheelhouse_key
+    meta = s3.head_object(Bucket="lab-runs", Key=key)["Metadata"]
+    assert meta == {SHA_METADATA: first.wheelhouse_sha256, WHEEL_SHA_METADATA: first.sha256}
+
+    guess = predicted()
+    assert guess.wheelhouse_known and not guess.staged.uploaded
+    assert guess.staged.wheelhouse_sha256 == first.wheelhouse_sha256
+    again, said = stage()
+    assert not again.uploaded and again.wheelhouse_sha256 == first.wheelhouse_sha256
+    assert not any(line.startswith("downloading") for line in said) and any("stands" in line for line in said)
+
+    for stale in ({SHA_METADATA: first.wheelhouse_sha256, WHEEL_SHA_METADATA: "0" * 64},  # another wheel's
+                  {SHA_METADATA: first.wheelhouse_sha256}):  # fmt: skip  # staged by an older calque
+        s3.copy_object(
+            Bucket="lab-runs", Key=key, CopySource={"Bucket": "lab-runs", "Key": key},
+            Metadata=stale, MetadataDirective="REPLACE",
+        )  # fmt: skip
+        guess = predicted()
+        assert not guess.wheelhouse_known and guess.staged.uploaded
+        rebuilt, said = stage()
+        assert rebuilt.uploaded and any(line.startswith("downloading") for line in said)
+        assert rebuilt.wheelhouse_sha256 == first.wheelhouse_sha256  # the same pins and wheel: the same tar
+        assert s3.head_object(Bucket="lab-runs", Key=key)["Metadata"][WHEEL_SHA_METADATA] == first.sha256

@@ -11,6 +11,10 @@ controller instead stages (``stage_runtime``) under ``<prefix>/runtime/``:
 
 Each object carries its sha256 in its metadata and is uploaded only when that differs; the instance
 gets presigned GET URLs valid for its TTL (at most 7 days, S3's limit) and checks the sha256.
+A wheelhouse also carries the sha256 of the wheel it was built around: its tar is a function of that
+wheel (the pins travel inside it), the Python version and the platform (both in its key), so while
+the wheel is the same the staged wheelhouse stands and is not downloaded and packed again (six
+seconds of ``pip download`` on every ``pool.yml`` run otherwise).
 ``predict_runtime`` is check mode's twin: the same sha256s from the same content, nothing uploaded.
 """
 
@@ -33,6 +37,7 @@ from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_
 __all__ = [
     "MAX_URL_TTL_S",
     "SHA_METADATA",
+    "WHEEL_SHA_METADATA",
     "PredictedRuntime",
     "StagedRuntime",
     "build_wheel",
@@ -40,6 +45,8 @@ __all__ = [
     "runtime_key",
     "sha256_file",
     "stage_runtime",
+    "standing_wheelhouse",
+    "stored_metadata",
     "stored_sha",
     "wheel_name",
     "wheelhouse_key",
@@ -47,6 +54,7 @@ __all__ = [
 
 MAX_URL_TTL_S = 7 * 24 * 3600  # SigV4 presigned URLs live at most 7 days
 SHA_METADATA = "calque-sha256"
+WHEEL_SHA_METADATA = "calque-wheel-sha256"  # on a wheelhouse: the sha256 of the calque wheel inside it
 
 
 @dataclass(frozen=True)
@@ -86,22 +94,40 @@ def pack_wheelhouse(directory: Path, dest: Path) -> Path:
     return dest
 
 
-def stored_sha(s3: Any, bucket: str, key: str) -> str | None:
-    """The sha256 the object at ``key`` was staged with (None when nothing is staged there)."""
+def stored_metadata(s3: Any, bucket: str, key: str) -> dict[str, str]:
+    """The metadata the object at ``key`` was staged with (empty when nothing is staged there)."""
     with aws_errors(f"read s3://{bucket}/{key}"):
         try:
             head = s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
             if is_not_found(exc):
-                return None
+                return {}
             raise
-    sha: str | None = head.get("Metadata", {}).get(SHA_METADATA)
-    return sha
+    return dict(head.get("Metadata", {}))
 
 
-def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: str) -> tuple[str, bool]:
+def stored_sha(s3: Any, bucket: str, key: str) -> str | None:
+    """The sha256 the object at ``key`` was staged with (None when nothing is staged there)."""
+    return stored_metadata(s3, bucket, key).get(SHA_METADATA)
+
+
+def standing_wheelhouse(stored: dict[str, str], wheel_digest: str) -> str | None:
+    """The staged wheelhouse's sha256 when it was built around the wheel ``wheel_digest`` (so that
+    building one again would make the same tar); None when it must be built (none staged, another
+    wheel's, or staged by a calque that did not record its wheel)."""
+    if stored.get(WHEEL_SHA_METADATA) != wheel_digest:
+        return None
+    return stored.get(SHA_METADATA)
+
+
+def _put_if_changed(
+    s3: Any, bucket: str, key: str, path: Path, content_type: str, extra: dict[str, str] | None = None
+) -> tuple[str, bool]:
+    """Upload ``path`` unless ``key`` holds it already with the same metadata (its sha256 and ``extra``)."""
     digest = sha256_file(path)
-    if stored_sha(s3, bucket, key) == digest:
+    metadata = {SHA_METADATA: digest, **(extra or {})}
+    stored = stored_metadata(s3, bucket, key)
+    if all(stored.get(k) == v for k, v in metadata.items()):
         return digest, False
     with aws_errors(f"stage the calque runtime at s3://{bucket}/{key}"):
         s3.put_object(
@@ -110,7 +136,7 @@ def _put_if_changed(s3: Any, bucket: str, key: str, path: Path, content_type: st
             Body=path.read_bytes(),
             ServerSideEncryption="AES256",
             ContentType=content_type,
-            Metadata={SHA_METADATA: digest},
+            Metadata=metadata,
         )
     return digest, True
 
@@ -183,16 +209,24 @@ def stage_runtime(
         if wheelhouse is False:
             return staged
         pyver, plat = python_version or default_python_version(), platform or default_platform()
-        if wheelhouse is True:
-            house = build_wheelhouse(
-                Path(tmp) / "wheelhouse", python_version=pyver, platform=plat, wheel=path, progress=progress
-            ).path
-        else:
-            house = _reused_house(wheelhouse, digest)
-        tar = pack_wheelhouse(house, Path(tmp) / "wheelhouse.tar")
         wh_key = wheelhouse_key(prefix, pyver, plat)
-        progress(f"staging the wheelhouse at s3://{bucket}/{wh_key}")
-        wh_digest, wh_uploaded = _put_if_changed(s3, bucket, wh_key, tar, "application/x-tar")
+        standing = standing_wheelhouse(stored_metadata(s3, bucket, wh_key), digest) if wheelhouse is True else None
+        if standing is not None:
+            progress(f"the wheelhouse at s3://{bucket}/{wh_key} was built around this wheel: it stands")
+            wh_digest, wh_uploaded = standing, False
+        else:
+            if wheelhouse is True:
+                house = build_wheelhouse(
+                    Path(tmp) / "wheelhouse", python_version=pyver, platform=plat, wheel=path, progress=progress
+                ).path
+            else:
+                house = _reused_house(wheelhouse, digest)
+            tar = pack_wheelhouse(house, Path(tmp) / "wheelhouse.tar")
+            progress(f"staging the wheelhouse at s3://{bucket}/{wh_key}")
+            # only a wheelhouse calque built says which wheel it was built around: a reused one may hold
+            # other files (hashes in its requirements, say) than a build around this wheel would
+            built_around = {WHEEL_SHA_METADATA: digest} if wheelhouse is True else None
+            wh_digest, wh_uploaded = _put_if_changed(s3, bucket, wh_key, tar, "application/x-tar", built_around)
     return StagedRuntime(
         bucket,
         key,
@@ -233,10 +267,9 @@ def predict_runtime(
     """``stage_runtime``'s result without uploading: the digests from content, the URLs signed locally.
 
     The wheel is built (or ``wheel`` read) into a temporary directory and hashed; a reused wheelhouse
-    is packed and hashed. A wheelhouse to build is not downloaded: its tar is a function of the wheel
-    (its pins travel inside it), the Python version and the platform, all in its key, so the staged
-    one is what the real run would stage while the wheel is unchanged. A new wheel means a new
-    wheelhouse whose sha256 only the real run learns (``wheelhouse_known`` False).
+    is packed and hashed. A wheelhouse to build is not downloaded: the staged one stands when it was
+    built around this wheel (``standing_wheelhouse``), as in the real run. Otherwise the real run builds
+    one whose sha256 only it learns (``wheelhouse_known`` False).
     """
     s3 = _staging_client(ttl_s, region, endpoint_url, profile)
     key = runtime_key(prefix)
@@ -249,14 +282,15 @@ def predict_runtime(
             return PredictedRuntime(StagedRuntime(bucket, key, digest, url, stored != digest), stored, None)
         pyver, plat = python_version or default_python_version(), platform or default_platform()
         wh_key = wheelhouse_key(prefix, pyver, plat)
-        wh_stored = stored_sha(s3, bucket, wh_key)
+        wh_metadata = stored_metadata(s3, bucket, wh_key)
+        wh_stored = wh_metadata.get(SHA_METADATA)
         known = True
         if wheelhouse is True:
-            wh_digest = wh_stored if stored == digest else None
+            wh_digest = standing_wheelhouse(wh_metadata, digest)
             known = wh_digest is not None
         else:
             wh_digest = sha256_file(pack_wheelhouse(_reused_house(wheelhouse, digest), Path(tmp) / "wheelhouse.tar"))
-    uploaded = stored != digest or wh_stored != wh_digest
+    uploaded = stored != digest or not known or wh_stored != wh_digest
     staged = StagedRuntime(
         bucket, key, digest, url, uploaded, wh_key, wh_digest, _presign(s3, bucket, wh_key, int(ttl_s))
     )
