@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import timings
 
 REPO = Path(__file__).resolve().parent.parent
 OFFLINE_ENV = {
@@ -31,6 +32,7 @@ for _k in ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
 os.environ.update(OFFLINE_ENV)
 os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+timings.enable_in_environment()  # the time report's spans, from every process a test starts
 
 
 def _free_port() -> int:
@@ -98,16 +100,30 @@ def _unit(nodeid: str) -> str:
     return nodeid
 
 
-def _rank(nodeid: str) -> tuple[int, int]:
-    """The site tier first, in SITE_TIER's order; then the other booted modules; then the rest."""
+def _rank(nodeid: str, took: dict[str, float]) -> tuple[int, int, float]:
+    """The site tier first, in SITE_TIER's order; then every other unit, the longest first by the last
+    run's times (``took``; an unknown unit keeps its place after those), so that no long unit starts last
+    and leaves the other workers idle at the end; at equal times the other booted modules first."""
     for i, module in enumerate(SITE_TIER):
         if nodeid.startswith(module):
-            return (0, i)
-    return (1, 0) if nodeid.startswith(HOSTS_TIER) else (2, 0)
+            return (0, i, 0.0)
+    return (1, -took.get(_unit(nodeid), 0.0), 0.0 if nodeid.startswith(HOSTS_TIER) else 1.0)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The time report: every process sums its fixtures' set-up; the controller prints the report."""
+    from support.time_report import FixtureClock, TimeReport
+
+    config.pluginmanager.register(FixtureClock(), "calque-fixture-clock")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        config.pluginmanager.register(TimeReport(_unit), "calque-time-report")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: _rank(item.nodeid))  # stable: each module keeps its own order
+    from support.time_report import unit_times
+
+    took = unit_times()
+    items.sort(key=lambda item: _rank(item.nodeid, took))  # stable: a unit's tests keep their own order
 
 
 @pytest.hookimpl(optionalhook=True)

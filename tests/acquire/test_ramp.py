@@ -22,6 +22,7 @@ from calque.aws.acquire import Acquirer, Consent
 from calque.aws.clients import client
 from calque.cli.main import run
 from calque.pool.ramp import RampOptions, run_ramp
+from support.waits import HANG_S
 
 from .conftest import AL2023, Network
 
@@ -198,7 +199,7 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_S
         assert proc.stderr is not None
         seen = ""
         while "rung 1:" not in seen and time.monotonic() < deadline:
@@ -209,7 +210,7 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
         assert "rung 1:" in seen, seen
         time.sleep(0.5)
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -26,6 +26,7 @@ from calque.errors import (
     UsageError,
 )
 from click.testing import CliRunner
+from support.waits import HANG_S
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_DOCS = REPO / "docs" / "cli.md"
@@ -63,7 +64,7 @@ def test_version_is_the_package_version() -> None:
 
 def test_installed_command_prints_version() -> None:
     exe = Path(sys.executable).parent / "calque"
-    proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0
     assert __version__ in proc.stdout
 
@@ -187,7 +188,7 @@ def test_researcher_commands_start_without_heavy_libraries(command: list[str]) -
         "print(sorted(m for m in heavy if m in sys.modules)); sys.exit(code)"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", probe, *command, "--help"], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", probe, *command, "--help"], capture_output=True, text=True, timeout=HANG_S, check=False
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"

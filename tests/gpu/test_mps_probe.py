@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 from calque.gpu.mps_probe import why_not_answering
+from support.waits import HANG_S
 
 STANDIN = Path(__file__).parent / "bin" / "nvidia-cuda-mps-control"
 
 
-def _wait(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
+def _wait(pred: Callable[[], bool], timeout: float = HANG_S) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -36,7 +37,7 @@ def test_the_stand_in_daemon_answers_until_it_is_killed_and_again_once_restarted
     assert why_not_answering(pipe) == f"no control socket at {pipe / 'control'}"
 
     def start() -> int:
-        subprocess.run([sys.executable, str(STANDIN), "-d"], env=env, check=True, capture_output=True, timeout=30)
+        subprocess.run([sys.executable, str(STANDIN), "-d"], env=env, check=True, capture_output=True, timeout=HANG_S)
         pidfile = pipe / "nvidia-cuda-mps-control.pid"
         assert _wait(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit())
         return int(pidfile.read_text())

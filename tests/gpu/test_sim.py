@@ -14,6 +14,7 @@ from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.sim import SimGpu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.waits import HANG_S
 
 MIG_CARDS = [k for k, c in load_catalog().cards.items() if c.mig]
 
@@ -151,7 +152,7 @@ def test_concurrent_processes_see_one_machine(make_sim: Make) -> None:
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(sim.state_path), uuid, str(n)]) for n in range(1, 7)]
     for p in procs:
-        assert p.wait(timeout=60) == 0
+        assert p.wait(timeout=HANG_S) == 0
     assert len({p.pid for p in sim.processes()}) == 60
 
 
@@ -221,5 +222,5 @@ def test_hosts_created_concurrently_from_config_end_up_as_one(tmp_path: Path) ->
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(cfg), str(n)]) for n in range(1, 5)]
     for p in procs:
-        assert p.wait(timeout=60) == 0
+        assert p.wait(timeout=HANG_S) == 0
     assert sorted(p.pid for p in SimGpu(tmp_path / "race.json").processes()) == [1, 2, 3, 4]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from calque.gpu.sim import SimGpu
+from support.waits import HANG_S
 
 _CREATE = (
     "import json, sys; from calque.gpu.sim import SimGpu; "
@@ -23,7 +24,7 @@ _CREATE = (
 def _uuids_on(hostname: str, state: Path) -> list[str]:
     """The UUIDs a simulated host gets when created on a machine called ``hostname`` (its own UTS namespace)."""
     cmd = ["unshare", "--uts", "sh", "-c", f'hostname {hostname} && exec "$@"', "-", sys.executable, "-c", _CREATE]
-    out = subprocess.run([*cmd, str(state)], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([*cmd, str(state)], capture_output=True, text=True, timeout=HANG_S, check=True)
     return list(json.loads(out.stdout))
 
 

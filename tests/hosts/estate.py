@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.timings import span
 
 from .fleet import Fleet, HostSpec
 from .institution import SITE, institution_inventory, one_gpu_mps_slots, prepare_dlami, run_institution
@@ -65,7 +66,7 @@ class Estate:
     def site(self, log: str, *args: str) -> subprocess.CompletedProcess[str]:
         """site.yml with the institution inventory; its output is also kept in build/hosts/logs/e2e-LOG.log."""
         path = LOGS / f"e2e-{log}.log"
-        with path.open("w") as out:
+        with path.open("w") as out, span("estate", f"site.yml, the {log} run"):
             r = self.fleet.playbook(
                 SITE, "-e", f"@{self.extra}", *args, inventory=self.inventory, stdout=out, stderr=subprocess.STDOUT
             )
@@ -93,7 +94,8 @@ class Estate:
         """Tear the hosts down (once): after the last test that uses them, or at the session's end."""
         if not self.released:
             self.released = True
-            self.fleet.down()
+            with span("estate", "tear down"):
+                self.fleet.down()
 
     def converge(self) -> None:
         """site.yml once (kept in ``first``); a failed first run fails every test that needs it, unrepeated."""
@@ -138,9 +140,12 @@ def booted_estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureReq
     made: Estate | None = None
     teaching_limits: dict[str, object] = {"calque_session_service_default_limits": {"max_sessions": 4, "max_ttl": "4h"}}
     try:
-        fleet.up(SPECS)
-        prepare_dlami(fleet, hosts=list(GPU_HOSTS))
-        _add_users(fleet)
+        with span("estate", f"boot {len(SPECS)} hosts"):
+            fleet.up(SPECS)
+        with span("estate", "the stand-in driver, as a Deep Learning AMI's"):
+            prepare_dlami(fleet, hosts=list(GPU_HOSTS))
+        with span("estate", "users and labs"):
+            _add_users(fleet)
         inventory, extra = institution_inventory(
             fleet,
             wheelhouse,

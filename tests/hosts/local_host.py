@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from .paths import REPO
+from .paths import HANG_S, REPO
 
 CARD = "RTX-PRO-6000-Blackwell-Server-Edition"
 TEACHING = REPO / "playbooks/inventories/institution/group_vars/teaching.yml"
@@ -73,7 +73,7 @@ def session_config(state: Path, group_vars: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def wait_for_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30.0) -> None:
+def wait_for_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -84,7 +84,7 @@ def wait_for_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeou
                 return
         except OSError:
             time.sleep(0.05)
-    raise LocalHostError(f"the session daemon did not listen on {path} within {timeout:.0f} s; see {log}")
+    raise LocalHostError(f"the session daemon did not listen on {path} in {timeout:.0f} s (a hang); see {log}")
 
 
 def state_dir() -> Path:

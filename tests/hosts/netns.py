@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from . import procs
+from .paths import HANG_S
 
 TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
@@ -31,7 +32,7 @@ class NetworkError(RuntimeError):
 
 def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = ["ip", *(["-n", netns] if netns else []), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=HANG_S)  # a hang guard
     if check and proc.returncode != 0:
         raise NetworkError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
     return proc

@@ -21,6 +21,10 @@ IMAGES_DIR = Path(os.environ.get("CALQUE_HOSTS_IMAGES", _cache / "calque" / "tes
 # It names this checkout (a hash of build/hosts' path): two checkouts on one machine, each running
 # its own tests, never share a namespace name nor tear down each other's.
 NETNS_PREFIX = f"cth-{hashlib.sha256(str(HOSTS_DIR).encode()).hexdigest()[:6]}-"
+# How long a wait for an event (a boot, sshd, a socket) may take before it is called a hang: the same
+# ceiling as the tests' support.waits.HANG_S, read here because this package also runs outside pytest
+# (``python -m tests.hosts``, the sandbox's local host), where ``support`` is not importable.
+HANG_S = float(os.environ.get("CALQUE_TEST_HANG_S", "300"))
 
 
 @contextmanager

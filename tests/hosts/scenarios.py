@@ -21,6 +21,11 @@ from pathlib import Path
 from .fleet import Fleet
 from .paths import HOSTS_DIR, REPO
 
+try:  # under pytest (tests/ on sys.path) ...
+    from support.timings import span
+except ImportError:  # ... or `python -m tests.hosts` from the repository root
+    from tests.support.timings import span
+
 # test_molecule.py's test of one scenario (conftest.py runs its scenario in the background).
 SCENARIO_TEST = "test_molecule_scenario_converges_idempotently_and_verifies"
 COLLECTION = REPO / "collections" / "ansible_collections" / "calque" / "gpu"
@@ -84,7 +89,8 @@ def run_molecule(
         if started:
             started(proc)
         try:
-            rc = proc.wait(timeout=timeout)
+            with span("molecule", f"{scenario}: molecule {' '.join(args)}"):
+                rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()

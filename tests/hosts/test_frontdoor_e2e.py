@@ -22,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from support import waits
+from support.waits import HANG_S
 
 from .estate import AGING, ALL, FRONT, LOGS, RESEARCH, TEACH_A, TEACH_B, Estate
 from .fleet import Fleet
@@ -86,7 +88,11 @@ def wait(i):
 for i in range(20):
     threading.Thread(target=wait, args=(i,), daemon=True).start()
     time.sleep(0.05)
-time.sleep(float(sys.argv[1]))
+# Ends once all 20 are queued (argv: a ceiling only a hang reaches), leaving them there.
+mine = {f"r-dave-{i:02d}" for i in range(20)}
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline and not mine <= {e.id for e in client.queue() if e.state == "queued"}:
+    time.sleep(0.2)
 """
 
 
@@ -134,14 +140,9 @@ def wait_in_queue(f: Fleet, user: str, tag: str) -> None:
     )
 
 
-def until(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(every)
+def until(what: str, check: Any, every: float = 0.5) -> Any:
+    """``check()``'s first truthy answer: the event decides, only a hang (``HANG_S``) fails."""
+    return waits.until(check, what, every=every)
 
 
 def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
@@ -179,13 +180,12 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     mine = until(
         "carol's request queued",
         lambda: [e for e in front.json("carol", "session queue --json") if e["state"] == "queued"],
-        30,
     )
     assert mine[0]["user"] == "carol" and mine[0]["position"] == 1
     freed = grants[0]  # alice's are the first four
     ref = f"{freed['session']['id']}@{freed['host']}"
     t_free = float(front.calque("alice", f"session checkin {ref} >/dev/null && date +%s.%N").stdout)
-    t_grant = float(until("carol's grant", lambda: f.ssh(TEACH_A, "cat /tmp/carol.t 2>/dev/null || :").stdout, 30, 0.1))
+    t_grant = float(until("carol's grant", lambda: f.ssh(TEACH_A, "cat /tmp/carol.t 2>/dev/null || :").stdout, 0.1))
     carol = json.loads(f.ssh(TEACH_A, "cat /tmp/carol.json").stdout)
     assert carol["host"] == freed["host"] and carol["session"]["slice_id"] == freed["session"]["slice_id"]
     (LOGS / "frontdoor-figures.txt").write_text(f"grant after a free (booted, over TCP): {t_grant - t_free:.3f} s\n")
@@ -200,7 +200,7 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     assert reasons == ["credential_bad", "credential_replayed", "other_host", "payload_mismatch", "uid_mismatch"]
 
     # kill -9 of the broker with 20 queued requests: the queue is intact, no slice is granted twice.
-    f.ssh(TEACH_A, f"{PY} - 3", user="dave", input=QUEUE_20, timeout=120)
+    f.ssh(TEACH_A, f"{PY} - {HANG_S:g}", user="dave", input=QUEUE_20, timeout=HANG_S + 120)
     dave = {e["id"] for e in front.queue_all() if e["user"] == "dave" and e["state"] == "queued"}
     assert dave == {f"r-dave-{i:02d}" for i in range(20)}
     before = f.ssh(FRONT, "systemctl show -p MainPID --value calque-broker.service").stdout.strip()
@@ -211,7 +211,6 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
             f.ssh(FRONT, "systemctl show -p MainPID --value calque-broker.service").stdout.strip() not in ("0", before)
             and f.ssh(FRONT, "calque session queue --all --json", check=False).returncode == 0
         ),
-        30,
     )
     after = {e["id"]: e for e in front.queue_all()}
     assert {i for i, e in after.items() if e["user"] == "dave" and e["state"] == "queued"} == dave
@@ -223,7 +222,6 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     held = until(
         "one of dave's requests granted",
         lambda: [e for e in front.queue_all() if e["user"] == "dave" and e["session_id"]],
-        30,
     )
     assert len(held) == 1 and held[0]["host"] == second_free["host"]
     views = front.json("root", "session list --all --json", host=FRONT)
@@ -237,9 +235,7 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     # dave's granted request was never claimed (its client had gone): once the claim window (30 s) is
     # over, the broker gives the session back and, nobody waiting, the slice is free; dave takes it
     # directly, so that every 1g.24gb slice is held again (a slice freed later would go to the queue).
-    until(
-        "dave's unclaimed grant given back", lambda: not [e for e in front.queue_all() if e["user"] == "dave"], 150, 1
-    )
+    until("dave's unclaimed grant given back", lambda: not [e for e in front.queue_all() if e["user"] == "dave"], 1)
     again = front.json("dave", "session checkout --anywhere --profile 1g.24gb --ttl 1h --json")
     assert (again["host"], again["session"]["slice_id"]) == (second_free["host"], second_free["session"]["slice_id"])
     front.calque("carol", f"session checkin {mps['session']['id']}@{RESEARCH}")
@@ -247,7 +243,6 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     until(
         "teach-b shown as not answering",
         lambda: "teach-b" in front.calque("alice", "session list --all", check=False).stderr,
-        30,
     )
     mps2 = front.json("bob", MPS_ANYWHERE)
     assert mps2["host"] == RESEARCH
@@ -256,7 +251,6 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     until(
         "alice's teach-b sessions back",
         lambda: on_b <= {st["session_id"] for st in front.json("alice", "session status --all --json")},
-        30,
         1.0,
     )
 
@@ -270,27 +264,27 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
         return now if len(now) == 2 else None
 
     wait_in_queue(f, "alice", "fair-alice")
-    until("alice queued", lambda: "alice" in positions(), 30)
+    until("alice queued", lambda: "alice" in positions())
     wait_in_queue(f, "dave", "fair-dave")
-    order = until("alice and dave queued", two_queued, 30)
+    order = until("alice and dave queued", two_queued)
     assert order == {"dave": 1, "alice": 2}, order  # lab-b is further below its share
     bobs = [g for g in grants if g["session"]["user"] == "bob"]
     front.calque("bob", f"session checkin {bobs[0]['session']['id']}@{bobs[0]['host']}")
-    until("dave granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-dave.t 2>/dev/null || :").stdout, 30, 0.2)
+    until("dave granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-dave.t 2>/dev/null || :").stdout, 0.2)
     assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-dave.json").stdout)["host"] == bobs[0]["host"]
     assert positions() == {"alice": 1}
     # carol (lab-b) queues behind alice and goes ahead of her: alice has not yet waited the aging bound.
     wait_in_queue(f, "carol", "fair-carol")
-    order = until("carol queued", two_queued, 30)
+    order = until("carol queued", two_queued)
     alice_since = next(e["enqueued_at"] for e in front.queue_all() if e["user"] == "alice" and e["state"] == "queued")
     aged_at = datetime.fromisoformat(alice_since).timestamp() + AGING
     assert time.time() < aged_at and order == {"carol": 1, "alice": 2}, (aged_at - time.time(), order)
     # Aging: once alice has waited the bound, she is ahead of carol again, whatever the labs' usage.
     time.sleep(max(0.0, aged_at - time.time()))
     seen: list[dict[str, int]] = []
-    until("alice aged ahead of carol", lambda: seen.append(positions()) or seen[-1] == {"alice": 1, "carol": 2}, 30)
+    until("alice aged ahead of carol", lambda: seen.append(positions()) or seen[-1] == {"alice": 1, "carol": 2})
     bobs_next = bobs[1]
     front.calque("bob", f"session checkin {bobs_next['session']['id']}@{bobs_next['host']}")
-    until("alice granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-alice.t 2>/dev/null || :").stdout, 30, 0.2)
+    until("alice granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-alice.t 2>/dev/null || :").stdout, 0.2)
     assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-alice.json").stdout)["host"] == bobs_next["host"]
     assert positions() == {"carol": 1}

@@ -15,7 +15,7 @@ import pytest
 from . import netns, procs
 from .fleet import HostSpec
 from .machine import mounts_under
-from .paths import NETNS_PREFIX, REPO, RUNS_DIR
+from .paths import HANG_S, NETNS_PREFIX, REPO, RUNS_DIR
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
@@ -75,7 +75,7 @@ def test_two_hosts_boot_systemd_answer_ssh_from_the_controller_only_and_leave_no
             ["ip", "netns", "exec", probe, sys.executable, "-c", code % f.hosts[0].address],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=HANG_S,
         )
         assert r.stdout.strip() == "101", r  # ENETUNREACH
     finally:

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from support.waits import HANG_S, until
 
 from .estate import ALL, H100, RESEARCH, TEACH_A, Estate, recap
 from .fleet import Fleet
@@ -145,7 +146,7 @@ def test_a_session_is_a_systemd_scope_and_everything_started_in_it_ends_with_it(
         "nohup calque session run -- bash -c 'setsid sleep 901 & exec sleep 900' >/tmp/job.out 2>&1 </dev/null &",
     )
     sleeping = "pgrep -u alice -x sleep || true"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_S
     while len(pids := f.ssh(MIG, sleeping).stdout.split()) < 2:
         if time.monotonic() > deadline:
             said = f.ssh(
@@ -176,21 +177,23 @@ def test_a_session_is_a_systemd_scope_and_everything_started_in_it_ends_with_it(
     assert pids[0] in f.ssh(MIG, f"cat {procs_file}").stdout.split()
 
     estate.as_user("alice", "calque session checkin")
-    deadline = time.monotonic() + 10
-    while f.ssh(MIG, sleeping).stdout.split():
-        assert time.monotonic() < deadline, "processes of a checked-in session outlived it by 10 s"
-        time.sleep(0.2)
-    # systemd ends an emptied scope on its own, a moment after its last process (cgroup.events).
-    deadline = time.monotonic() + 15  # under CI load (a load average of 10 on two cores) it once took more than 5 s
+    until(
+        lambda: not f.ssh(MIG, sleeping).stdout.split(), "the processes of a checked-in session end with it", every=0.2
+    )
+    # systemd ends an emptied scope on its own, a moment after its last process (cgroup.events); under
+    # load (a load average of 10 on two cores) that moment once took more than 15 s: only a hang fails.
+    deadline = time.monotonic() + HANG_S
     while (state := f.ssh(MIG, f"systemctl show -p ActiveState --value {scope}").stdout.strip()) != "inactive":
-        assert time.monotonic() < deadline, f"{scope} is still {state} 15 s after its processes ended"
+        assert time.monotonic() < deadline, f"{scope} is still {state} {HANG_S:g} s after its processes ended (a hang)"
         time.sleep(0.2)
 
 
 HOLD = "import os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\nprint('holding', flush=True)\ntime.sleep(600)\n"
 # Bob, as himself: waits for the slice to be free, checks out at once (no guard tick between), and
 # says, the moment his checkout has answered, which of the given pids still run.
-TAKE_OVER = """\
+TAKE_OVER = (
+    f"HANG_S = {HANG_S!r}\n"
+    + """\
 import json, sys, time
 from pathlib import Path
 from calque.models.session import CheckoutArgs
@@ -202,18 +205,19 @@ def running(pid):
         return False
 c = SessionClient()
 print("ready", flush=True)
-deadline = time.monotonic() + 60
+deadline = time.monotonic() + HANG_S
 while time.monotonic() < deadline and any(st.busy for st in c.list_slices() if st.slice.id == sys.argv[1]):
     pass
 s = c.checkout(CheckoutArgs(profile="1g.24gb", ttl="10m"))
 print(json.dumps({"slice": s.slice_id, "id": s.id, "running": [p for p in sys.argv[2:] if running(p)]}), flush=True)
 """
+)
 
 
-def _wait_for_line(f: Fleet, path: str, want: str, timeout: float = 60) -> str:
+def _wait_for_line(f: Fleet, path: str, want: str, timeout: float = HANG_S) -> str:
     deadline = time.monotonic() + timeout
     while want not in (out := f.ssh(MIG, f"cat {path} 2>/dev/null || true").stdout):
-        assert time.monotonic() < deadline, f"{path} never said {want!r}: {out!r}"
+        assert time.monotonic() < deadline, f"{path} never said {want!r} (a hang): {out!r}"
         time.sleep(0.2)
     return out
 
@@ -253,10 +257,11 @@ def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estat
     # Alice's own systemd manager and its bus, as a lingering (or desktop) login has them.
     if f.ssh(MIG, "loginctl enable-linger alice", check=False).returncode != 0:
         f.ssh(MIG, f"systemctl start user@{uid}.service")
-    deadline = time.monotonic() + 30
-    while f.ssh(MIG, f"test -S /run/user/{uid}/bus", check=False).returncode != 0:
-        assert time.monotonic() < deadline, "alice's user manager has no bus"
-        time.sleep(0.2)
+    until(
+        lambda: f.ssh(MIG, f"test -S /run/user/{uid}/bus", check=False).returncode == 0,
+        "alice's user manager has a bus",
+        every=0.2,
+    )
     s = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
     bus = f"XDG_RUNTIME_DIR=/run/user/{uid} DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/{uid}/bus"
     # From inside the session: one child leaves through `systemd-run --user --scope`, another is moved
@@ -282,12 +287,13 @@ def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estat
     )
     estate.as_user("alice", f"nohup calque session run -- bash -c '{job}' >/tmp/esc.out 2>&1 </dev/null &")
     try:
-        said = _wait_for_line(f, "/tmp/esc2.out", "rc=", 60)
+        said = _wait_for_line(f, "/tmp/esc2.out", "rc=")
         assert "rc=0" in said, f"the user bus refused the move (the path was not tried): {said}"
-        deadline = time.monotonic() + 5
-        while _running(f, "^(/usr/bin/)?sleep 91[13]"):
-            assert time.monotonic() < deadline, "a process that left the session's scope still runs after 5 s"
-            time.sleep(0.2)
+        until(
+            lambda: not _running(f, "^(/usr/bin/)?sleep 91[13]"),
+            "the daemon ends each process that left the session's scope",
+            every=0.2,
+        )
         # Both ways out were taken (the moved child, and systemd-run in its own scope: ended there, maybe
         # before it ran sleep 911), and each process that left was ended by the daemon, which says so.
         events = [json.loads(x) for x in f.ssh(MIG, "cat /var/log/calque/session-audit.jsonl").stdout.splitlines()]
@@ -298,10 +304,11 @@ def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estat
             f, "^(/usr/bin/)?sleep 91[2]"
         )  # the rest of the job, and the other door
         estate.as_user("alice", "calque session checkin")
-        deadline = time.monotonic() + 10
-        while _running(f, "^(/usr/bin/)?sleep 91[4]"):
-            assert time.monotonic() < deadline, "the session's own work outlived its check-in"
-            time.sleep(0.2)
+        until(
+            lambda: not _running(f, "^(/usr/bin/)?sleep 91[4]"),
+            "the session's own work ends at its check-in",
+            every=0.2,
+        )
         assert _running(
             f, "^(/usr/bin/)?sleep 91[2]"
         )  # started by her manager, never in the session: it keeps running...
@@ -319,7 +326,7 @@ def test_concurrent_runs_join_one_session_scope(estate: Estate) -> None:
         "alice",
         "for i in 1 2 3; do nohup calque session run -- sleep 93$i >/tmp/run$i.out 2>&1 </dev/null & done",
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_S
     while len(_running(f, "^(/usr/bin/)?sleep 93[123]")) < 3:
         outs = f.ssh(MIG, "cat /tmp/run1.out /tmp/run2.out /tmp/run3.out 2>/dev/null || true").stdout
         assert "refused" not in outs, outs
@@ -329,10 +336,9 @@ def test_concurrent_runs_join_one_session_scope(estate: Estate) -> None:
         where = f.ssh(MIG, f"sed -n 's/^0:://p' /proc/{pid}/cgroup").stdout.strip()
         assert where.endswith(f"/calque.slice/{scope}"), f"pid {pid} is in {where}, not {scope}"
     estate.as_user("alice", "calque session checkin")
-    deadline = time.monotonic() + 10
-    while _running(f, "^(/usr/bin/)?sleep 93[123]"):
-        assert time.monotonic() < deadline, "runs of a checked-in session outlived it"
-        time.sleep(0.2)
+    until(
+        lambda: not _running(f, "^(/usr/bin/)?sleep 93[123]"), "the runs of a checked-in session end with it", every=0.2
+    )
 
 
 def test_logrotate_rotates_the_audit_trail_and_the_daemon_follows(estate: Estate) -> None:

@@ -15,6 +15,7 @@ from calque.session.broker.metrics import BrokerCollector, collector_registry
 from calque.session.broker.store import NewRequest, Store
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.waits import HANG_S, until
 
 HOUR = 3600.0
 
@@ -84,9 +85,9 @@ def test_a_workers_backlog_is_the_queues_visible_and_in_flight_messages(moto: st
     written: list[float] = []
     t = threading.Thread(target=BacklogSampler(pq, metrics, 0.1, stop, lambda: written.append(1.0)).loop)
     t.start()
-    stop.wait(0.5)
+    until(lambda: len(written) >= 2, "the sampler reads again")
     stop.set()
-    t.join(2)
+    t.join(HANG_S)
     assert not t.is_alive() and len(written) >= 2
 
 

@@ -50,7 +50,7 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
     worker = pool.start()
     worker.wait_log("metrics on http://127.0.0.1:")
     with prometheus(tmp_path, {"calque-session": session_port, "calque-pool": worker_port}) as prom:
-        up = prom.wait('count(up{job=~"calque-.*"} == 1) == 2', 30, "both targets scraped")
+        up = prom.wait('count(up{job=~"calque-.*"} == 1) == 2', "both targets scraped")
         assert _value(up) == 2
         alice = make_user()
         out = host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout
@@ -59,7 +59,7 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
         # Nothing of Alice runs on the slice: idle from the checkout. Not before half the policy's `for` ...
         firing = 'ALERTS{alertname="CalqueSliceIdle", alertstate="firing"}'
         assert prom.query(firing) == []
-        (alert,) = prom.wait(firing, IDLE_FOR_S, "the idle alert firing")
+        (alert,) = prom.wait(firing, "the idle alert firing")
         fired_after = time.monotonic() - checked_out
         assert fired_after >= IDLE_FOR_S / 2 - 1, fired_after
         labels = alert["metric"]
@@ -68,9 +68,9 @@ def test_prometheus_scrapes_a_daemon_and_a_worker_and_fires_the_idle_alert(
         assert "user" not in labels and alice.name not in json.dumps(labels)  # the holder is not exported
         # ... and the pool's recorded series from the worker's own metrics: one instance, its target, a backlog
         model = '{model="org/steady"}'
-        assert _value(prom.wait(f"calque:pool_instances_serving{model}", 15, "instances serving")) == 1
-        assert _value(prom.wait(f"calque:pool_backlog_target{model}", 15, "the backlog target")) == 3
-        assert _value(prom.wait(f"calque:pool_backlog{model}", 15, "the backlog")) == 0
+        assert _value(prom.wait(f"calque:pool_instances_serving{model}", "instances serving")) == 1
+        assert _value(prom.wait(f"calque:pool_backlog_target{model}", "the backlog target")) == 3
+        assert _value(prom.wait(f"calque:pool_backlog{model}", "the backlog")) == 0
         assert prom.query('ALERTS{alertname="CalquePoolBacklogAboveTarget"}') == []
         # the labs dashboard reads a named pool's lab from its pool label
         by_lab = prom.query('sum by (lab) (label_replace(calque_pool_up, "lab", "$1", "pool", "([^/]+)/.*"))')
@@ -95,12 +95,12 @@ def test_prometheus_fires_sessions_waiting_too_long_past_the_brokers_aging_bound
         alice, carol = make_user(), make_user()
         broker.anywhere(alice)  # the only slice
         with prometheus(tmp_path, {"calque-broker": port}) as prom:
-            prom.wait('up{job="calque-broker"} == 1', 30, "the broker scraped")
+            prom.wait('up{job="calque-broker"} == 1', "the broker scraped")
             waiter = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
             try:
                 queued = time.monotonic()
                 firing = 'ALERTS{alertname="CalqueSessionsWaitingTooLong", alertstate="firing"}'
-                (alert,) = prom.wait(firing, 60, "the waiting alert firing")
+                (alert,) = prom.wait(firing, "the waiting alert firing")
                 assert time.monotonic() - queued >= aging_s - 1
                 labels = alert["metric"]
                 assert labels["lab"] == "default" and labels["severity"] == "warning"

@@ -16,6 +16,7 @@ from calque.pool.metrics import Metrics
 from calque.session.broker.metrics import BrokerCollector
 from calque.session.daemon.metrics import SessionCollector
 from prometheus_client.core import Metric
+from support.waits import HANG_S
 
 from .promql import DASHBOARDS, RULES, all_queries, dashboard_queries, names, rules
 
@@ -111,7 +112,7 @@ needs_promtool = pytest.mark.skipif(
 @needs_promtool
 def test_promtool_checks_the_rules() -> None:
     assert PROMTOOL is not None
-    res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=HANG_S)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"SUCCESS: {len(list(rules()))} rules found" in res.stdout
 

@@ -20,24 +20,20 @@ from calque.aws.store import RunStore
 from calque.models import QueueSettings, RunRecord, Summary
 from calque.pool import submit as core
 from calque.pool.process import start_worker_process
+from support.waits import HANG_S, until
 
 HERE = Path(__file__).resolve().parent
 STEADY = HERE / "workloads" / "steady.py"
-# Bounds for waits on real worker processes. CI runs the suite on a 2-core box, where a worker's
-# start-up (imports, @enter) alone can take seconds: every wait ends as soon as its condition holds,
-# so a generous bound costs nothing when things go well.
-PROC_WAIT = 60.0
-RUN_WAIT = 120.0
+# Bounds for waits on real worker processes. CI runs the suite on a loaded 2-core box, where a worker's
+# start-up (imports, @enter) alone can take many seconds: every wait ends as soon as its condition
+# holds, and only a hang (support/waits.py's HANG_S) reaches the bound.
+PROC_WAIT = HANG_S
+RUN_WAIT = HANG_S
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """``pred()``'s first truthy answer, polled every ``interval`` s; past ``timeout`` (a hang) an AssertionError."""
+    return until(pred, f"waiting for {what}", ceiling=timeout, every=interval)
 
 
 @dataclass

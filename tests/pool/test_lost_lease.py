@@ -24,6 +24,7 @@ from calque.cli.main import run
 from calque.models import ClaimRef, Item, Manifest, PoolSpec, QueueSettings, RunRecord
 from calque.pool.worker import Worker
 from calque.warm import WarmSupervisor
+from support.waits import HANG_S
 
 from pool.conftest import HERE, wait_until
 from pool.strict_sqs import StrictFakeSqs
@@ -32,7 +33,7 @@ GATED = HERE / "workloads" / "gated.py"
 MODEL = "org/strict"
 BUCKET = "strict-bucket"
 ITEMS = 3
-WAIT = 60.0  # generous: a loaded 2-core CI box; every wait ends as soon as its condition holds
+WAIT = HANG_S  # a loaded 2-core CI box: every wait ends as soon as its condition holds; only a hang reaches it
 
 
 class PausableS3:

@@ -19,6 +19,7 @@ from calque.aws.store import RunStore
 from calque.errors import InfrastructureError
 from calque.models import ItemResult, Summary
 from calque.pool.stream import chunk_uri, follow, stream_prefix
+from support.waits import HANG_S
 
 CLAIM = "c-0001"
 
@@ -56,7 +57,7 @@ def _reader(store: RunStore, prefix: str) -> tuple[list[Any], list[BaseException
 
     def read() -> None:
         try:
-            got.extend(follow(store, prefix, CLAIM, index=0, timeout_s=20))
+            got.extend(follow(store, prefix, CLAIM, index=0, timeout_s=HANG_S))
         except BaseException as exc:
             errors.append(exc)
 
@@ -65,10 +66,10 @@ def _reader(store: RunStore, prefix: str) -> tuple[list[Any], list[BaseException
     return got, errors, t
 
 
-def _until(pred: Any, timeout: float = 10.0) -> None:
+def _until(pred: Any, timeout: float = HANG_S) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"not so in {timeout:g} s (a hang)"
         time.sleep(0.02)
 
 
@@ -82,7 +83,7 @@ def test_a_redelivered_stream_resumes_after_what_was_read(moto: str) -> None:
     _chunks(store, prefix, 2, again)
     _until(lambda: len(got) == 6)  # found without its Summary: the quiet attempt made the reader look
     _finish(store, prefix, 2, again)
-    t.join(20)
+    t.join(HANG_S)
     assert not errors, errors
     assert got == [0, 1, 2, 3, 4, 5]  # each value once, in order
 
@@ -95,7 +96,7 @@ def test_a_redelivered_stream_that_differs_is_an_error_naming_where(moto: str) -
     again = [[{"v": 0.11}, {"v": 0.35}, {"v": 0.9}]]  # not the same values: a random generator
     _chunks(store, prefix, 2, again)
     _finish(store, prefix, 2, again)
-    t.join(20)
+    t.join(HANG_S)
     assert got == [{"v": 0.11}, {"v": 0.72}]
     (err,) = errors
     assert isinstance(err, InfrastructureError)
@@ -109,7 +110,7 @@ def test_a_redelivered_stream_that_yields_less_than_was_read_is_an_error(moto: s
     _until(lambda: len(got) == 3)
     _chunks(store, prefix, 2, [[0, 1]])
     _finish(store, prefix, 2, [[0, 1]])
-    t.join(20)
+    t.join(HANG_S)
     (err,) = errors
     with pytest.raises(InfrastructureError, match=r"yielded 2 value\(s\) where 3 had already been read"):
         raise err

@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 from calque.models import Item
 from calque.warm import WarmSupervisor, WorkloadError
+from support.waits import HANG_S, until
 
-SCRIPT = """
+SCRIPT = (
+    f"HANG_S = {HANG_S!r}\n"
+    + """
 import asyncio, threading, time, modal
 app = modal.App("gens")
 GO = threading.Event()
@@ -21,7 +24,7 @@ class Gens:
     @modal.method()
     def waits(self, n):
         yield "first"
-        if not GO.wait(30):  # released by the test once it has the first chunk
+        if not GO.wait(HANG_S):  # released by the test once it has the first chunk
             raise TimeoutError("the first value never reached the sink while the method ran")
         yield from range(n)
 
@@ -51,6 +54,7 @@ class Gens:
     def plain(self, x):
         return x
 """
+)
 
 
 @pytest.fixture
@@ -73,14 +77,10 @@ def test_a_value_reaches_the_sink_before_the_generator_ends(sup: WarmSupervisor)
     item = Item(index=3, args=[4])
     t = threading.Thread(target=lambda: result.extend(sup.drain("waits", [item], on_chunk=sink).results))
     t.start()
-    deadline = threading.Event()
-    for _ in range(300):
-        if got:
-            break
-        deadline.wait(0.05)
+    until(lambda: got, "the first chunk reaches the sink", every=0.05)
     assert got[:1] == [(3, 1, ["first"])]  # flushed on its own, while the method waits
     go.set()
-    t.join(30)
+    t.join(HANG_S)
     (r,) = result
     assert r.ok and r.value == {"chunks": len(got), "values": 5}
     assert [n for _, n, _ in got] == list(range(1, len(got) + 1))
@@ -126,6 +126,6 @@ def test_a_timed_out_sync_generator_writes_nothing_more_and_is_closed(tmp_path: 
         assert [n for _, n, _ in got] == list(range(1, kept + 1))
         # Its thread cannot be interrupted, but its next value ends it: the generator's finally ran,
         # and nothing reached the sink after the item's result.
-        assert ended.wait(5), "the timed-out generator kept running"
+        assert ended.wait(HANG_S), "the timed-out generator kept running"
         threading.Event().wait(0.3)
         assert len(got) == kept

@@ -54,7 +54,7 @@ def test_claims_are_sent_while_the_items_are_still_being_produced(moto) -> None:
         for i in range(30):
             yield Item(index=i, args=[i])
         # the generator has more to give, but first the claims already made must be on the queue
-        wait_until(lambda: pq.depth().visible >= 3, 30, "the first claims on the queue before the last item")
+        wait_until(lambda: pq.depth().visible >= 3, RUN_WAIT, "the first claims on the queue before the last item")
         for i in range(30, 35):
             yield Item(index=i, args=[i])
 

@@ -28,6 +28,7 @@ import yaml
 from calque.gpu.sim import SimGpu
 from calque.models import MigDevice
 from calque.session.client.connection import SessionClient
+from support.waits import HANG_S
 
 from .munged import munged  # noqa: F401 (a fixture of the cross-host tests)
 
@@ -106,9 +107,11 @@ class Host:
         its pipe directory's ``control`` socket when this returns; its pid."""
         pipe, logs = self.mps_pipe(gpu), self.dir / "mps-log" / f"gpu{gpu}"
         env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logs)}
-        subprocess.run([sys.executable, str(MPS_CONTROL), "-d"], env=env, check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            [sys.executable, str(MPS_CONTROL), "-d"], env=env, check=True, capture_output=True, timeout=HANG_S
+        )
         pidfile = pipe / "nvidia-cuda-mps-control.pid"  # written by the daemonised child, just after
-        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 10), pidfile
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit()), pidfile
         self.mps_daemons[gpu] = int(pidfile.read_text())
         return self.mps_daemons[gpu]
 
@@ -116,7 +119,7 @@ class Host:
         """SIGKILL the GPU's control daemon, as a crash would: its socket file stays, nothing listens."""
         pid = self.mps_daemons.pop(gpu)
         os.kill(pid, signal.SIGKILL)
-        assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10), pid
+        assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid)), pid
 
     def start(self, mps: bool = True, **overrides: Any) -> None:
         """Start the daemon; first, with ``mps``, a control daemon for each MPS GPU of the config."""
@@ -132,7 +135,7 @@ class Host:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"daemon exited: {(self.dir / 'daemon.log').read_text()[-3000:]}")
@@ -145,14 +148,14 @@ class Host:
             except OSError:
                 pass
             time.sleep(0.05)
-        raise AssertionError("daemon did not answer within 30 s")
+        raise AssertionError(f"daemon did not answer in {HANG_S:g} s (a hang)")
 
     def kill9(self) -> None:
         """SIGKILL the daemon and its worker processes at once (its own process group, as systemd
         would kill the unit's cgroup)."""
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.proc.wait(HANG_S)
         self.proc = None
 
     def stop_mps(self) -> None:
@@ -172,7 +175,7 @@ class Host:
         self.proc = None
 
     def cli(
-        self, user: User | None, *args: str, check: bool = False, timeout: float = 60
+        self, user: User | None, *args: str, check: bool = False, timeout: float = HANG_S
     ) -> subprocess.CompletedProcess[str]:
         """``calque ARGS`` as ``user`` (root when None), against this host's socket."""
         env = {**self.env, "CALQUE_SESSION_SOCKET": str(self.socket)}
@@ -185,7 +188,7 @@ class Host:
         cmd: list[str],
         env: dict[str, str] | None = None,
         check: bool = False,
-        timeout: float = 60,
+        timeout: float = HANG_S,
     ) -> subprocess.CompletedProcess[str]:
         full = as_user(user, cmd)
         res = subprocess.run(full, env=env or self.env, capture_output=True, text=True, timeout=timeout, cwd=self.dir)
@@ -281,7 +284,10 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> bool:
+def wait_for(pred: Callable[[], bool], timeout: float = HANG_S, every: float = 0.05) -> bool:
+    """Whether ``pred()`` came true, polled every ``every`` s: the event decides, and only a hang (``HANG_S``,
+    support/waits.py) makes it False, for the caller's assert to say what never happened. A shorter
+    ``timeout`` is for a time bound that is itself what a test checks, never for a wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

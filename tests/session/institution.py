@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 from calque.gpu.sim import SimGpu
+from support.waits import HANG_S
 
 from .conftest import CLI, VENV_PY, Host, User, _user_python
 
@@ -94,7 +95,7 @@ class Broker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"broker exited: {self.log()[-3000:]}")
@@ -107,7 +108,7 @@ class Broker:
             except OSError:
                 pass
             time.sleep(0.05)
-        raise AssertionError("broker did not answer within 30 s")
+        raise AssertionError(f"broker did not answer in {HANG_S:g} s (a hang)")
 
     def log(self) -> str:
         p = self.dir / "broker.log"
@@ -116,7 +117,7 @@ class Broker:
     def kill9(self) -> None:
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.proc.wait(HANG_S)
         self.proc = None
 
     def stop(self) -> None:
@@ -133,7 +134,7 @@ class Broker:
     def cli_env(self) -> dict[str, str]:
         return {**self.env, "CALQUE_BROKER_SOCKET": str(self.socket)}
 
-    def cli(self, user: User | None, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(self, user: User | None, *args: str, timeout: float = HANG_S) -> subprocess.CompletedProcess[str]:
         """``calque ARGS`` as ``user`` (root when None), against the broker's socket."""
         from .conftest import as_user
 

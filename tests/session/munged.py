@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.waits import HANG_S
 
 MUNGED = shutil.which("munged", path="/usr/sbin:/usr/bin:/sbin")
 
@@ -49,9 +50,9 @@ def start_munged(d: Path, key: bytes | None = None) -> Munged:
         ],
         check=True,
         capture_output=True,
-        timeout=30,
+        timeout=HANG_S,
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_S  # the daemonised munged makes its socket just after
     while not m.socket.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return m

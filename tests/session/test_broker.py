@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.waits import HANG_S
+
 from .conftest import User, wait_for
 from .institution import Broker, institution
 from .munged import Munged
@@ -41,7 +43,7 @@ def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checki
         assert "--wait" in busy.stderr
 
         waiter = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: any(e["user"] == carol.name for e in broker.queue_all()), timeout=30)
+        assert wait_for(lambda: any(e["user"] == carol.name for e in broker.queue_all()))
         mine = json.loads(broker.cli(carol, "session", "queue", "--json").stdout)
         assert [e["state"] for e in mine] == ["queued"] and mine[0]["position"] == 1
         assert mine[0]["estimate"] is not None  # from the holders' deadlines
@@ -50,7 +52,7 @@ def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checki
         res = broker.hosts[freed["host"]].cli(bob, "session", "checkin", freed["session"]["id"])
         assert res.returncode == 0, res.stderr
         checked_in = time.monotonic()
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         granted_after = time.monotonic() - checked_in
         assert waiter.returncode == 0, err
         got = json.loads(out)
@@ -78,9 +80,9 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
         held = [broker.anywhere(a1), broker.anywhere(a1)]  # lab vision uses the host alone for a while
         time.sleep(2.0)
         wa2 = broker.popen(a2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, a2)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, a2)))
         wb1 = broker.popen(b1, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, b1)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, b1)))
         # Lab nlp is below its share (it used nothing), so its later request is ahead of vision's.
         order = {e["user"]: e["position"] for e in broker.queue_all() if e["state"] == "queued"}
         assert order == {b1.name: 1, a2.name: 2}, order
@@ -90,7 +92,7 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
             ).returncode
             == 0
         )
-        out, err = wb1.communicate(timeout=30)
+        out, err = wb1.communicate(timeout=HANG_S)
         assert wb1.returncode == 0, err
         assert json.loads(out)["session"]["user"] == b1.name
         assert _waiting(broker, a2)  # still waiting
@@ -102,7 +104,7 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
         aged_at = datetime.fromisoformat(enqueued).timestamp() + 6.5
         time.sleep(max(0.0, aged_at - time.time()))
         wb2 = broker.popen(b2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, b2)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, b2)))
         order = {e["user"]: e["position"] for e in broker.queue_all() if e["state"] == "queued"}
         assert order == {a2.name: 1, b2.name: 2}, order
         assert (
@@ -111,11 +113,11 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
             ).returncode
             == 0
         )
-        out, err = wa2.communicate(timeout=30)
+        out, err = wa2.communicate(timeout=HANG_S)
         assert wa2.returncode == 0, err
         assert json.loads(out)["session"]["user"] == a2.name
         wb2.terminate()
-        wb2.wait(10)
+        wb2.wait(HANG_S)
 
 
 def test_a_user_cannot_cancel_or_see_another_users_request(make_user: Callable[..., User]) -> None:
@@ -124,7 +126,7 @@ def test_a_user_cannot_cancel_or_see_another_users_request(make_user: Callable[.
         alice, bob = make_user(), make_user()
         broker.anywhere(bob)
         waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
-        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, alice)))
         rid = _waiting(broker, alice)[0]["id"]
         res = broker.cli(bob, "session", "queue", "--cancel", rid)
         assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
@@ -134,7 +136,7 @@ def test_a_user_cannot_cancel_or_see_another_users_request(make_user: Callable[.
         assert _waiting(broker, alice)[0]["id"] == rid  # untouched
         res = broker.cli(alice, "session", "queue", "--cancel", rid)
         assert res.returncode == 0 and "cancelled" in res.stdout, res.stderr
-        _, err = waiter.communicate(timeout=30)
+        _, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 4 and "cancelled" in err, err
 
 
@@ -177,7 +179,7 @@ def test_kill_9_of_the_broker_with_20_queued_loses_none_and_grants_no_slice_twic
         filler, u1, u2 = make_user(), make_user(), make_user()
         held = [broker.anywhere(filler) for _ in range(4)]
         procs = [broker.popen_script(u, WAITERS, f"{u.name}-req", "10") for u in (u1, u2)]
-        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 20, timeout=60)
+        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 20)
         before = {e["id"]: e for e in broker.queue_all()}
 
         # Two slices free and the broker dies at once, in the middle of granting them.
@@ -191,7 +193,7 @@ def test_kill_9_of_the_broker_with_20_queued_loses_none_and_grants_no_slice_twic
             q = broker.queue_all()
             return sum(e["state"] == "queued" for e in q) == 18
 
-        assert wait_for(settled, timeout=30), broker.queue_all()
+        assert wait_for(settled), broker.queue_all()
         after = {e["id"]: e for e in broker.queue_all()}
         assert set(after) <= set(before)  # nothing new, nothing lost: 18 queued, 2 granted
         assert all(before[i]["enqueued_at"] == after[i]["enqueued_at"] for i in after)
@@ -202,13 +204,13 @@ def test_kill_9_of_the_broker_with_20_queued_loses_none_and_grants_no_slice_twic
         # The other two free: four grants in all, each request one session, each slice one holder.
         for g in held[2:]:
             assert broker.hosts[g["host"]].cli(filler, "session", "checkin", g["session"]["id"]).returncode == 0
-        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 16, timeout=30)
+        assert wait_for(lambda: sum(e["state"] == "queued" for e in broker.queue_all()) == 16)
         by_request = _sessions_by_request(broker)
         mine = {rid: s for rid, s in by_request.items() if rid.startswith((u1.name, u2.name))}
         assert len(mine) == 4 and all(len(s) == 1 for s in mine.values()), mine
         for p in procs:
             p.terminate()
-        lines = [json.loads(line) for p in procs for line in p.communicate(timeout=30)[0].splitlines()]
+        lines = [json.loads(line) for p in procs for line in p.communicate(timeout=HANG_S)[0].splitlines()]
         granted = [x for x in lines if "request" in x]
         assert sorted(x["request"] for x in granted) == sorted(mine), lines  # each client got its grant
 
@@ -234,7 +236,7 @@ def test_a_stopped_host_leaves_the_others_serving_and_its_sessions_are_back(make
             views = {v["name"]: v for v in json.loads(res.stdout)}
             return views["hostB"]["reachable"] and first["session"]["id"] in json.dumps(views["hostB"])
 
-        assert wait_for(back, timeout=30)
+        assert wait_for(back)
         assert first["session"]["id"] in broker.cli(alice, "session", "status", "--all").stdout
         assert broker.anywhere(alice)["host"] == "hostB"
         # With the broker down, a host-local checkout works as it always did.
@@ -272,19 +274,19 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
                 ).stdout.split()
                 return len(out) >= 3 and int(out[2]) >= 1
 
-            assert wait_for(lambda: bool(granting()), timeout=30)
+            assert wait_for(lambda: bool(granting()))
             (rid,) = granting()
             # The row is committed before the call: kill the broker only once the call is on its way (its
             # child connects, then writes at once), or hostB would never see it.
-            assert wait_for(asked, timeout=30)
+            assert wait_for(asked)
             time.sleep(0.2)
             broker.kill9()
         finally:
             os.killpg(host.proc.pid, signal.SIGCONT)
         # hostB serves the request the dead broker sent: the session exists before the broker is back.
-        assert wait_for(lambda: rid in _sessions_by_request(broker), timeout=30)
+        assert wait_for(lambda: rid in _sessions_by_request(broker))
         broker.start()
-        out, err = waiter.communicate(timeout=60)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         got = json.loads(out)
         assert got["request_id"] == rid and got["host"] == "hostB"
@@ -324,12 +326,12 @@ def test_a_granted_waiter_and_a_session_near_its_end_are_mailed(make_user: Calla
             alice, bob = make_user(), make_user()
             first = broker.anywhere(bob)
             waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "55s", "--wait", "--json")
-            assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+            assert wait_for(lambda: bool(_waiting(broker, alice)))
             assert broker.hosts["hostA"].cli(bob, "session", "checkin", first["session"]["id"]).returncode == 0
-            out, err = waiter.communicate(timeout=30)
+            out, err = waiter.communicate(timeout=HANG_S)
             assert waiter.returncode == 0, err
             ref = f"{json.loads(out)['session']['id']}@hostA"
-            assert wait_for(lambda: len(sink.messages) >= 2, timeout=30), [m["Subject"] for m in sink.messages]
+            assert wait_for(lambda: len(sink.messages) >= 2), [m["Subject"] for m in sink.messages]
             to_alice = [m for m in sink.messages if m["To"] == f"{alice.name}@example.edu"]
             subjects = sorted(m["Subject"] for m in to_alice)
             assert subjects[0] == f"[calque] {ref} ends in " + subjects[0].rsplit(" ends in ", 1)[1]
@@ -358,7 +360,7 @@ def test_a_session_on_another_host_is_extended_read_and_checked_in_by_its_holder
             views = json.loads(broker.cli(user, "session", "list", "--all", "--json").stdout)
             return {st["holder"] for v in views for st in v["slices"] if st.get("holder")}
 
-        assert wait_for(lambda: holders(None) == {alice.name}, timeout=10)
+        assert wait_for(lambda: holders(None) == {alice.name})
         assert holders(alice) == {alice.name} and holders(mallory) == set()
         # Another user names it: the host refuses, as it would on the host itself.
         for verb in (["checkin", ref], ["extend", ref, "--by", "1h"]):
@@ -380,7 +382,7 @@ def test_the_broker_survives_garbage_and_keeps_its_queue(make_user: Callable[...
         alice, bob = make_user(), make_user()
         broker.anywhere(bob)
         waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
-        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, alice)))
         frames = [
             b"not json\n",
             b'{"version": 99, "op": "ping"}\n',
@@ -401,7 +403,7 @@ def test_the_broker_survives_garbage_and_keeps_its_queue(make_user: Callable[...
         ping = broker.cli(alice, "session", "queue", "--json")
         assert ping.returncode == 0 and len(json.loads(ping.stdout)) == 1  # the queue as it was
         waiter.terminate()
-        waiter.wait(10)
+        waiter.wait(HANG_S)
 
 
 def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Callable[..., User]) -> None:
@@ -410,16 +412,16 @@ def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Calla
         alice, bob, carol = make_user(), make_user(), make_user()
         held = broker.anywhere(bob)
         gone = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
-        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, alice)))
         rid = _waiting(broker, alice)[0]["id"]
         gone.kill()  # her terminal is gone: the request stays in the queue
-        gone.wait(10)
+        gone.wait(HANG_S)
         later = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, carol)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, carol)))
         assert broker.hosts["hostA"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
         freed = time.monotonic()
-        assert wait_for(lambda: any(e["id"] == rid and e["state"] == "held" for e in broker.queue_all()), timeout=10)
-        out, err = later.communicate(timeout=60)
+        assert wait_for(lambda: any(e["id"] == rid and e["state"] == "held" for e in broker.queue_all()))
+        out, err = later.communicate(timeout=HANG_S)
         waited = time.monotonic() - freed
         assert later.returncode == 0, err
         assert json.loads(out)["session"]["user"] == carol.name
@@ -447,12 +449,12 @@ def test_the_last_host_first_and_a_cap_on_queued_requests(make_user: Callable[..
         for _ in range(2):
             broker.anywhere(alice)  # hostA's two
         waiters = [broker.popen(alice, "session", "checkout", "--anywhere", "--wait") for _ in range(2)]
-        assert wait_for(lambda: len(_waiting(broker, alice)) == 2, timeout=30)
+        assert wait_for(lambda: len(_waiting(broker, alice)) == 2)
         third = broker.cli(alice, "session", "checkout", "--anywhere", "--wait")
         assert third.returncode == 4 and "limit is 2" in third.stderr, third.stderr
         for w in waiters:
             w.terminate()
-            w.wait(10)
+            w.wait(HANG_S)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -469,7 +471,7 @@ def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user:
         assert held["session"]["kind"] == "mps"
         # The second slot is free, but MPS serialises users: the host refuses it to alice while bob holds one.
         waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", *mps, "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, alice)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, alice)))
         assert broker.proc is not None
         time.sleep(1.0)  # the broker has asked mpsHost once and heard busy
         before = _cpu_seconds(broker.proc.pid)
@@ -478,7 +480,7 @@ def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user:
         assert spent < 0.6, f"the broker used {spent:.2f} s of CPU in 3 s while waiting"
         assert _waiting(broker, alice)
         assert broker.hosts["mpsHost"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         assert json.loads(out)["session"]["user"] == alice.name
 
@@ -529,11 +531,11 @@ def test_a_host_reached_over_tcp_with_munge_is_granted_for_the_user(
         assert [st["holder"] for st in listed if st["busy"]] == [alice.name]  # hostR's own registry
         # bob waits; alice checks hostR's slice in through the broker (over TCP, as alice): bob gets it.
         waiter = broker.popen(bob, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: bool(_waiting(broker, bob)), timeout=30)
+        assert wait_for(lambda: bool(_waiting(broker, bob)))
         sid = next(st["session_id"] for st in listed if st["busy"])
         res = broker.cli(alice, "session", "checkin", f"{sid}@hostR")
         assert res.returncode == 0, res.stderr
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         got = json.loads(out)
         assert got["host"] == "hostR" and got["session"]["user"] == bob.name

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from support.waits import HANG_S
 
 from .conftest import User, wait_for
 from .institution import institution
@@ -41,14 +42,14 @@ def test_anywhere_routes_around_a_drained_host_says_why_and_waits_for_the_undrai
         assert "drained: hostB: this host is drained by root" in listed.stdout
 
         waiter = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: any(e["user"] == carol.name for e in broker.queue_all()), timeout=30)
+        assert wait_for(lambda: any(e["user"] == carol.name for e in broker.queue_all()))
         time.sleep(1.0)  # a few of the broker's rounds: it must not grant on the drained host
         assert waiter.poll() is None
         assert json.loads(b.cli(None, "session", "list", "--json").stdout)[0]["busy"] is False
 
         assert b.cli(None, "session", "undrain").returncode == 0
         undrained = time.monotonic()
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         got = json.loads(out)
         assert got["host"] == "hostB" and got["session"]["user"] == carol.name
@@ -64,7 +65,7 @@ def test_a_host_drained_since_the_brokers_last_list_keeps_a_waiting_request_queu
         alice = make_user()
         a = broker.hosts["hostA"]
         listed = lambda: broker.cli(alice, "session", "list", "--all").stdout.split()  # noqa: E731
-        assert wait_for(lambda: "free" in listed(), timeout=30)
+        assert wait_for(lambda: "free" in listed())
 
         def restart(nudge: str) -> None:
             a.stop()
@@ -75,13 +76,13 @@ def test_a_host_drained_since_the_brokers_last_list_keeps_a_waiting_request_queu
         assert a.cli(None, "session", "drain", "--gpu", "0", "--reason", "bad fan").returncode == 0
         waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
         # hostA refuses (drained); the broker lists it again, sees the drain, and the request waits.
-        assert wait_for(lambda: any(e["state"] == "queued" for e in broker.queue_all()), timeout=30)
+        assert wait_for(lambda: any(e["state"] == "queued" for e in broker.queue_all()))
         time.sleep(1.0)
         assert waiter.poll() is None, waiter.communicate()
         assert "drained" in listed() and "free" not in listed()
 
         restart(f"127.0.0.1:{broker.port}")
         assert a.cli(None, "session", "undrain", "--gpu", "0").returncode == 0  # nudges the broker
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         assert json.loads(out)["host"] == "hostA"

@@ -14,6 +14,7 @@ import pytest
 from calque.errors import InfrastructureError, RefusedError
 from calque.session.broker.fairness import Waiting, lab_of, order
 from calque.session.broker.store import NewRequest, Row, Store, TooManyQueued
+from support.waits import HANG_S
 
 HOUR = 3600.0
 
@@ -125,7 +126,7 @@ def test_kill_9_mid_grant_loses_nothing(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)
     assert res.returncode == -9, res.stderr
     s = Store(path)  # the dead process's lock went with it
     live = s.live()

@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -16,8 +17,9 @@ import pytest
 from calque.errors import CalqueError
 from calque.session.client import verbs
 from calque.session.client.connection import NoFreeSliceError
+from support.waits import HANG_S
 
-from .conftest import Host, User, wait_for
+from .conftest import CLI, Host, User, wait_for
 
 
 def _raw(host: Host, payload: bytes, *, close_write: bool = False, pause: float = 0.0) -> dict[str, object] | None:
@@ -111,7 +113,7 @@ def test_64_clients_racing_for_7_slices_exactly_7_win(host: Host, processes: int
     results: list[object] = [None] * 64
     barrier = threading.Barrier(64)
     for t in _race(host, 64, results, barrier):
-        t.join(60)
+        t.join(HANG_S)
     wins = [r for r in results if isinstance(r, dict)]
     losses = [r for r in results if isinstance(r, NoFreeSliceError)]
     assert len(wins) == 7 and len(losses) == 57, [r for r in results if not isinstance(r, (dict, NoFreeSliceError))]
@@ -133,7 +135,7 @@ def test_race_through_kill9_and_restart_keeps_every_granted_session(host: Host, 
     host.kill9()  # mid-run: some requests are in flight, some clients are still connecting
     host.start(processes=processes)
     for t in threads:
-        t.join(90)
+        t.join(HANG_S)
     wins = [r for r in results if isinstance(r, dict)]
     assert len(wins) <= 7
     assert len({w["slice_id"] for w in wins}) == len(wins), "a slice was granted twice"
@@ -164,21 +166,25 @@ def test_restart_after_kill9_keeps_sessions_deadlines_and_nodes(host: Host, make
 def test_wait_gets_the_slice_when_it_is_checked_in(host: Host, make_user: Callable[..., User]) -> None:
     host.start()
     held = [host.client().call("checkout", ttl="1h") for _ in range(7)]
-    out: dict[str, object] = {}
-
-    def waiter() -> None:
-        res = host.cli(None, "session", "checkout", "--wait", "--wait-timeout", "60s", "--json", timeout=90)
-        out["res"] = res
-
-    t = threading.Thread(target=waiter)
-    t.start()
-    time.sleep(3.0)  # the waiter's CLI must have found nothing free first (its start-up is slow on a loaded box)
-    host.client().call("checkin", id=held[3]["id"])
-    t.join(90)
-    res = out["res"]
-    assert res.returncode == 0, res.stderr  # type: ignore[attr-defined]
-    assert json.loads(res.stdout)["slice_id"] == held[3]["slice_id"]  # type: ignore[attr-defined]
-    assert "waiting for a free slice" in res.stderr  # type: ignore[attr-defined]
+    env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
+    cmd = [*host.python, "-c", CLI, "session", "checkout", "--wait", "--wait-timeout", "60s", "--json"]
+    waiter = subprocess.Popen(cmd, env=env, cwd=host.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The waiter's CLI must have found nothing free first: it says so once it waits (however slow its
+        # start-up on a loaded box), and only then is a slice checked in.
+        assert waiter.stderr is not None
+        said = ""
+        while "waiting for a free slice" not in said and (line := waiter.stderr.readline()):
+            said += line
+        assert "waiting for a free slice" in said, said
+        host.client().call("checkin", id=held[3]["id"])
+        out, err = waiter.communicate(timeout=HANG_S)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, said + err
+    assert json.loads(out)["slice_id"] == held[3]["slice_id"]
 
 
 def test_metrics_report_and_audit(host: Host, make_user: Callable[..., User]) -> None:
@@ -243,8 +249,8 @@ def test_events_count_from_the_daemons_start_also_in_a_restarted_metrics_process
     assert wait_for(lambda: len(metrics_processes()) == 1)
     (first,) = metrics_processes()
     os.kill(first, signal.SIGKILL)  # the main process starts another, after the checkout was written
-    assert wait_for(lambda: metrics_processes() not in ([], [first]), 15)
-    assert wait_for(lambda: checkouts_counted() is not None, 15)
+    assert wait_for(lambda: metrics_processes() not in ([], [first]))
+    assert wait_for(lambda: checkouts_counted() is not None)
     assert checkouts_counted() == 1
 
 
@@ -265,7 +271,7 @@ def test_non_admins_never_see_holders_on_the_metrics_endpoint(host: Host, make_u
         "op": host.cli(bob, "session", "metrics", check=True).stdout,
     }
     # the textfile is rewritten every 10 s (node_exporter serves it to whoever reaches its port)
-    assert wait_for(lambda: prom.exists() and "calque_session_sessions 1.0" in prom.read_text(), 25)
+    assert wait_for(lambda: prom.exists() and "calque_session_sessions 1.0" in prom.read_text())
     seen["textfile"] = prom.read_text()
     for where, text in seen.items():
         samples = _parse(text)
@@ -284,7 +290,7 @@ def test_spot_host_warns_at_checkout_and_metrics_textfile_is_written(host: Host)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["spot"] is True
     assert "spot instance" in res.stderr and "every tenant" in res.stderr
-    assert wait_for(prom.exists, 10)
+    assert wait_for(prom.exists)
     samples = _parse(prom.read_text())
     assert samples[("calque_session_slices", (("kind", "mps"), ("profile", "mps"), ("state", "free")))] == 2
     assert [p.name for p in host.dir.glob("calque_session.prom*")] == [prom.name]  # written aside, then renamed
@@ -300,7 +306,7 @@ def test_idle_connections_to_the_metrics_port_cannot_exhaust_the_daemon(host: Ho
     assert host.proc is not None
     tasks = Path(f"/proc/{host.proc.pid}/task")
     counts = [-1]
-    assert wait_for(lambda: counts.append(len(list(tasks.iterdir()))) or counts[-1] == counts[-2], 20, 1.0)
+    assert wait_for(lambda: counts.append(len(list(tasks.iterdir()))) or counts[-1] == counts[-2], every=1.0)
     threads_before = counts[-1]  # the daemon's own threads have all started
     idle = []
     for _ in range(64):  # far more than the backlog: the rest wait in SYN retries, none gets a thread
@@ -322,7 +328,7 @@ def test_idle_connections_to_the_metrics_port_cannot_exhaust_the_daemon(host: Ho
         for c in idle:
             c.close()
     # once the idle clients are gone (or timed out), the endpoint serves again
-    assert wait_for(lambda: _scrape(port).get(("calque_session_sessions", ())) == 1, 30)
+    assert wait_for(lambda: _scrape(port).get(("calque_session_sessions", ())) == 1)
 
 
 def _parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -392,7 +398,7 @@ def test_a_dead_worker_process_is_replaced_and_service_goes_on(host: Host) -> No
     assert wait_for(lambda: not _running(victim))
     for _ in range(20):
         assert _ping(host)
-    assert wait_for(lambda: len(_workers(host.proc.pid)) == 2 and victim not in _workers(host.proc.pid), 15)  # type: ignore[union-attr]
+    assert wait_for(lambda: len(_workers(host.proc.pid)) == 2 and victim not in _workers(host.proc.pid))  # type: ignore[union-attr]
     s = host.client().call("checkout", ttl="5m")
     assert host.client().call("checkin", id=s["id"])["end_reason"] == "checkin"
 
@@ -429,7 +435,7 @@ def test_wait_timeout_waits_the_full_time_and_says_what_it_waited(host: Host) ->
     assert said is not None, str(caught.value)
     assert 5.0 <= float(said.group(1)) <= elapsed < 7.0, (said.group(1), elapsed)
     # The command says the same.
-    res = host.cli(None, "session", "checkout", "--wait", "--wait-timeout", "5s", timeout=60)
+    res = host.cli(None, "session", "checkout", "--wait", "--wait-timeout", "5s")
     assert res.returncode == 5, res.stderr
     said = re.search(r"\(waited (\d+(?:\.\d+)?) s\)", res.stderr)
     assert said is not None and float(said.group(1)) >= 5.0, res.stderr

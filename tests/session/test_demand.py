@@ -20,6 +20,7 @@ from calque.session.daemon.demand import SAME_ASK_S, Ask
 from calque.session.daemon.registry import Registry
 from calque.session.daemon.rows import NoFreeSlice, TooManySessions
 from calque.session.history import read_history
+from support.waits import HANG_S
 
 from .conftest import Host, User, wait_for
 from .institution import institution
@@ -116,9 +117,9 @@ def test_the_daemon_records_a_second_users_refusal_and_the_grant_its_wait_got(
             host.cli, bob, "session", "checkout", "--profile", "1g.5gb", "--wait", "--wait-timeout", "40s", "--json"
         )
         db = host.dir / "state/sessions.db"
-        assert wait_for(lambda: sum(r.attempts for r in read_history(db, 0.0, time.time() + 1).refusals) >= 3, 30)
+        assert wait_for(lambda: sum(r.attempts for r in read_history(db, 0.0, time.time() + 1).refusals) >= 3)
         host.cli(alice, "session", "checkin", json.loads(held[0].stdout)["id"], check=True)
-        got = waiting.result(timeout=60)
+        got = waiting.result(timeout=HANG_S)
     assert got.returncode == 0, got.stderr
     rows = read_history(db, 0.0, time.time() + 1).refusals
     # one ask: the refusal, the wait's retries counted in it, and the session the wait got
@@ -158,11 +159,11 @@ def test_the_broker_tells_the_host_how_long_a_request_waited_in_its_queue(make_u
         held = broker.anywhere(alice)
         joined = time.time()
         waiter = broker.popen(bob, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
-        assert wait_for(lambda: any(e["user"] == bob.name for e in broker.queue_all()), timeout=30)
+        assert wait_for(lambda: any(e["user"] == bob.name for e in broker.queue_all()))
         time.sleep(1.5)  # waited: longer than a grant takes
         host = broker.hosts["hostA"]
         host.cli(alice, "session", "checkin", held["session"]["id"], check=True)
-        out, err = waiter.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=HANG_S)
         assert waiter.returncode == 0, err
         got = json.loads(out)["session"]["id"]
         rows = read_history(host.dir / "state/sessions.db", 0.0, time.time() + 1).refusals

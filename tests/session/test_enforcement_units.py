@@ -22,6 +22,7 @@ from calque.session.daemon.identity import Caller
 from calque.session.daemon.isolation import acl_bytes, acl_users
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import quick_request
+from support.waits import HANG_S
 
 
 def test_fair_queue_serves_uids_round_robin() -> None:
@@ -44,7 +45,7 @@ def _conn(uid: int, quick: bool) -> Conn:
 
 
 def _wait_idle(q: FairQueue, n: int) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_S
     while q._idle != n:
         assert time.monotonic() < deadline, f"{n} thread(s) never waited"
         time.sleep(0.001)
@@ -68,7 +69,7 @@ def test_the_door_holder_serves_a_quick_request_itself_and_passes_the_door_with_
 
     other = threading.Thread(target=take_two)
     other.start()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_S
     while not got:
         assert time.monotonic() < deadline
         time.sleep(0.001)
@@ -77,7 +78,7 @@ def test_the_door_holder_serves_a_quick_request_itself_and_passes_the_door_with_
     slow2 = (_conn(1001, False), b"adopt")
     q.stash(1001, slow2)
     assert q.after_batch() == (slow2, False)  # the holder serves it, the idle thread takes the door
-    other.join(5)
+    other.join(HANG_S)
     assert got == [slow, DOOR]
     assert q.after_batch() == (None, True)
 
@@ -92,7 +93,7 @@ def test_a_closed_queue_releases_every_waiting_thread() -> None:
     _wait_idle(q, 3)
     q.close()
     for t in threads:
-        t.join(5)
+        t.join(HANG_S)
     assert got == [None, None, None]
 
 
@@ -168,7 +169,7 @@ def test_a_failed_reclaim_is_retried_and_the_session_still_ends(tmp_path: Path) 
     s = service.handle(Caller(pid=os.getpid(), uid=0, gid=0, user="root", admin=True), "checkout", {"ttl": "1s"})
     enforcer.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + HANG_S
         while host.registry.live() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert host.registry.live() == [], "the session outlived a failed reclaim"

@@ -34,6 +34,7 @@ from calque.session.broker.hosts import HostCache
 from calque.session.broker.local import LocalHost
 from calque.session.broker.store import NewRequest, Store
 from pool.conftest import FakeImds
+from support.waits import HANG_S
 
 from .conftest import CLI, VENV_PY, Host, User
 
@@ -261,7 +262,7 @@ def test_a_host_leaving_its_group_drains_with_by_refuses_checkouts_and_completes
     ]
     helper = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: bool(host.client().drains()), 15), "the helper never drained the host"
+        assert wait_for(lambda: bool(host.client().drains())), "the helper never drained the host"
         (d,) = host.client().drains()
         assert d.gpu is None and d.reason == DRAIN_REASON and d.deadline is not None  # the whole host, --by
         assert began + by_s - 2 <= d.deadline.timestamp() <= time.time() + by_s + 1
@@ -271,7 +272,7 @@ def test_a_host_leaving_its_group_drains_with_by_refuses_checkouts_and_completes
         assert res.returncode == 4 and "this host is drained" in res.stderr and DRAIN_REASON in res.stderr, res.stderr
         assert [x.session_id for x in host.client().list_slices() if x.session_id] == [s["id"]]
 
-        _, err = helper.communicate(timeout=hold + 30)
+        _, err = helper.communicate(timeout=hold + HANG_S)
     finally:
         if helper.poll() is None:
             helper.kill()

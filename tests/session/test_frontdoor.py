@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from calque.session.daemon.frontdoor import Conn, FrontDoor
+from support.waits import HANG_S
 
 
 class Door:
@@ -63,7 +64,7 @@ def door(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Door]:
 
 def test_a_quick_request_is_answered_while_a_slow_one_holds_the_only_serving_thread(door: Door) -> None:
     slow = door.send(b"slow-1")
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_S
     while not door.served:
         assert time.monotonic() < deadline, "the slow request was never taken"
         time.sleep(0.005)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from support.waits import HANG_S
 
 from .conftest import Host, User, as_user, wait_for
 
@@ -90,14 +91,14 @@ def test_an_idle_slice_is_warned_then_ended_with_reason_idle_and_a_busy_one_neve
         host.sim.set_load(idle["slice_id"], 0.0, 3000)  # a notebook holding memory, running nothing
         with _on_slice(host, bob, busy["slice_id"]) as bobs:
             host.sim.set_load(busy["slice_id"], 85.0)
-            assert wait_for(lambda: bool(_events(host, idle["id"], "idle_notice")), 15)
+            assert wait_for(lambda: bool(_events(host, idle["id"], "idle_notice")))
             notice = datetime.fromisoformat(_events(host, idle["id"], "idle_notice")[0]["ts"]).timestamp()
-            assert wait_for(lambda: bool(_events(host, idle["id"], "idle")), 15)
+            assert wait_for(lambda: bool(_events(host, idle["id"], "idle")))
             created = datetime.fromisoformat(idle["created_at"]).timestamp()
             ended = _ended_at(host, idle["id"])
             assert 2.0 - 0.2 <= notice - created <= 2.0 + 2.5
             assert 4.0 - 0.2 <= ended - created <= 4.0 + 2.5, ended - created
-            assert term.wait(15) != 0  # her process on the reclaimed slice was ended
+            assert term.wait(HANG_S) != 0  # her process on the reclaimed slice was ended
             assert _usage_reason(host, idle["id"]) == "idle"
             os.set_blocking(master, False)
             seen = os.read(master, 65536).decode(errors="replace")
@@ -128,14 +129,12 @@ def test_activity_resets_the_idle_clock_and_extend_does_not(host: Host, make_use
         assert datetime.fromisoformat(st["idle_ends_at"]).timestamp() == pytest.approx(created + 5, abs=0.01)
         host.sim.set_load(s["slice_id"], 60.0)  # it gets busy: the clock follows
         busy_from = time.time()
-        assert wait_for(
-            lambda: datetime.fromisoformat(_status(host, alice)[0]["active_at"]).timestamp() > busy_from, 10
-        )
+        assert wait_for(lambda: datetime.fromisoformat(_status(host, alice)[0]["active_at"]).timestamp() > busy_from)
         time.sleep(1.5)
         host.sim.set_load(s["slice_id"], 0.0)
         quiet_from = time.time()
         assert "IDLE" in host.cli(alice, "session", "status", check=True).stdout
-        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 20)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
     ended = _ended_at(host, s["id"])
     assert ended - created > 5.0 + 3.0  # the busy spell reset it: not ended at created + for
     assert 5.0 - 1.5 <= ended - quiet_from <= 5.0 + 2.5, ended - quiet_from
@@ -150,7 +149,7 @@ def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, m
         # Dave's slice has a process and no activity reported (an A100 MIG device has no GPM);
         # Carol's has nothing on it at all, but her group is exempt; Erin's reports 0 %.
         host.sim.set_load(idle["slice_id"], 0.0)
-        assert wait_for(lambda: bool(_events(host, idle["id"], "idle")), 15)
+        assert wait_for(lambda: bool(_events(host, idle["id"], "idle")))
         time.sleep(2.5)
         assert [x["id"] for x in _status(host, dave)] == [unknown["id"]]
         (mine,) = _status(host, carol)
@@ -173,12 +172,12 @@ def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_u
     with _on_slice(host, alice, s["slice_id"]), _on_slice(host, bob, busy["slice_id"]):
         host.sim.set_load(s["slice_id"], 0.0)
         host.sim.set_load(busy["slice_id"], 80.0)
-        assert wait_for(lambda: bool(_events(host, s["id"], "idle_notice")), 15)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle_notice")))
         host.kill9()  # no goodbye: what is not in the registry is lost
         time.sleep(1.0)
         restarted = time.time()
         host.start(idle=policy)
-        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 20)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
         time.sleep(7.0)  # a whole `for` after the restart: the busy slice is still held
         assert [x["id"] for x in _status(host, bob)] == [busy["id"]]
     assert _events(host, busy["id"], "idle") == [] and _events(host, busy["id"], "idle_notice") == []
@@ -202,8 +201,8 @@ def test_an_mps_slot_is_judged_by_its_holders_own_clients(host: Host, make_user:
         time.sleep(4.0)
         assert [x["id"] for x in _status(host, alice)] == [s["id"]]
         host.sim.set_load(gpu, 0.0, pid=client.pid)  # her client's own use, now reported: 0 %
-        assert wait_for(lambda: bool(_events(host, s["id"], "idle")), 15)
-        assert client.wait(15) != 0
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
+        assert client.wait(HANG_S) != 0
     finally:
         if client.poll() is None:
             client.kill()

@@ -18,6 +18,7 @@ import pytest
 from calque.errors import CalqueError, RefusedError
 from calque.gpu.sim import SimGpu
 from calque.ops.mig import MigLayoutOp, MigRequest
+from support.waits import HANG_S
 
 from .conftest import Host, User, wait_for
 
@@ -100,13 +101,13 @@ def test_a_layout_change_drains_only_the_changed_gpu_waits_for_its_session_and_u
     t.start()
     try:
         # While it waits: GPU 0 is drained (by root, for the layout), GPU 1 is not.
-        assert wait_for(lambda: [d.gpu for d in host.client().drains()] == [0], 15)
+        assert wait_for(lambda: [d.gpu for d in host.client().drains()] == [0])
         refused = host.cli(carol, "session", "checkout", "--gpu", "0", "--ttl", "10m")
         assert refused.returncode == 4 and "MIG layout change" in refused.stderr, refused.stderr
         assert _checkout(host, carol, 1, "10m")["gpu_index"] == 1
         assert _end_reason(host, short["id"]) is None  # still Alice's until its own deadline
     finally:
-        t.join(90)
+        t.join(HANG_S)
     assert "error" not in done, done.get("error")
     out = done["outcome"]
     assert out.changed and out.result.ended_sessions == []

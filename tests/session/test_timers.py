@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from support.waits import HANG_S
 
 from .conftest import Host, User, as_user, wait_for
 
@@ -43,7 +44,7 @@ def _spawn(host: Host, user: User, log: Path, mode: str, tty: int | None = None)
     log.touch()
     log.chmod(0o666)
     p = subprocess.Popen(as_user(user, ["/usr/bin/python3", str(script), str(log), mode]), stdin=tty)
-    assert wait_for(lambda: "started" in log.read_text(), 15)
+    assert wait_for(lambda: "started" in log.read_text())
     return p
 
 
@@ -65,8 +66,8 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
         host.sim.add_process(s["slice_id"], polite.pid)
         host.sim.add_process(s["slice_id"], stubborn.pid)
         deadline = datetime.fromisoformat(s["expires_at"]).timestamp()
-        assert polite.wait(20) == 0
-        assert stubborn.wait(20) == -signal.SIGKILL
+        assert polite.wait(HANG_S) == 0
+        assert stubborn.wait(HANG_S) == -signal.SIGKILL
         os.set_blocking(master, False)
         seen = os.read(master, 65536).decode(errors="replace")
         assert f"session {s['id']}" in seen and "ends in" in seen, seen
@@ -85,7 +86,7 @@ def test_notice_then_termination_at_expiry_and_slice_free_within_a_second(
     # The notice came before the deadline, the termination at it.
     assert float(polite_events[0][1]) < deadline <= float(polite_events[1][1]) + 0.05
 
-    assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")), 10)
+    assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")))
     ends = [e for e in host.audit_events() if e["session"] == s["id"] and e["event"] == "expiry"]
     assert len(ends) == 1
     freed = datetime.fromisoformat(ends[0]["ts"]).timestamp()
@@ -105,7 +106,7 @@ def test_other_users_processes_on_the_slice_are_never_signalled(host: Host, make
     bob_proc = _spawn(host, bob, log, "exit-on-term")
     try:
         host.sim.add_process(s["slice_id"], bob_proc.pid)
-        assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")), 15)
+        assert wait_for(lambda: not any(r["busy"] for r in host.client().call("list")))
         time.sleep(0.3)
         assert bob_proc.poll() is None
         assert log.read_text().splitlines() == ["started"]
@@ -123,7 +124,7 @@ def test_idle_session_expires_and_a_busy_one_does_not(host: Host, make_user: Cal
         busy = json.loads(host.cli(bob, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
         host.sim.add_process(busy["slice_id"], worker.pid)
         s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
-        assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()), 15)
+        assert wait_for(lambda: any(e["event"] == "idle" and e["session"] == s["id"] for e in host.audit_events()))
         assert json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout) == []
         bobs = json.loads(host.cli(bob, "session", "status", "--json", check=True).stdout)
         assert [b["id"] for b in bobs] == [busy["id"]]
@@ -142,7 +143,7 @@ def test_checkin_stops_what_the_holder_left_running_on_the_slice(host: Host, mak
         s = json.loads(host.cli(alice, "session", "checkout", "--ttl", "1h", "--json", check=True).stdout)
         host.sim.add_process(s["slice_id"], proc.pid)
         host.cli(alice, "session", "checkin", check=True)
-        assert proc.wait(15) == 0
+        assert proc.wait(HANG_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -164,13 +165,13 @@ def test_a_second_notice_comes_before_the_end_on_the_terminals_and_an_extension_
         def notices() -> list[dict[str, object]]:
             return [e for e in host.audit_events() if e["session"] == s["id"] and e["event"] == "notice"]
 
-        assert wait_for(lambda: len(notices()) == 2, 15), notices()
+        assert wait_for(lambda: len(notices()) == 2), notices()
         first, final = notices()
         assert first["pids"] == [worker.pid] and final["pids"] == []  # the signal once, the terminal line twice
         assert log.read_text().count("SIGUSR1") == 1
         # Extended: the deadline moved, so both notices come again before the new one.
         assert host.cli(alice, "session", "extend", s["id"], "--by", "3s").returncode == 0
-        assert wait_for(lambda: len(notices()) == 4, 15), notices()
+        assert wait_for(lambda: len(notices()) == 4), notices()
     finally:
         worker.kill()
         worker.wait()

@@ -202,7 +202,7 @@ def test_nodes_reset_behind_the_daemons_back_are_secured_again(host: Host, make_
         n.chmod(0o444)
     # (The daemon's inotify watch usually closes them before Bob can even try; the timer's re-check
     # would within reassert_every.)
-    assert wait_for(lambda: not _can_read(host, bob, free[0]) and not _can_read(host, bob, held[0]), 10)
+    assert wait_for(lambda: not _can_read(host, bob, free[0]) and not _can_read(host, bob, held[0]))
     assert all(n.stat().st_uid == 0 and acl_users(n) == {alice.uid: 4} for n in held) and _can_read(
         host, alice, held[0]
     )

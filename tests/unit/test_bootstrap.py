@@ -20,6 +20,7 @@ from calque.pool.bootstrap import (
 )
 from calque.pool.spec import load_spec
 from calque.warm import load_workload
+from support.waits import HANG_S
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "embedder.py"
 
@@ -110,7 +111,7 @@ def test_the_runtime_wheel_is_staged_once_downloaded_verified_and_installed(moto
     script = tmp_path / "user-data.sh"
     script.write_text(worker_user_data(_spec(), runtime_url=second.url, runtime_sha256=second.sha256))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=HANG_S)
     env = {
         "PATH": "/usr/bin:/bin",
         "CALQUE_BOOTSTRAP_STEP": "install_runtime",
@@ -131,13 +132,13 @@ def test_the_runtime_wheel_is_staged_once_downloaded_verified_and_installed(moto
     bad = worker_user_data(_spec(), runtime_url=second.url, runtime_sha256="0" * 64)
     script.write_text(bad)
     other = tmp_path / "venv2"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(other)], check=True, timeout=HANG_S)
     res = subprocess.run(
         ["bash", str(script)],
         env={**env, "CALQUE_BOOTSTRAP_VENV": str(other)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert res.returncode != 0 and "did NOT match" in res.stdout + res.stderr
     assert not list(other.glob("lib/python*/site-packages/calque"))

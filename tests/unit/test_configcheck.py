@@ -11,6 +11,7 @@ import pytest
 from calque.cli.main import run
 from calque.models import PoolSpec
 from calque.pool.process import shutdown_bound_s
+from support.waits import HANG_S
 
 GOOD = {
     "host": "gpu:\n  backend: sim\n  sim: {state: /run/calque-sim/gpus.json, instance_type: p5.48xlarge, mig: true}\n",
@@ -69,7 +70,7 @@ def test_pool_spec_from_stdin_reports_the_workers_shutdown_bound() -> None:
         input=GOOD["pool"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)["summary"]
@@ -132,7 +133,7 @@ def test_standard_input_is_checked_as_the_file_would_be(tmp_path: Path) -> None:
         input=text,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2 and "names GPU 3" in proc.stderr, proc.stderr
     assert "calque-config-check-" not in proc.stderr  # not the staged copy's name
@@ -145,7 +146,7 @@ def test_a_host_configuration_from_standard_input_names_the_bad_key_not_a_staged
         input=text,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert "(standard input): sim.instance_tpye='g6e.xlarge': Extra inputs are not permitted" in proc.stderr

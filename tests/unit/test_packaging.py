@@ -64,9 +64,9 @@ def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
 ) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     src = _source_with_leftovers(tmp_path)
-    first = build_wheel(tmp_path / "one", source=src)
+    first = build_wheel(tmp_path / "one", source=src, cached=False)
     os.utime(src / "runtime" / "calque" / "errors.py")  # a touched file: same content, same wheel
-    second = build_wheel(tmp_path / "two", source=src)
+    second = build_wheel(tmp_path / "two", source=src, cached=False)
     assert first.name == second.name == wheel_name()
     assert first.read_bytes() == second.read_bytes()
     names = zipfile.ZipFile(first).namelist()
@@ -85,6 +85,31 @@ def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
     assert f"calque-{__version__}.dist-info/METADATA" in names
     meta = zipfile.ZipFile(first).read(f"calque-{__version__}.dist-info/METADATA").decode()
     assert "Requires-Dist: prometheus-client" in meta
+
+
+@pytest.mark.slow
+def test_a_wheel_built_from_the_same_sources_comes_from_the_cache_and_changed_sources_build_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pool.yml builds the wheel on every run: with unchanged sources the build is copied from the cache
+    (the bytes follow from the sources), and any change of a packaged file builds a new one."""
+    monkeypatch.setenv("CALQUE_CACHE_DIR", str(tmp_path / "cache"))
+    src = _source_with_leftovers(tmp_path)
+    built = build_wheel(tmp_path / "one", source=src)
+    kept = list((tmp_path / "cache" / "wheels").glob(f"*/{wheel_name()}"))
+    assert len(kept) == 1 and kept[0].read_bytes() == built.read_bytes()
+    assert not list((tmp_path / "cache" / "wheels").glob("*/.partial-*"))
+    # A mark in the kept wheel shows where the next build came from: the cache, not pip.
+    kept[0].write_bytes(built.read_bytes() + b"cached")
+    (src / "runtime" / "calque" / "pool" / "worker.py~").write_text("# another backup: not a package file\n")
+    assert build_wheel(tmp_path / "two", source=src).read_bytes().endswith(b"cached")
+    # A changed package file is another digest: built again, and kept beside the first.
+    errors = src / "runtime" / "calque" / "errors.py"
+    errors.write_text(errors.read_text() + "\n# changed\n")
+    again = build_wheel(tmp_path / "three", source=src)
+    assert not again.read_bytes().endswith(b"cached")
+    assert "# changed" in zipfile.ZipFile(again).read("calque/errors.py").decode()
+    assert len(list((tmp_path / "cache" / "wheels").glob(f"*/{wheel_name()}"))) == 2
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ class Streamer:
     def handshake(self, marker: str):
         # The second value waits for the caller to have the first: a stream sent only at its end never gets one.
         yield "first"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # only a hang (tests/support/waits.py HANG_S) reaches it
         while not os.path.exists(marker):
             if time.monotonic() > deadline:
                 raise TimeoutError("the caller never saw the first value while the method was still running")

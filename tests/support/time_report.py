@@ -1,0 +1,191 @@
+"""The suite's own time report, printed at the end of every run (and kept in build/test-logs/).
+
+What it adds up, in the controller process:
+
+- every test's set-up, call and tear-down (pytest's reports, which xdist carries from its workers), by
+  tier (``tests/<dir>``), by unit (what one worker runs together: tests/conftest.py's ``_unit``) and
+  by worker;
+- the spans the workers record (``support/timings.py``): each ``ansible-playbook`` run, the booted
+  estate's phases, each molecule scenario, and every fixture's set-up summed by name.
+
+A contributor reads where the minutes went without a second run: the ten longest units, the booted
+tier, the playbook tier, the fixtures that cost most, and how busy each worker was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+from calque.packaging.wheel import cache_root
+
+from .timings import REPO, SPANS_DIR, read_spans, record
+
+UNIT_TIMES = cache_root() / "test-unit-seconds.json"  # the last run's time of each unit: the order of the next
+REPORT_TXT = REPO / "build" / "test-logs" / "time-report.txt"
+REPORT_JSON = REPO / "build" / "test-logs" / "time-report.json"
+FIXTURE_SPAN_S = 1.0  # a fixture set-up this long is also kept as a span of its own
+
+
+def unit_times() -> dict[str, float]:
+    """Each unit's time in the runs before this one (empty on a new machine: the order is then the files')."""
+    try:
+        return {str(k): float(v) for k, v in json.loads(UNIT_TIMES.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _keep_unit_times(units: dict[str, float]) -> None:
+    """Merge this run's unit times into the cache (units that did not run keep their last time)."""
+    merged = {**unit_times(), **{u: round(s, 1) for u, s in units.items()}}
+    try:
+        UNIT_TIMES.parent.mkdir(parents=True, exist_ok=True)
+        partial = UNIT_TIMES.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(merged, indent=0, sort_keys=True) + "\n")
+        os.replace(partial, UNIT_TIMES)
+    except OSError:
+        return  # an unwritable cache only costs the next run its order
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:7.1f} s"
+
+
+class FixtureClock:
+    """In each process that sets fixtures up: their set-up time summed by name, written when it ends."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, Any, Any]:
+        start, t0 = time.time(), time.monotonic()
+        try:
+            return (yield)
+        finally:
+            took = time.monotonic() - t0
+            total = self.totals[fixturedef.argname]
+            total[0] += 1
+            total[1] += took
+            if took >= FIXTURE_SPAN_S:
+                record("fixture", fixturedef.argname, start, took, scope=fixturedef.scope)
+
+    def pytest_sessionfinish(self) -> None:
+        for name, (count, seconds) in self.totals.items():
+            record("fixture-total", name, time.time(), seconds, count=count)
+
+
+class TimeReport:
+    """In the controller: the tests' phases as they are reported, then the report at the end."""
+
+    def __init__(self, unit: Callable[[str], str]) -> None:
+        # Made at configure time, before any worker starts: spans of an earlier run would count as this run's.
+        for old in SPANS_DIR.glob("*.jsonl") if SPANS_DIR.is_dir() else []:
+            old.unlink()
+        self.unit = unit
+        self.started = time.time()
+        self.phases: dict[str, dict[str, float]] = defaultdict(dict)
+        self.workers: dict[str, str] = {}
+        self.failed: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.phases[report.nodeid][report.when] = report.duration
+        if report.failed:
+            self.failed.add(report.nodeid)
+        node = getattr(report, "node", None)
+        self.workers[report.nodeid] = node.gateway.id if node is not None else "main"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        lines, doc = self.report(read_spans(), time.time() - self.started)
+        REPORT_TXT.parent.mkdir(parents=True, exist_ok=True)
+        REPORT_TXT.write_text("\n".join(lines) + "\n")
+        REPORT_JSON.write_text(json.dumps(doc, indent=1) + "\n")
+        terminalreporter.write_sep("=", f"time report ({REPORT_TXT.relative_to(REPO)})")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+    def report(self, spans: list[dict[str, Any]], wall: float) -> tuple[list[str], dict[str, Any]]:
+        per_test = {nodeid: sum(p.values()) for nodeid, p in self.phases.items()}
+        phase_sum = {w: sum(p.get(w, 0.0) for p in self.phases.values()) for w in ("setup", "call", "teardown")}
+        tiers: dict[str, float] = defaultdict(float)
+        units: dict[str, float] = defaultdict(float)
+        busy: dict[str, float] = defaultdict(float)
+        for nodeid, seconds in per_test.items():
+            tiers["/".join(nodeid.split("/")[:2]) if nodeid.startswith("tests/") else nodeid] += seconds
+            units[self.unit(nodeid)] += seconds
+            busy[self.workers.get(nodeid, "main")] += seconds
+        by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for s in spans:
+            by_kind[str(s["kind"])].append(s)
+
+        out = [
+            f"wall {wall:.0f} s; {len(per_test)} tests, {sum(per_test.values()):.0f} s of test time "
+            f"(set-up {phase_sum['setup']:.0f}, call {phase_sum['call']:.0f}, tear-down {phase_sum['teardown']:.0f})",
+            "workers (test time each): " + ", ".join(f"{w} {s:.0f} s" for w, s in sorted(busy.items())),
+            "",
+            "by tier:",
+            *(f"  {_fmt(s)}  {t}" for t, s in sorted(tiers.items(), key=lambda kv: -kv[1])),
+            "",
+            "the ten longest units (what one worker runs together):",
+            *(f"  {_fmt(s)}  {u}" for u, s in sorted(units.items(), key=lambda kv: -kv[1])[:10]),
+            "",
+            "the ten longest tests:",
+            *(f"  {_fmt(s)}  {t}" for t, s in sorted(per_test.items(), key=lambda kv: -kv[1])[:10]),
+        ]
+
+        booted = sorted(by_kind["estate"] + by_kind["hosts"] + by_kind["molecule"], key=lambda s: s["start"])
+        out += ["", f"booted tier ({sum(s for t, s in tiers.items() if t == 'tests/hosts'):.0f} s of test time):"]
+        out += [f"  {_fmt(s['seconds'])}  {s['kind']}: {s['what']}  [{s['worker']}]" for s in booted]
+
+        books = by_kind["playbook"]
+        per_book: dict[str, list[float]] = defaultdict(list)
+        per_file: dict[str, float] = defaultdict(float)
+        per_task: dict[str, float] = defaultdict(float)
+        per_task_runs: dict[str, list[float]] = defaultdict(list)
+        for s in books:
+            per_book[str(s["what"])].append(float(s["seconds"]))
+            for task, seconds in dict(s.get("task_seconds") or {}).items():
+                per_task[f"{s['what']}: {task}"] += float(seconds)
+                per_task_runs[f"{s['what']}: {task}"].append(float(seconds))
+            per_file[str(s["test"]).split("::", 1)[0] or "(outside a test)"] += float(s["seconds"])
+        out += [
+            "",
+            f"playbook tier: {len(books)} ansible-playbook runs, {sum(float(s['seconds']) for s in books):.0f} s",
+            *(
+                f"  {_fmt(sum(v))}  {len(v):3d} x {name} (median {sorted(v)[len(v) // 2]:.1f} s)"
+                for name, v in sorted(per_book.items(), key=lambda kv: -sum(kv[1]))[:10]
+            ),
+            "  by test file:",
+            *(f"  {_fmt(s)}  {f}" for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])[:10]),
+            "  by task (every run of every playbook, all hosts together):",
+            *(
+                f"  {_fmt(s)}  {len(per_task_runs[t]):3d} x {t}"
+                for t, s in sorted(per_task.items(), key=lambda kv: -kv[1])[:12]
+            ),
+        ]
+
+        fixtures: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        for s in by_kind["fixture-total"]:
+            fixtures[str(s["what"])][0] += int(s.get("count", 0))
+            fixtures[str(s["what"])][1] += float(s["seconds"])
+        out += [
+            "",
+            "fixtures (set-up time summed over every process):",
+            *(
+                f"  {_fmt(v[1])}  {name} ({int(v[0])} set-ups)"
+                for name, v in sorted(fixtures.items(), key=lambda kv: -kv[1][1])[:12]
+            ),
+        ]
+        failed_units = {self.unit(n) for n in self.failed}  # a failed unit's time says little of its next run
+        _keep_unit_times({u: s for u, s in units.items() if u not in failed_units})
+        doc = {
+            "wall_s": round(wall, 1),
+            "tests": {n: {**p, "worker": self.workers.get(n, "main")} for n, p in self.phases.items()},
+            "spans": spans,
+        }
+        return out, doc
