@@ -93,7 +93,8 @@ def test_a_listener_that_never_accepts_is_stuck_once_its_backlog_is_full(tmp_pat
             started = time.monotonic()
             why = why_not_answering(tmp_path, timeout=0.3)
             assert why == f"{path} accepted no connection within 0.3 s (its daemon is stuck)"
-            assert 0.25 <= time.monotonic() - started < 3.0
+            # Not before its timeout; that it answered at all (nothing ever accepts) is the timeout's doing.
+            assert time.monotonic() - started >= 0.25
         finally:
             for c in waiting:
                 c.close()

@@ -48,6 +48,16 @@ def wrap(made: list[Path], argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", f'{moves}exec "$@"', "sh", *argv]
 
 
+def cpu_seconds(machine: str) -> float | None:
+    """CPU time the host has used so far (cgroup v2's cpu.stat: everything in the container), if readable."""
+    for d in dirs(machine):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in (d / "cpu.stat").read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+    return None
+
+
 def remove(machine: str) -> None:
     """Remove the host's cgroup directories, deepest first (only empty ones can go; nspawn leaves its
     ``supervisor`` and ``payload`` behind)."""

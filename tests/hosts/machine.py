@@ -24,6 +24,11 @@ from typing import Any
 from . import cgroups, procs
 from .paths import HANG_S
 
+try:  # under pytest (tests/ on sys.path) ...
+    from support.timings import record
+except ImportError:  # ... or `python -m tests.hosts` from the repository root
+    from tests.support.timings import record
+
 BOOT_TIMEOUT = HANG_S  # systemd reaching running/degraded: however loaded the machine, only a hang fails
 STOP_GRACE = 20.0  # a clean poweroff of the container before SIGKILL
 # A cap, not a reservation: a converged host's changes are a few hundred MB (the venv, the stand-in debs).
@@ -166,6 +171,9 @@ class Host:
     def stop(self, grace: float = STOP_GRACE) -> None:
         """Power the container off (nspawn turns SIGTERM into a clean shutdown), SIGKILL after ``grace``."""
         if self.pid is not None:
+            used = cgroups.cpu_seconds(self.machine)
+            if used is not None:  # for the suite's time report: what the booted tier costs in CPU
+                record("host-cpu", self.machine, time.time(), used)
             procs.stop([(self.pid, self.started)], grace, signal.SIGTERM)
             procs.reap(self.pid)
         self.pid = None

@@ -5,26 +5,29 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from support.waits import HANG_S
 
-from .conftest import User, wait_for
+from .conftest import Host, User, wait_for
 from .institution import Broker, institution
 from .munged import Munged
 
 
-def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checkin(
+def test_two_users_fill_every_slice_and_a_third_is_granted_at_a_checkin_by_the_hosts_nudge(
     make_user: Callable[..., User],
 ) -> None:
     with institution(make_user, {"hostA": 2, "hostB": 2, "hostC": 2}) as broker:
+        # The broker lists every host at its start and then only when a host nudges it (its poll is an
+        # hour off): the waiter below can be granted only because the check-in's host nudged it.
+        broker.config["poll_every"] = 3600
         broker.start()
         alice, bob, carol = make_user(), make_user(), make_user()
         grants = [broker.anywhere(u) for u in (alice, bob) * 3]
@@ -51,18 +54,18 @@ def test_two_users_fill_every_slice_and_a_third_is_granted_within_1s_of_a_checki
         freed = grants[3]  # bob's, on whichever host it landed
         res = broker.hosts[freed["host"]].cli(bob, "session", "checkin", freed["session"]["id"])
         assert res.returncode == 0, res.stderr
-        checked_in = time.monotonic()
         out, err = waiter.communicate(timeout=HANG_S)
-        granted_after = time.monotonic() - checked_in
         assert waiter.returncode == 0, err
         got = json.loads(out)
         assert got["host"] == freed["host"] and got["session"]["slice_id"] == freed["session"]["slice_id"]
         assert got["session"]["user"] == carol.name
-        assert granted_after < 1.0, f"granted {granted_after:.2f} s after the check-in"
 
 
 def _waiting(broker: Broker, user: User) -> list[dict[str, Any]]:
     return [e for e in broker.queue_all() if e["user"] == user.name and e["state"] == "queued"]
+
+
+AGING_S = 30.0
 
 
 def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callable[..., User]) -> None:
@@ -73,7 +76,9 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
                 {"name": "nlp", "groups": ["cqnlp"], "share": 1},
             ]
         )
-        broker.config["queue"] = {"aging": "6s", "max_queued_per_user": 4, "claim_window": "5s"}
+        # Aging at 30 s: a2 must still be younger than that while the test queues b1, reads the order and
+        # checks a slice in (half a dozen commands, each seconds long on a loaded machine).
+        broker.config["queue"] = {"aging": f"{AGING_S:g}s", "max_queued_per_user": 4, "claim_window": "5s"}
         broker.start()
         a1, a2 = make_user(["cqvision"]), make_user(["cqvision"])
         b1, b2 = make_user(["cqnlp"]), make_user(["cqnlp"])
@@ -97,11 +102,11 @@ def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callab
         assert json.loads(out)["session"]["user"] == b1.name
         assert _waiting(broker, a2)  # still waiting
 
-        # Aging: once a2 has waited 6 s it goes ahead of every later request, whatever its lab's usage.
+        # Aging: once a2 has waited 30 s it goes ahead of every later request, whatever its lab's usage.
         enqueued = _waiting(broker, a2)[0]["enqueued_at"]
         from datetime import datetime
 
-        aged_at = datetime.fromisoformat(enqueued).timestamp() + 6.5
+        aged_at = datetime.fromisoformat(enqueued).timestamp() + AGING_S + 0.5
         time.sleep(max(0.0, aged_at - time.time()))
         wb2 = broker.popen(b2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
         assert wait_for(lambda: bool(_waiting(broker, b2)))
@@ -158,6 +163,23 @@ threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
 for t in threads: t.start()
 for t in threads: t.join()
 """
+
+
+def _written_by(pgid: int, uid: int) -> bool:
+    """Whether a process of group ``pgid`` running as ``uid`` has a unix stream socket with bytes written
+    that its peer has not read (``ss``'s Send-Q)."""
+    out = subprocess.run(["ss", "-xnpH"], capture_output=True, text=True, check=False).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or not fields[3].isdigit() or int(fields[3]) == 0:
+            continue
+        for pid in re.findall(r"pid=(\d+)", line):
+            try:
+                if os.getpgid(int(pid)) == pgid and os.stat(f"/proc/{pid}").st_uid == uid:
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def _sessions_by_request(broker: Broker) -> dict[str, list[tuple[str, str]]]:
@@ -253,6 +275,7 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
     when the broker is killed; hostB then makes the session. The restarted broker asks hostB again
     with the same request id: the same session comes back, the client gets it, and no second slice."""
     with institution(make_user, {"hostB": 2}) as broker:
+        broker.config["host_timeout"] = 3600  # its call to hostB waits for the answer until the broker dies
         broker.start()
         alice = make_user()
         host = broker.hosts["hostB"]
@@ -274,12 +297,16 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
                 ).stdout.split()
                 return len(out) >= 3 and int(out[2]) >= 1
 
+            def sent() -> bool:  # the broker's child (alice) wrote it: its socket holds it, unread by hostB
+                assert broker.proc is not None
+                return _written_by(broker.proc.pid, alice.uid)
+
             assert wait_for(lambda: bool(granting()))
             (rid,) = granting()
             # The row is committed before the call: kill the broker only once the call is on its way (its
-            # child connects, then writes at once), or hostB would never see it.
+            # child connects, then writes), or hostB would never see it.
             assert wait_for(asked)
-            time.sleep(0.2)
+            assert wait_for(sent)
             broker.kill9()
         finally:
             os.killpg(host.proc.pid, signal.SIGCONT)
@@ -408,7 +435,9 @@ def test_the_broker_survives_garbage_and_keeps_its_queue(make_user: Callable[...
 
 def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Callable[..., User]) -> None:
     with institution(make_user, {"hostA": 1}) as broker:
-        broker.start()  # claim window: 5 s (institution.py)
+        # A claim window of 15 s: long enough for the test to see alice's grant held (a command or two).
+        broker.config["queue"] = {"max_queued_per_user": 20, "claim_window": "15s"}
+        broker.start()
         alice, bob, carol = make_user(), make_user(), make_user()
         held = broker.anywhere(bob)
         gone = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait")
@@ -419,19 +448,18 @@ def test_a_grant_nobody_claims_passes_on_after_the_claim_window(make_user: Calla
         later = broker.popen(carol, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
         assert wait_for(lambda: bool(_waiting(broker, carol)))
         assert broker.hosts["hostA"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
-        freed = time.monotonic()
         assert wait_for(lambda: any(e["id"] == rid and e["state"] == "held" for e in broker.queue_all()))
         out, err = later.communicate(timeout=HANG_S)
-        waited = time.monotonic() - freed
         assert later.returncode == 0, err
         assert json.loads(out)["session"]["user"] == carol.name
-        # held for alice through the claim window (5 s), then passed on; the window opens when the broker
-        # holds the grant, which can be before the check-in's own client has exited and been timed here
-        assert 4.5 <= waited < 15.0, waited
+        # Held for alice through the whole claim window, then passed on: by the broker's own clock, carol's
+        # grant came no sooner than the window's length after alice's.
         db = sqlite3.connect(f"file:{broker.db}?mode=ro", uri=True)
-        (state,) = db.execute("SELECT state FROM requests WHERE id=?", (rid,)).fetchone()
+        (state, alice_granted) = db.execute("SELECT state, granted_at FROM requests WHERE id=?", (rid,)).fetchone()
+        (carol_granted,) = db.execute("SELECT granted_at FROM requests WHERE user=?", (carol.name,)).fetchone()
         db.close()
         assert state == "lapsed"
+        assert carol_granted >= alice_granted + 15.0, (alice_granted, carol_granted)
         assert alice.name not in broker.hosts["hostA"].cli(None, "session", "list").stdout  # given back there
 
 
@@ -457,9 +485,14 @@ def test_the_last_host_first_and_a_cap_on_queued_requests(make_user: Callable[..
             w.wait(HANG_S)
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _refused_tries(host: Host, user: User) -> int:
+    """The tries of ``user``'s asks that ``host`` refused for want of a slot (its demand record)."""
+    db = sqlite3.connect(f"file:{host.dir / 'state/sessions.db'}?mode=ro", uri=True)
+    try:
+        (n,) = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM demand WHERE uid=?", (user.uid,)).fetchone()
+    finally:
+        db.close()
+    return int(n)
 
 
 def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user: Callable[..., User]) -> None:
@@ -472,12 +505,14 @@ def test_an_mps_slot_refused_to_a_user_is_waited_for_without_spinning(make_user:
         # The second slot is free, but MPS serialises users: the host refuses it to alice while bob holds one.
         waiter = broker.popen(alice, "session", "checkout", "--anywhere", "--ttl", "1h", *mps, "--wait", "--json")
         assert wait_for(lambda: bool(_waiting(broker, alice)))
-        assert broker.proc is not None
-        time.sleep(1.0)  # the broker has asked mpsHost once and heard busy
-        before = _cpu_seconds(broker.proc.pid)
-        time.sleep(3.0)
-        spent = _cpu_seconds(broker.proc.pid) - before
-        assert spent < 0.6, f"the broker used {spent:.2f} s of CPU in 3 s while waiting"
+        # mpsHost counts every refused try of alice's ask. The broker tries it directly, then once from its
+        # queue, and then not again until mpsHost's slots change (a spinning broker asks on and on); a loop
+        # that catches the direct try between its answer and its return to the queue may try once more.
+        mps_host = broker.hosts["mpsHost"]
+        assert wait_for(lambda: _refused_tries(mps_host, alice) >= 2), _refused_tries(mps_host, alice)
+        time.sleep(3.0)  # six of the broker's loops (0.5 s) and a poll of every host (2 s): none asks again
+        tries = _refused_tries(mps_host, alice)
+        assert tries <= 3, f"the broker asked mpsHost {tries} times for alice while nothing changed there"
         assert _waiting(broker, alice)
         assert broker.hosts["mpsHost"].cli(bob, "session", "checkin", held["session"]["id"]).returncode == 0
         out, err = waiter.communicate(timeout=HANG_S)
@@ -493,10 +528,11 @@ def test_wait_timeout_gives_up_in_time_and_shell_exports_name_the_host(make_user
         assert res.returncode == 0, res.stderr
         assert "export CALQUE_SESSION_HOST=hostA" in res.stdout and "export CUDA_VISIBLE_DEVICES=MIG-" in res.stdout
         started = time.monotonic()
+        # Nothing frees hostA's one slice: the command returns (before HANG_S) only because it gave up.
         res = broker.cli(alice, "session", "checkout", "--anywhere", "--wait", "--wait-timeout", "2s")
         took = time.monotonic() - started
         assert res.returncode == 5 and "waited" in res.stderr and "hostA: MIG-" in res.stderr, res.stderr
-        assert 2.0 <= took < 10.0, took
+        assert took >= 2.0, f"gave up after {took:.2f} s, before its 2 s"
         assert not _waiting(broker, alice)  # it left the queue
 
 

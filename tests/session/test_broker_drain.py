@@ -21,6 +21,7 @@ def test_anywhere_routes_around_a_drained_host_says_why_and_waits_for_the_undrai
     make_user: Callable[..., User],
 ) -> None:
     with institution(make_user, {"hostA": 2, "hostB": 3}) as broker:
+        broker.config["poll_every"] = 3600  # after its first look, the broker lists a host only when nudged
         broker.start()
         alice, carol = make_user(), make_user()
         b = broker.hosts["hostB"]
@@ -48,12 +49,10 @@ def test_anywhere_routes_around_a_drained_host_says_why_and_waits_for_the_undrai
         assert json.loads(b.cli(None, "session", "list", "--json").stdout)[0]["busy"] is False
 
         assert b.cli(None, "session", "undrain").returncode == 0
-        undrained = time.monotonic()
-        out, err = waiter.communicate(timeout=HANG_S)
+        out, err = waiter.communicate(timeout=HANG_S)  # granted by the host's nudge: no poll comes in time
         assert waiter.returncode == 0, err
         got = json.loads(out)
         assert got["host"] == "hostB" and got["session"]["user"] == carol.name
-        assert time.monotonic() - undrained < 5.0  # the host's nudge, not the next poll
 
 
 def test_a_host_drained_since_the_brokers_last_list_keeps_a_waiting_request_queued(

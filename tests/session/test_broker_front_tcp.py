@@ -89,7 +89,9 @@ def test_anywhere_queue_and_checkin_over_tcp_and_every_forgery_refused_and_audit
             broker.write_institution(broker={"name": "front", "address": "127.0.0.1", "port": broker.port})
             (broker.dir / "institution.yaml").chmod(0o644)
             broker.config.update(
-                munge_socket=str(brokers.socket), audit_log=str(broker.dir / "audit/broker-audit.jsonl")
+                munge_socket=str(brokers.socket),
+                audit_log=str(broker.dir / "audit/broker-audit.jsonl"),
+                poll_every=3600,  # after its first look, the broker lists a host only when told it changed
             )
             broker.start()
             _tcp(broker, researchers)
@@ -117,11 +119,10 @@ def test_anywhere_queue_and_checkin_over_tcp_and_every_forgery_refused_and_audit
             assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
             res = broker.cli(alice, "session", "checkin", ref, "--json")
             assert res.returncode == 0, res.stderr
-            freed = time.monotonic()
+            # Granted on the check-in itself (the host's nudge, the broker's own look): no poll comes in time.
             out, err = waiter.communicate(timeout=HANG_S)
             assert waiter.returncode == 0, err
             assert json.loads(out)["host"] == grants[0]["host"]
-            assert time.monotonic() - freed < 5  # the grant within 1 s is the booted e2e's and bench's to time
             assert _audit(broker) == [], "honest requests wrote refusals"
 
             att = broker.popen_script(alice, ATTACKS, str(broker.port), "front", bob.name, str(researchers.socket))

@@ -1,6 +1,7 @@
 """An expired credential over TCP: a request's own credential made with a time to live of 1 s
 (libmunge's MUNGE_OPT_TTL, which calque's encode leaves at munged's default), sent 2 s later:
-the host's munged calls it expired; refused, audited, nothing served."""
+the host's munged calls it expired; refused, audited, nothing served. The same encode with a time to
+live no loaded machine outlasts (HANG_S) is served."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from calque.models.institution import RemoteRequest, binding
+from support.waits import HANG_S
 
 from .conftest import Host, User
 from .munged import Munged
@@ -38,14 +40,14 @@ def test_an_expired_credential_is_refused_and_audited(
     alice = make_user()
     door = Door(host, munged)
 
-    def envelope(rid: str) -> dict[str, object]:
+    def envelope(rid: str, ttl: int) -> dict[str, object]:
         pay = binding("status", {}, rid, HOST, "root", alice.name)
-        cred = encode_with_ttl(pay, str(munged.socket), 1)
+        cred = encode_with_ttl(pay, str(munged.socket), ttl)
         req = RemoteRequest(op="status", request_id=rid, host=HOST, user="root", as_user=alice.name, credential=cred)
         return req.model_dump(mode="json")
 
-    assert door.send_envelope(envelope("f" * 16))["ok"] is True  # within its time to live: served
-    late = envelope("e" * 16)
+    assert door.send_envelope(envelope("f" * 16, int(HANG_S)))["ok"] is True  # within its time to live: served
+    late = envelope("e" * 16, 1)
     time.sleep(2.2)
     _refused(door.send_envelope(late), "expired")
     [ev] = door.refusals()

@@ -9,11 +9,11 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.waits import HANG_S
 
 from .conftest import Host, User, as_user, wait_for
 
@@ -128,7 +128,7 @@ def test_a_user_holding_the_old_write_lock_file_cannot_hang_checkouts(
     old.write_text("")
     old.chmod(0o644)
     hold = f"import fcntl, time; f = open({str(old)!r}); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); "
-    hold += "time.sleep(120)"
+    hold += "time.sleep(1e6)"  # until killed: a checkout waiting on it would wait past any ceiling here
     holder = subprocess.Popen(
         as_user(mallory, [*host.python, "-c", hold]),
         env=host.env,
@@ -138,15 +138,13 @@ def test_a_user_holding_the_old_write_lock_file_cannot_hang_checkouts(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         host.start()
-        t0 = time.monotonic()
-        res = host.cli(alice, "session", "checkout", "--ttl", "5m", timeout=30)
+        res = host.cli(alice, "session", "checkout", "--ttl", "5m")  # done at all: not waiting on her lock
         assert res.returncode == 0, res.stderr
-        assert time.monotonic() - t0 < 10
         new_lock = state / "locks/sessions.db.write.lock"
         assert host.run_as(mallory, ["/usr/bin/test", "-r", str(new_lock)]).returncode != 0
     finally:
         holder.kill()
-        holder.wait(10)
+        holder.wait(HANG_S)
 
 
 def test_dangling_symlink_at_the_socket_path_is_cleared_at_start(host: Host) -> None:

@@ -26,7 +26,8 @@ from .institution import free_port, make_host
 
 pytestmark = pytest.mark.slow
 
-HOLD = "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); print('holding', flush=True); time.sleep(120)"
+# Sleeps past any wait of the tests (HANG_S): only a kill ends it.
+HOLD = "import os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); print('holding', flush=True); time.sleep(3600)"
 
 
 def _nodes(host: Host, uuid: str) -> list[Path]:
@@ -73,15 +74,15 @@ def cgroup_parent() -> Iterator[Path]:
 
 def test_retained_node_descriptor_dies_with_the_session(host: Host, make_user: Callable[..., User]) -> None:
     alice, bob = make_user(), make_user()
-    host.start()
+    # The periodic walk of every node (reassert_every) is an hour off: only the session's end (the
+    # guard's walk of a newly free slice's opened nodes, the next tick) can end the keeper.
+    host.start(reassert_every=3600)
     s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
     node = _nodes(host, s["slice_id"])[0]
     keeper = _hold(alice, node)  # eval-mode work: not in the session's cgroup
     try:
         host.cli(alice, "session", "checkin", s["id"], check=True)
-        checked_in = time.monotonic()
-        assert wait_for(lambda: _gone(keeper.pid))
-        assert time.monotonic() - checked_in <= 1.0, "the descriptor outlived the session by more than 1 s"
+        assert wait_for(lambda: _gone(keeper.pid)), "the descriptor outlived the session"
         assert keeper.wait(HANG_S) == -signal.SIGKILL
         assert host.run_as(alice, ["/usr/bin/test", "-r", str(node)]).returncode != 0
         assert host.run_as(bob, ["/usr/bin/test", "-r", str(node)]).returncode != 0
@@ -193,7 +194,7 @@ def test_a_node_descriptor_handed_to_another_user_is_ended(host: Host, make_user
 
 def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_user: Callable[..., User]) -> None:
     alice = make_user()
-    host.start(reassert_every=60)  # the timer's re-check is far off: only the watcher can act in time
+    host.start(reassert_every=3600)  # the timer's re-check is an hour off: only the watcher can act
     s = json.loads(host.cli(alice, "session", "checkout", "--json", check=True).stdout)
     caps = host.dir / "root/dev/nvidia-caps"
     new = caps / "nvidia-cap999"
@@ -203,8 +204,8 @@ def test_a_node_the_driver_creates_or_resets_is_closed_at_once(host: Host, make_
     for n in (free, held):  # as the driver resets modes (DeviceFileModify: 1) when a device is opened
         os.chmod(n, 0o444)
         os.close(os.open(n, os.O_RDONLY))
-    assert wait_for(lambda: all(n.stat().st_mode & 0o777 == 0o400 for n in (new, free)), 1.0, every=0.01)
-    assert wait_for(lambda: acl_users(held) == {alice.uid: 4} and held.stat().st_mode & 0o007 == 0, 1.0, every=0.01)
+    assert wait_for(lambda: all(n.stat().st_mode & 0o777 == 0o400 for n in (new, free)))
+    assert wait_for(lambda: acl_users(held) == {alice.uid: 4} and held.stat().st_mode & 0o007 == 0)
 
 
 def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
@@ -216,7 +217,7 @@ def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
     out = host.dir / "run.out"
     out.touch()
     out.chmod(0o666)
-    script = f'echo "$CALQUE_SESSION_ID $CUDA_VISIBLE_DEVICES" > {out}; sleep 300 & exec sleep 301'
+    script = f'echo "$CALQUE_SESSION_ID $CUDA_VISIBLE_DEVICES" > {out}; sleep 3600 & exec sleep 3601'
     env = {**host.env, "CALQUE_SESSION_SOCKET": str(host.socket)}
     cmd = [*host.python, "-c", CLI, "session", "run", "--", "/bin/sh", "-c", script]
     work = subprocess.Popen(as_user(alice, cmd), env=env, cwd=host.dir)
@@ -230,9 +231,8 @@ def test_session_run_work_lives_in_the_session_cgroup_and_ends_with_it(
         res = host.cli(bob, "session", "run", "--session", s["id"], "--", "/bin/true")
         assert res.returncode == 4 and "not yours" in res.stderr, res.stderr
         host.cli(alice, "session", "checkin", s["id"], check=True)
-        checked_in = time.monotonic()
-        assert wait_for(lambda: all(_gone(p) for p in pids))
-        assert time.monotonic() - checked_in <= 1.0
+        # The sleeps outlast any wait here: only the session's end (its cgroup killed) ends them.
+        assert wait_for(lambda: all(_gone(p) for p in pids)), "the session's work outlived its check-in"
         assert work.wait(HANG_S) == -signal.SIGKILL
         assert wait_for(lambda: not cg.exists())
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable, Generator
@@ -52,6 +53,11 @@ def _keep_unit_times(units: dict[str, float]) -> None:
         return  # an unwritable cache only costs the next run its order
 
 
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _fmt(seconds: float) -> str:
     return f"{seconds:7.1f} s"
 
@@ -61,6 +67,7 @@ class FixtureClock:
 
     def __init__(self) -> None:
         self.totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.cpu: dict[str, float] = {}
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, Any, Any]:
@@ -75,9 +82,21 @@ class FixtureClock:
             if took >= FIXTURE_SPAN_S:
                 record("fixture", fixturedef.argname, start, took, scope=fixturedef.scope)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        """The CPU a test's own processes used: this worker and the children it waited for (the booted
+        hosts are counted apart, from their cgroups: ``host-cpu``)."""
+        before = _cpu()
+        try:
+            return (yield)
+        finally:
+            self.cpu[item.nodeid] = _cpu() - before
+
     def pytest_sessionfinish(self) -> None:
         for name, (count, seconds) in self.totals.items():
             record("fixture-total", name, time.time(), seconds, count=count)
+        for nodeid, seconds in self.cpu.items():
+            record("test-cpu", nodeid, time.time(), seconds)
 
 
 class TimeReport:
@@ -167,6 +186,29 @@ class TimeReport:
                 f"  {_fmt(s)}  {len(per_task_runs[t]):3d} x {t}"
                 for t, s in sorted(per_task.items(), key=lambda kv: -kv[1])[:12]
             ),
+        ]
+
+        cpu_tiers: dict[str, float] = defaultdict(float)
+        cpu_units: dict[str, float] = defaultdict(float)
+        for s in by_kind["test-cpu"]:
+            nodeid = str(s["what"])
+            cpu_tiers["/".join(nodeid.split("/")[:2])] += float(s["seconds"])
+            cpu_units[self.unit(nodeid)] += float(s["seconds"])
+        hosts_cpu: dict[str, float] = defaultdict(float)
+        for s in by_kind["host-cpu"]:  # cth-<checkout>-<run>-<host>: summed by run (e2e, mol-<scenario>, ...)
+            run = "-".join(str(s["what"]).split("-")[2:-1]) or str(s["what"])
+            hosts_cpu[run] += float(s["seconds"])
+        machine_cpu = sum(cpu_tiers.values()) + sum(hosts_cpu.values())
+        out += [
+            "",
+            f"CPU: {machine_cpu:.0f} s in all ({machine_cpu / max(wall, 1):.2f} cores busy on average): the tests' own "
+            f"processes {sum(cpu_tiers.values()):.0f} s, the booted hosts {sum(hosts_cpu.values()):.0f} s",
+            "  by tier (the test's processes):",
+            *(f"  {_fmt(s)}  {t}" for t, s in sorted(cpu_tiers.items(), key=lambda kv: -kv[1])),
+            "  the ten costliest units:",
+            *(f"  {_fmt(s)}  {u}" for u, s in sorted(cpu_units.items(), key=lambda kv: -kv[1])[:10]),
+            "  booted hosts, by run:",
+            *(f"  {_fmt(s)}  {r}" for r, s in sorted(hosts_cpu.items(), key=lambda kv: -kv[1])),
         ]
 
         fixtures: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])

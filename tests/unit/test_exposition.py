@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from calque.exposition import serve, write_textfile
 from calque.models import PoolSpec
 from calque.pool.metrics import Metrics
 from prometheus_client.parser import text_string_to_metric_families
+from support.waits import HANG_S
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -62,7 +62,7 @@ def test_the_endpoint_binds_loopback_by_default_and_refuses_a_name_for_an_addres
     assert port > 0
 
 
-def test_idle_clients_hold_the_endpoint_briefly_and_never_take_a_thread_each() -> None:
+def test_idle_clients_never_take_a_thread_each_and_once_gone_the_endpoint_serves_again() -> None:
     import threading
 
     m = _worker_metrics()
@@ -77,12 +77,11 @@ def test_idle_clients_hold_the_endpoint_briefly_and_never_take_a_thread_each() -
                 c.connect(("127.0.0.1", port))
             idle.append(c)
         assert threading.active_count() == threads  # one serving thread, whatever the clients do
-        t0 = time.monotonic()
         for c in idle:
             c.close()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        # They gone, it serves again (how soon is a timing goal: bench/, not here).
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HANG_S).read().decode()
         assert _samples(text)[("calque_pool_claim_seconds_count", ())] == 3
-        assert time.monotonic() - t0 < 30
     finally:
         for c in idle:
             c.close()
