@@ -100,14 +100,12 @@ def _unit(nodeid: str) -> str:
     return nodeid
 
 
-def _rank(nodeid: str, took: dict[str, float]) -> tuple[int, int, float]:
-    """The site tier first, in SITE_TIER's order; then every other unit, the longest first by the last
-    run's times (``took``; an unknown unit keeps its place after those), so that no long unit starts last
-    and leaves the other workers idle at the end; at equal times the other booted modules first."""
+def _rank(nodeid: str) -> tuple[int, int]:
+    """The site tier first, in SITE_TIER's order; then the other booted modules; then the rest."""
     for i, module in enumerate(SITE_TIER):
         if nodeid.startswith(module):
-            return (0, i, 0.0)
-    return (1, -took.get(_unit(nodeid), 0.0), 0.0 if nodeid.startswith(HOSTS_TIER) else 1.0)
+            return (0, i)
+    return (1, 0) if nodeid.startswith(HOSTS_TIER) else (2, 0)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,10 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from support.time_report import unit_times
-
-    took = unit_times()
-    items.sort(key=lambda item: _rank(item.nodeid, took))  # stable: a unit's tests keep their own order
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: each module keeps its own order
 
 
 @pytest.hookimpl(optionalhook=True)

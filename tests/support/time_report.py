@@ -15,7 +15,6 @@ tier, the playbook tier, the fixtures that cost most, and how busy each worker w
 from __future__ import annotations
 
 import json
-import os
 import resource
 import time
 from collections import defaultdict
@@ -23,34 +22,12 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
-from calque.packaging.wheel import cache_root
 
 from .timings import REPO, SPANS_DIR, read_spans, record
 
-UNIT_TIMES = cache_root() / "test-unit-seconds.json"  # the last run's time of each unit: the order of the next
 REPORT_TXT = REPO / "build" / "test-logs" / "time-report.txt"
 REPORT_JSON = REPO / "build" / "test-logs" / "time-report.json"
 FIXTURE_SPAN_S = 1.0  # a fixture set-up this long is also kept as a span of its own
-
-
-def unit_times() -> dict[str, float]:
-    """Each unit's time in the runs before this one (empty on a new machine: the order is then the files')."""
-    try:
-        return {str(k): float(v) for k, v in json.loads(UNIT_TIMES.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
-def _keep_unit_times(units: dict[str, float]) -> None:
-    """Merge this run's unit times into the cache (units that did not run keep their last time)."""
-    merged = {**unit_times(), **{u: round(s, 1) for u, s in units.items()}}
-    try:
-        UNIT_TIMES.parent.mkdir(parents=True, exist_ok=True)
-        partial = UNIT_TIMES.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(json.dumps(merged, indent=0, sort_keys=True) + "\n")
-        os.replace(partial, UNIT_TIMES)
-    except OSError:
-        return  # an unwritable cache only costs the next run its order
 
 
 def _cpu() -> float:
@@ -110,12 +87,9 @@ class TimeReport:
         self.started = time.time()
         self.phases: dict[str, dict[str, float]] = defaultdict(dict)
         self.workers: dict[str, str] = {}
-        self.failed: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.phases[report.nodeid][report.when] = report.duration
-        if report.failed:
-            self.failed.add(report.nodeid)
         node = getattr(report, "node", None)
         self.workers[report.nodeid] = node.gateway.id if node is not None else "main"
 
@@ -223,8 +197,6 @@ class TimeReport:
                 for name, v in sorted(fixtures.items(), key=lambda kv: -kv[1][1])[:12]
             ),
         ]
-        failed_units = {self.unit(n) for n in self.failed}  # a failed unit's time says little of its next run
-        _keep_unit_times({u: s for u, s in units.items() if u not in failed_units})
         doc = {
             "wall_s": round(wall, 1),
             "tests": {n: {**p, "worker": self.workers.get(n, "main")} for n, p in self.phases.items()},
