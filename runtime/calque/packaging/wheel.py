@@ -87,10 +87,7 @@ def source_digest(root: Path, date_epoch: str) -> str:
     """The digest of everything that decides the wheel's bytes: each packaged file's path and content,
     the build date, and the versions of the build backend and of this interpreter."""
     h = hashlib.sha256()
-    try:
-        backend = importlib.metadata.version("setuptools")
-    except importlib.metadata.PackageNotFoundError:
-        backend = "isolated"
+    backend = importlib.metadata.version("setuptools")  # only in-place builds are kept (build_wheel)
     h.update(f"{__version__}\0{date_epoch}\0{backend}\0{sys.version_info[:2]}\0".encode())
     for rel in _package_files(root):
         data = (root / rel).read_bytes()
@@ -149,6 +146,7 @@ def build_wheel(dest_dir: str | Path, *, source: Path | None = None, cached: boo
 
 def _keep(wheel: Path, kept: Path) -> None:
     """Put a copy in the cache, whole or not at all (a rename); a cache that cannot be written is skipped."""
+    partial: Path | None = None
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=kept.parent, prefix=".partial-", delete=False) as tmp:
@@ -157,7 +155,8 @@ def _keep(wheel: Path, kept: Path) -> None:
                 shutil.copyfileobj(src, tmp)
         os.replace(partial, kept)
     except OSError:
-        return
+        if partial is not None:
+            partial.unlink(missing_ok=True)  # a full disk leaves no half wheel behind
 
 
 def sha256_file(path: str | Path) -> str:
