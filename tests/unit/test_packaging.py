@@ -117,9 +117,50 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One wheelhouse for this module's tests (pip's cache is warm; the index is reached if not)."""
     out = tmp_path_factory.mktemp("wheelhouse")
     lines: list[str] = []
-    build_wheelhouse(out, hashes=True, progress=lines.append)
+    with pytest.MonkeyPatch.context() as mp:  # an empty calque cache: pip downloads, and the wheels are kept
+        mp.setenv("CALQUE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        build_wheelhouse(out, hashes=True, progress=lines.append)
     assert any(line.startswith("building") for line in lines) and any("Saved" in line for line in lines)
     yield out
+
+
+@pytest.mark.slow
+def test_a_second_wheelhouse_takes_the_dependency_wheels_from_the_cache_and_never_a_damaged_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALQUE_CACHE_DIR", str(tmp_path / "cache"))
+    first: list[str] = []
+    build_wheelhouse(tmp_path / "one", progress=first.append)
+    assert any("Saved" in line for line in first)
+    [kept] = (tmp_path / "cache" / "dependency-wheels").iterdir()
+    assert not list(kept.parent.glob(".partial-*"))
+
+    again: list[str] = []
+    build_wheelhouse(tmp_path / "two", progress=again.append)
+    assert not any("Saved" in line for line in again) and any("from the cache" in line for line in again)
+    assert (tmp_path / "one" / "SHA256SUMS").read_text() == (tmp_path / "two" / "SHA256SUMS").read_text()
+
+    # a kept wheel that changed since it was kept is not used: pip downloads again and the copy is replaced
+    damaged = next(p for p in kept.glob("*.whl"))
+    damaged.write_bytes(damaged.read_bytes() + b"damaged")
+    third: list[str] = []
+    build_wheelhouse(tmp_path / "three", progress=third.append)
+    assert any("Saved" in line for line in third)
+    assert (tmp_path / "three" / "SHA256SUMS").read_text() == (tmp_path / "one" / "SHA256SUMS").read_text()
+    assert not damaged.read_bytes().endswith(b"damaged")
+
+    # another target is another key: nothing of this platform's wheels is offered for it
+    assert not build_wheelhouse_cached_for(tmp_path, "3.12")
+
+
+def build_wheelhouse_cached_for(tmp_path: Path, python_version: str) -> bool:
+    """Whether the cache holds wheels for ``python_version`` (this controller's platform)."""
+    from calque.packaging.wheelhouse import _dependency_cache, default_platform
+
+    pins = runtime_pins()
+    return (
+        _dependency_cache(pins, python_version, default_platform(), tmp_path / "one" / wheel_name()) / "wheels.json"
+    ).exists()
 
 
 @pytest.mark.slow
@@ -228,6 +269,9 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
     s3.create_bucket(Bucket="lab-runs")
     wheel = wheelhouse / wheel_name()
 
+    def built(said: list[str]) -> bool:  # a wheelhouse was built (its dependencies downloaded or from the cache)
+        return any(line.startswith("wheelhouse ") and " wheels, " in line for line in said)
+
     def stage() -> tuple[Any, list[str]]:
         said: list[str] = []
         return stage_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=True, progress=said.append), said
@@ -236,7 +280,7 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
         return predict_runtime("lab-runs", "calque", ttl_s=3600, wheel=wheel, wheelhouse=True)
 
     first, said = stage()
-    assert first.uploaded and any(line.startswith("downloading") for line in said)
+    assert first.uploaded and built(said)
     key = first.wheelhouse_key
     meta = s3.head_object(Bucket="lab-runs", Key=key)["Metadata"]
     assert meta == {SHA_METADATA: first.wheelhouse_sha256, WHEEL_SHA_METADATA: first.sha256}
@@ -246,7 +290,7 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
     assert guess.staged.wheelhouse_sha256 == first.wheelhouse_sha256
     again, said = stage()
     assert not again.uploaded and again.wheelhouse_sha256 == first.wheelhouse_sha256
-    assert not any(line.startswith("downloading") for line in said) and any("stands" in line for line in said)
+    assert not built(said) and any("stands" in line for line in said)
 
     for stale in ({SHA_METADATA: first.wheelhouse_sha256, WHEEL_SHA_METADATA: "0" * 64},  # another wheel's
                   {SHA_METADATA: first.wheelhouse_sha256}):  # fmt: skip  # staged by an older calque
@@ -257,6 +301,6 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
         guess = predicted()
         assert not guess.wheelhouse_known and guess.staged.uploaded
         rebuilt, said = stage()
-        assert rebuilt.uploaded and any(line.startswith("downloading") for line in said)
+        assert rebuilt.uploaded and built(said)
         assert rebuilt.wheelhouse_sha256 == first.wheelhouse_sha256  # the same pins and wheel: the same tar
         assert s3.head_object(Bucket="lab-runs", Key=key)["Metadata"][WHEEL_SHA_METADATA] == first.sha256

@@ -9,12 +9,16 @@ installs calque with its pinned dependencies. The pins come from the package's o
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from calque import __version__
 from calque.errors import UsageError
-from calque.packaging.wheel import build_wheel, sha256_file, wheel_name
+from calque.packaging.wheel import build_wheel, cache_root, sha256_file, wheel_name
 
 REQUIREMENTS = "requirements.txt"
 SUMS = "SHA256SUMS"
@@ -89,12 +93,16 @@ def build_wheelhouse(
     platform: str | None = None,
     hashes: bool = False,
     wheel: str | Path | None = None,
+    cached: bool = True,
     progress: Progress = lambda _msg: None,
 ) -> Wheelhouse:
     """Write the calque wheel and its pinned dependency wheels, ``requirements.txt`` and ``SHA256SUMS`` to ``out_dir``.
 
     Only binary wheels for ``python_version``/``platform`` (default: this controller's), fetched with
     ``pip download`` from pip's configured index or cache. ``wheel`` reuses a built calque wheel.
+    ``cached``: the dependency wheels of an earlier build with the same pins, Python, platform and
+    calque requirements come from the user's calque cache (``dependency-wheels/<key>/``, checked
+    against the sha256s recorded when they were kept) instead of pip; a download is kept there.
     """
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
@@ -117,23 +125,83 @@ def build_wheelhouse(
         shutil.copyfile(calque_whl, out / calque_whl.name)
         pyver = python_version or default_python_version()
         plat = platform or default_platform()
-        progress(f"downloading {len(pins)} pinned dependencies for Python {pyver} on {plat}")
-        _pip_download(
-            [
-                "--only-binary=:all:",
-                "--python-version",
-                pyver,
-                "--platform",
-                plat,
-                "--constraint",
-                str(constraints),
-                "--dest",
-                str(out),
-                str(out / calque_whl.name),
-            ],
-            progress,
-        )
+        kept = _dependency_cache(pins, pyver, plat, out / calque_whl.name) if cached else None
+        if kept is not None and _restore(kept, out):
+            progress(f"{len(pins)} pinned dependencies for Python {pyver} on {plat} from the cache {kept}")
+        else:
+            progress(f"downloading {len(pins)} pinned dependencies for Python {pyver} on {plat}")
+            _pip_download(
+                [
+                    "--only-binary=:all:",
+                    "--python-version",
+                    pyver,
+                    "--platform",
+                    plat,
+                    "--constraint",
+                    str(constraints),
+                    "--dest",
+                    str(out),
+                    str(out / calque_whl.name),
+                ],
+                progress,
+            )
+            if kept is not None:
+                _keep([p for p in out.glob("*.whl") if p.name != calque_whl.name], kept)
     return _index(out, calque_whl.name, pins, hashes, progress)
+
+
+DEPENDENCY_INDEX = "wheels.json"  # file name -> sha256 of each kept dependency wheel
+
+
+def _dependency_cache(pins: dict[str, str], pyver: str, plat: str, calque_whl: Path) -> Path:
+    """Where the dependency wheels for these pins, this Python and platform, and this wheel's requirements live.
+
+    The key holds everything pip's choice depends on: the pins, the target, and what the calque wheel
+    asks for (its ``Requires-Dist`` lines), so a new dependency or pin is a new folder, never a stale one.
+    """
+    with zipfile.ZipFile(calque_whl) as whl:
+        metadata = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        requires = sorted(
+            line for line in whl.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")
+        )
+    doc = {"pins": pins, "python": pyver, "platform": plat, "requires": requires}
+    key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "dependency-wheels" / key
+
+
+def _restore(kept: Path, out: Path) -> bool:
+    """Copy the kept wheels into ``out`` when every one is whole (its recorded sha256); else copy nothing."""
+    try:
+        recorded: dict[str, str] = json.loads((kept / DEPENDENCY_INDEX).read_text())
+    except (OSError, ValueError):
+        return False
+    if not recorded or not all(
+        (kept / name).is_file() and sha256_file(kept / name) == digest for name, digest in recorded.items()
+    ):
+        return False
+    for name in recorded:
+        shutil.copyfile(kept / name, out / name)
+    return True
+
+
+def _keep(wheels: list[Path], kept: Path) -> None:
+    """Keep a copy of the downloaded wheels, whole or not at all (one rename); an unwritable cache is skipped."""
+    partial: Path | None = None
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(dir=kept.parent, prefix=".partial-"))
+        for wheel in wheels:
+            shutil.copyfile(wheel, partial / wheel.name)
+        index = {wheel.name: sha256_file(wheel) for wheel in wheels}
+        (partial / DEPENDENCY_INDEX).write_text(json.dumps(index, indent=1, sort_keys=True))
+        shutil.rmtree(kept, ignore_errors=True)  # a broken earlier copy: replaced
+        os.replace(partial, kept)
+        partial = None
+    except OSError:
+        pass
+    finally:
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _index(out: Path, calque_file: str, pins: dict[str, str], hashes: bool, progress: Progress) -> Wheelhouse:
