@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +42,11 @@ class WorkerProc:
     proc: subprocess.Popen[bytes]
     out: Path
     err: Path
+
+    @property
+    def worker_id(self) -> str:
+        """What the worker calls itself: this process's pid (its witness's), which an operator kills."""
+        return f"{socket.gethostname()}:{self.proc.pid}"
 
     def stdout(self) -> str:
         return self.out.read_text(errors="replace")

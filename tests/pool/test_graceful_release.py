@@ -2,7 +2,7 @@
 
 Stopping workers re-send the claim (attempts carried in the ClaimRef) and delete the old message,
 so restarts never walk a healthy claim towards the DLQ; crashes and lost leases still count, on
-SQS's redrive and on the worker's own poison check.
+SQS's redrive and, across re-sends, on the worker's check of the queue's maxReceiveCount.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def test_a_claim_that_really_fails_max_receive_count_times_is_dead_lettered(make
 
 @pytest.mark.slow
 def test_real_failures_still_count_across_a_graceful_resend(make_pool) -> None:
-    pool: Pool = make_pool(max_receive_count=3)  # the worker's limit; SQS's redrive stays at 10
+    pool: Pool = make_pool()
+    # SQS's redrive at 3 receives: each message stays under it, the claim's attempts do not
+    pool.queue.ensure(QueueSettings(visibility_timeout=30, receive_wait=1, max_receive_count=3, encryption=False))
     record = pool.submit([1], batch_size=1)
     _receive_and_drop(pool)
     _receive_and_drop(pool)  # two crashes: counted
@@ -121,6 +123,7 @@ def test_real_failures_still_count_across_a_graceful_resend(make_pool) -> None:
     release_uncounted(pool.queue, lease, lease.receipt)  # the third receive ends gracefully: not counted
     resent = _receive_and_drop(pool)  # a crash on the re-sent message: counted again
     assert resent["MessageId"] != held["MessageId"] and json.loads(resent["Body"])["attempts"] == 2
-    pool.start()  # 2 carried + this message's 2nd receive = attempt 4, over the worker's limit of 3
+    pool.start()  # 2 carried + this message's 2nd receive = attempt 4, over the queue's limit of 3
     (s,) = pool.wait_run(record).values()
-    assert not s.ok and s.error and "received 4 times, over the pool's max_receive_count 3" in s.error
+    assert not s.ok and s.error, s
+    assert "received 4 times (across graceful re-sends), over the queue's maxReceiveCount 3" in s.error

@@ -292,6 +292,11 @@ class PoolQueue:
         attrs = self._attributes(self.url())
         return int(attrs.get("VisibilityTimeout", 30))
 
+    def max_receive_count(self) -> int | None:
+        """The queue's redrive ``maxReceiveCount`` (receives before SQS dead-letters a message), None without one."""
+        redrive = json.loads(self._attributes(self.url()).get("RedrivePolicy", "{}") or "{}")
+        return int(redrive.get("maxReceiveCount", 0)) or None
+
     def ack(self, receipt_handle: str) -> None:
         url = self.url()
         try:

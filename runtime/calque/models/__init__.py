@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
         RunReport,
         Summary,
     )
+    from calque.models.poolcrash import CrashMark
     from calque.models.poolload import LoadRecord, PoolStatus
     from calque.models.session import (
         Session,
@@ -95,6 +96,7 @@ _FAMILY = {
     "RunRecord": "calque.models.pool",
     "RunReport": "calque.models.pool",
     "Summary": "calque.models.pool",
+    "CrashMark": "calque.models.poolcrash",
     "LoadRecord": "calque.models.poolload",
     "PoolStatus": "calque.models.poolload",
     "SESSION_PROTOCOL_VERSION": "calque.models.versions",
@@ -128,6 +130,7 @@ __all__ = [
     "CohortResult",
     "CohortSpec",
     "ComputeInstance",
+    "CrashMark",
     "DeviceSample",
     "GpuDevice",
     "GpuInstance",

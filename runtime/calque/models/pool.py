@@ -272,7 +272,13 @@ class PoolSpec(VersionedModel):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     batch_size: int = Field(10, ge=1, le=10_000, description="items per claim when submitting")
     max_manifest_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    max_receive_count: int = Field(5, ge=1, le=1000, description="worker-side poison limit")
+    max_receive_count: int = Field(
+        5,
+        ge=1,
+        le=1000,
+        description="attempts of a claim that may run: this one and each earlier one whose worker its item "
+        "ended (a witnessed death); a claim that ended two workers is poisoned sooner",
+    )
     item_timeout_s: Seconds | None = Field(None, gt=0)
     claim_deadline_s: Seconds | None = Field(None, gt=0)
     idle_timeout_s: Seconds | None = Field(None, gt=0)

@@ -36,6 +36,7 @@ class ClaimChecker:
     sup: WarmSupervisor
     store: RunStore
     wait: Callable[[float], bool]  # sleeps, True when the worker is stopping (``Event.wait``)
+    queue_limit: int | None = None  # the queue's redrive maxReceiveCount (else the spec's queue settings)
     retry_delays_s: tuple[float, ...] = READ_RETRY_DELAYS_S
 
     def prepare(self, lease: Lease) -> None:
@@ -58,10 +59,11 @@ class ClaimChecker:
         except ValidationError as exc:
             return _Poison(f"unparseable ClaimRef: {format_validation_error(exc)}")
         lease.ref = ref
-        if lease.attempt > spec.max_receive_count:
+        limit = self.queue_limit or spec.queue.max_receive_count
+        if lease.attempt > limit:  # only re-sends carry a message past SQS's own redrive
             return _Poison(
-                f"received {lease.attempt} times, over the pool's max_receive_count "
-                f"{spec.max_receive_count}: giving up on this claim"
+                f"received {lease.attempt} times (across graceful re-sends), over the queue's maxReceiveCount "
+                f"{limit}: giving up on this claim"
             )
         if ref.model != spec.model:
             return _Poison(f"claim is for model {ref.model!r} but this pool serves {spec.model!r}")
@@ -81,7 +83,7 @@ class ClaimChecker:
                 f"manifest {ref.manifest_uri} is for run {manifest.run_id}/claim {manifest.claim_id}/model "
                 f"{manifest.model}, not the claim's {ref.run_id}/{ref.claim_id}/{ref.model}"
             )
-        ended = verdict(self.store, ref, lease.attempt)
+        ended = verdict(self.store, ref, lease.attempt, spec.max_receive_count)
         if ended:
             return _Poison(ended)
         method: str | None = manifest.method

@@ -1,87 +1,93 @@
-"""Claims that end their workers: marked while they run again, poisoned before they end a third.
+"""Claims that end their workers: the witness's marks, and the verdict a later attempt reads from them.
 
 Whatever a method does in Python fails its item or its claim (``calque.warm.supervisor``,
 ``Worker._run``), but a method can still end its process outright (``os._exit``, a segfault in C
 code, the kernel's OOM killer), and SQS then hands the claim to the next worker, which it ends too.
-So a redelivered claim (attempt 2 or later: its previous attempt ended without a Summary and without
-a graceful release) is marked before it runs, at ``runs/<run>/running/<claim>/<attempt>.json``; the
-mark is removed when this worker lets the claim go alive (released, lost). A worker that receives
-attempt N >= 3 of a claim whose attempt N-1 is still marked knows that two workers in a row ended
-while running it (N-1 died with the mark in place, and N-2 before it, or N-1 would not exist): it
-poisons the claim with that reason, and the marks' own words when a dying worker could write any.
+Only the worker's witness (``calque.pool.witness``), the parent process that outlives it, can tell
+that apart from the whole worker being killed (``kill -9``, a spot reclaim, another process's
+doing): it writes a ``CrashMark`` at ``runs/<run>/running/<claim>/<attempt>.json`` when, and only
+when, its worker died while an item of that claim was running, naming the item and how it died.
+
+So a claim that was prefetched, released, or running on a worker that vanished as a whole is never
+marked: nothing says it did anything wrong, and it runs again (SQS's redrive, and the worker's
+check of the queue's ``maxReceiveCount`` across re-sends, still bound it). A claim with two marks
+ended two workers while its items ran: it is poisoned, naming the items, before it ends a third.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
 
-from calque.aws.store import RunStore
+from pydantic import ValidationError
+
+from calque.aws.store import RunStore, parse_s3_uri
 from calque.errors import CalqueError
 from calque.models import ClaimRef
-from calque.pool.lease import Lease
+from calque.models.poolcrash import CrashMark
 
 log = logging.getLogger("calque.pool.worker")
-MARKED_FROM_ATTEMPT = 2  # a first delivery is not marked: no extra write on the ordinary path
+DEATHS_TO_POISON = 2  # one death may be bad luck on the host; a second one running the same items is not
+_MARK_BYTES = 64 * 1024
 
 
-def mark_uri(ref: ClaimRef, attempt: int) -> str:
-    return f"{ref.results_prefix}running/{ref.claim_id}/{attempt:04d}.json"
+def marks_prefix(results_prefix: str, claim_id: str) -> str:
+    return f"{results_prefix}running/{claim_id}/"
 
 
-@dataclass
-class CrashMarks:
-    store: RunStore
-    worker_id: str
-
-    def running(self, lease: Lease) -> None:
-        """Before a redelivered claim runs: mark it (best effort; a failed write only weakens the guard)."""
-        if lease.ref is None or lease.attempt < MARKED_FROM_ATTEMPT:
-            return
-        self._put(lease, "")
-
-    def last_words(self, lease: Lease, reason: str) -> None:
-        """The worker is dying with ``lease`` held: say why where the next attempt looks."""
-        if lease.ref is not None:
-            self._put(lease, reason)
-
-    def cleared(self, lease: Lease) -> None:
-        """This worker let the claim go alive (released, lost): it did not end a worker."""
-        if lease.ref is None or lease.attempt < MARKED_FROM_ATTEMPT:
-            return
-        try:
-            self.store.delete(mark_uri(lease.ref, lease.attempt))
-        except CalqueError as exc:
-            log.info("could not clear the running mark of claim %s: %s", lease.ref.claim_id, exc)
-
-    def _put(self, lease: Lease, reason: str) -> None:
-        assert lease.ref is not None
-        body = {"worker_id": self.worker_id, "attempt": lease.attempt, "reason": reason}
-        try:
-            self.store.put(mark_uri(lease.ref, lease.attempt), json.dumps(body).encode())
-        except CalqueError as exc:
-            log.warning("could not mark claim %s as running: %s", lease.ref.claim_id, exc)
+def mark_uri(results_prefix: str, claim_id: str, attempt: int) -> str:
+    return f"{marks_prefix(results_prefix, claim_id)}{attempt:04d}.json"
 
 
-def verdict(store: RunStore, ref: ClaimRef, attempt: int) -> str | None:
-    """Why attempt ``attempt`` of ``ref`` must not run (two workers ended running it), or None."""
-    if attempt <= MARKED_FROM_ATTEMPT:
-        return None
+def record_death(store: RunStore, results_prefix: str, mark: CrashMark) -> None:
+    """The witness's one write: ``mark`` where the claim's later attempts look (best effort)."""
+    uri = mark_uri(results_prefix, mark.claim_id, mark.attempt)
     try:
-        data = store.get(mark_uri(ref, attempt - 1), 64 * 1024)
-    except CalqueError:  # unreadable for now: run it (the queue's own redrive still bounds it)
-        return None
-    if data is None:
-        return None
+        store.put(uri, mark.model_dump_json().encode())
+    except CalqueError as exc:  # without the mark the claim only runs again: the queue's limits still bound it
+        log.warning("could not mark claim %s as having ended its worker: %s", mark.claim_id, exc)
+
+
+def deaths(store: RunStore, ref: ClaimRef, attempt: int) -> list[CrashMark]:
+    """The witnessed deaths of ``ref``'s attempts before ``attempt``, oldest first."""
+    prefix = marks_prefix(ref.results_prefix, ref.claim_id)
     try:
-        mark = json.loads(data)
-        said = f": {mark['reason']}" if mark.get("reason") else ""
-        who = f" (last on worker {mark.get('worker_id', '?')}{said})"
-    except (ValueError, TypeError, KeyError):
-        who = ""
-    return (
-        f"this claim ended two workers in a row: attempts {attempt - 2} and {attempt - 1} stopped their worker "
-        f"while running it{who}; it is not offered to a third. Run one of its items with calque run --local "
-        "to see why"
-    )
+        bucket, _ = parse_s3_uri(prefix)
+        uris = [f"s3://{bucket}/{key}" for key in store.keys(prefix)]
+    except CalqueError as exc:  # unreadable for now: run it (the queue's limits still bound it)
+        log.info("could not list the marks of claim %s: %s", ref.claim_id, exc)
+        return []
+    found: list[CrashMark] = []
+    for uri in sorted(uris):
+        try:
+            data = store.get(uri, _MARK_BYTES)
+            mark = None if data is None else CrashMark.model_validate_json(data)
+        except (CalqueError, ValidationError):  # a mark no witness wrote (an older worker's) is no evidence
+            continue
+        if mark is not None and mark.attempt < attempt:
+            found.append(mark)
+    return found
+
+
+def verdict(store: RunStore, ref: ClaimRef, attempt: int, max_runs: int) -> str | None:
+    """Why attempt ``attempt`` of ``ref`` must not run (its items ended workers), or None.
+
+    ``max_runs`` is the pool's ``max_receive_count``: the attempts that may run, this one and every
+    earlier one whose worker died running it.
+    """
+    if attempt < 2:  # a first delivery has no earlier attempt to speak against it
+        return None
+    seen = deaths(store, ref, attempt)
+    if len(seen) < DEATHS_TO_POISON and len(seen) + 1 <= max_runs:
+        return None
+    items = sorted({i for mark in seen for i in mark.items})
+    named = ", ".join(str(i) for i in items) or "?"
+    noun = "item" if len(items) == 1 else "items"
+    how = "; ".join(f"attempt {m.attempt} on worker {m.worker_id}: {m.cause}" for m in seen)
+    if len(seen) >= DEATHS_TO_POISON:
+        many = {2: "two", 3: "three"}.get(len(seen), str(len(seen)))
+        head = f"this claim ended {many} workers while its {noun} {named} ran ({how})"
+        tail = "it is not offered to a third"
+    else:
+        head = f"this claim's {noun} {named} ended a worker ({how})"
+        tail = f"the pool's max_receive_count {max_runs} lets no more attempts run"
+    return f"{head}; {tail}. Run {noun} {named} with calque run --local to see why"

@@ -34,6 +34,7 @@ from calque.pool.metrics import Metrics, worker_labels
 from calque.pool.slots import host_slot
 from calque.pool.spot import Imds, imds_allowed
 from calque.pool.warmup import skip_built
+from calque.pool.witness import WitnessLine, witnessed
 from calque.pool.worker import Worker, WorkerReport
 from calque.warm import WarmSupervisor
 from calque.warm.loader import load_workload
@@ -89,18 +90,32 @@ def _instance_guard(spec: PoolSpec) -> InstanceGuard:
 
 
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
-    """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle."""
+    """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle.
+
+    The worker runs in a child of this process, its witness (``calque.pool.witness``), which marks a
+    claim whose item ended the worker; the witness exits as the worker did.
+    """
     _setup_logging()
     if index is not None and spec.cuda_visible_devices:
         if index >= len(spec.cuda_visible_devices):
             raise UsageError(f"--index {index} but the spec lists {len(spec.cuda_visible_devices)} devices")
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices[index]
+    # the witness's pid: the one systemd, an operator and the load record see
+    worker_id = f"{socket.gethostname()}:{os.getpid()}" + (f"/{index}" if index is not None else "")
+    return witnessed(lambda line: _serve(spec, index, worker_id, line), worker_id=worker_id, store=lambda: _store(spec))
+
+
+def _store(spec: PoolSpec) -> RunStore:
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
+    return RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
+
+
+def _serve(spec: PoolSpec, index: int | None, worker_id: str, line: WitnessLine) -> WorkerReport:
     sqs = client("sqs", region=spec.region, endpoint_url=spec.endpoint_url, max_pool_connections=16)
     s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url, max_pool_connections=16)
     pool_queue = PoolQueue(sqs, spec.model, spec.queue_name)
     store = RunStore(s3, spec.bucket, spec.prefix, pool_queue.name)
     host = socket.gethostname()
-    worker_id = f"{host}:{os.getpid()}" + (f"/{index}" if index is not None else "")
     records = f"{s3.meta.endpoint_url} {load_prefix(store)}"  # where this worker's load record goes
     guard = LoadGuard(store, spec.workload, host_slot(host, records, index), worker_id)
     with guard.loading():  # a failure is recorded where submitters look, then WorkerLoadError (exit 3)
@@ -126,6 +141,7 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
         metrics=metrics,
         instance_type=instance_type,
         instance=instance,
+        witness=line,
     )
     if spec.metrics_port is not None:
         port = metrics.serve(spec.metrics_port + (index or 0), spec.metrics_addr)
@@ -137,10 +153,7 @@ def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     _install_signals(worker, spec)
     guard.serving(sup)  # the class's methods, for submitters to check calls against; refreshed while serving
     try:
-        rep = worker.serve()
-    except BaseException as exc:
-        worker.last_words(f"the worker stopped with {type(exc).__name__}: {exc}")
-        raise
+        rep = worker.serve()  # a fatal error still stops it in order (releases, says so to the witness)
     finally:
         metrics.close()
         guard.stopped()

@@ -22,6 +22,9 @@ one role). Threads, each with one job:
 Stopping (SIGTERM, a spot notice, the idle timeout; the stopper): stop receiving, release every
 unfinished claim so another worker takes it at once (re-sent, ``calque.pool.release``: a graceful
 release is not a delivery attempt), flush finished ones, run ``@exit``.
+
+The worker's witness (``calque.pool.witness``, its parent process) hears which items run and that a
+stop is on purpose, so that only a claim whose item ended the process is marked against it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from calque.errors import CalqueError
 from calque.models import PoolSpec
 from calque.pool.backlog import BacklogSampler
 from calque.pool.claims import ClaimChecker
-from calque.pool.crashes import CrashMarks
 from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.intake import Receiver
 from calque.pool.lease import LIVE, Lease, Prepared, Role, State
@@ -51,6 +53,7 @@ from calque.pool.release import release_uncounted
 from calque.pool.spot import SpotWatcher, imds_allowed
 from calque.pool.stream import chunk_sink
 from calque.pool.summaries import SummaryMaker, now
+from calque.pool.witness import NO_WITNESS, WitnessLine
 from calque.pool.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
 from calque.warm.supervisor import failed_drain
@@ -93,6 +96,7 @@ class Worker:
         metrics: Metrics | None = None,
         instance_type: str | None = None,
         instance: InstanceGuard | None = None,
+        witness: WitnessLine = NO_WITNESS,
     ) -> None:
         self.spec = spec
         self.sup = supervisor
@@ -116,8 +120,8 @@ class Worker:
         self.instance: InstanceGuard = instance or NoInstance()  # scale-in protection and the drain hook
         self._lifecycle: LifecycleWatcher | None = None
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
-        self.crashes = CrashMarks(store, self.worker_id)
-        self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait)
+        self.witness = witness  # told which items run, and that a stop is on purpose (calque.pool.witness)
+        self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait, pool_queue.max_receive_count())
         self.receiver = Receiver(pool_queue, hold=self._hold, prepare=self.prepare, stop=self._stop,
                                  wait_s=self.receive_wait)  # fmt: skip
         self.writer = ClaimWriter(
@@ -141,6 +145,7 @@ class Worker:
     def request_stop(self, reason: str) -> None:
         """Ask the worker to stop (safe from a signal handler or any thread)."""
         if not self._stop.is_set():
+            self.witness.stopping(reason)  # first: whatever ends this process from now on is no claim's doing
             self.stop_reason = reason
             self._stop.set()
 
@@ -184,7 +189,6 @@ class Worker:
         # re-sent, not made visible again: a graceful release must not count as a delivery attempt
         released, error = lease.release(lambda receipt: release_uncounted(self.queue, lease, receipt), by)
         if released:
-            self.crashes.cleared(lease)
             if error is None:
                 log.info("released message %s (re-sent for another worker)", lease.message_id)
             else:
@@ -236,9 +240,8 @@ class Worker:
                 try:
                     self._handle(lease)
                 except Exception as exc:  # a bug or a failing store must not end the worker: the claim fails
-                    log.exception("claim of message %s failed in the worker", lease.message_id)
-                    self.crashes.last_words(lease, f"{type(exc).__name__}: {exc}")
-                    self._drop(lease)  # not deleted: it comes back after the VT, and its mark counts
+                    log.exception("claim of message %s failed in the worker: %s", lease.message_id, exc)
+                    self._drop(lease)  # not deleted: it comes back after the VT (no evidence against it)
                 idle_since = time.monotonic()
         finally:
             errors = self._shutdown(hb_stop)
@@ -295,17 +298,21 @@ class Worker:
             return "shutdown" if self._stop.is_set() else None
 
         sink = chunk_sink(self.store, ref.results_prefix, ref.claim_id, max(lease.receive_count, 1))
-        self.crashes.running(lease)
+
+        def on_start(items: list[int]) -> None:  # a pipe write: the witness marks them if this process dies now
+            self.witness.running(ref.results_prefix, ref.claim_id, lease.attempt, items)
+
         try:
             drain = self.sup.drain(method, manifest.items, should_stop=should_stop, on_chunk=sink,
-                                   encoding=manifest.encoding)  # fmt: skip
+                                   on_start=on_start, encoding=manifest.encoding)  # fmt: skip
         except Exception as exc:  # nothing a claim does may stop the worker: the claim fails instead
             log.exception("claim %s/%s failed in the worker", ref.run_id, ref.claim_id)
             drain = failed_drain(manifest.items, f"the worker could not run this claim: {type(exc).__name__}: {exc}")
+        finally:
+            self.witness.idle()
         if drain.stopped == "lost":
             log.warning("claim %s/%s lost mid-run: not summarising, not deleting", ref.run_id, ref.claim_id)
             self.metrics.inc("calque_pool_claims_total", outcome="lost")
-            self.crashes.cleared(lease)
             self._drop(lease)
             return
         if drain.stopped == "shutdown":
@@ -343,13 +350,6 @@ class Worker:
         else:  # lost after its last item: nothing to write
             self.metrics.inc("calque_pool_claims_total", outcome="lost")
             self._drop(lease)
-
-    def last_words(self, reason: str) -> None:
-        """Dying with an exception: mark every claim being run with why (``calque.pool.crashes``)."""
-        with self._held_lock:
-            working = [lease for lease in self._held if lease.state is State.WORKING]
-        for lease in working:
-            self.crashes.last_words(lease, reason)
 
     # -- stopping (the stopper) ---------------------------------------------------------------------
 

@@ -248,9 +248,13 @@ class WarmSupervisor:
         should_stop: Callable[[], str | None] | None = None,
         on_result: Callable[[ItemResult], None] | None = None,
         on_chunk: Sink | None = None,
+        on_start: Callable[[list[int]], None] | None = None,
         encoding: str = "json",
     ) -> Drain:
         """Like ``run``, stopping early when ``should_stop()`` returns a reason ('lost', 'shutdown').
+
+        ``on_start`` hears the indices of every item in flight each time new ones start (a pool
+        worker's witness marks them if the process dies while they run).
 
         A generator method's values go to ``on_chunk`` in numbered chunks while it runs, and its
         item's value is ``{"chunks": k, "values": n}``; with no ``on_chunk``, the list of its values.
@@ -277,6 +281,8 @@ class WarmSupervisor:
             while units and len(inflight) < self.workload.max_inputs:
                 u = units.popleft()
                 u.started = time.monotonic()
+                if on_start is not None:  # before the call: a unit that ends the process at once is named
+                    on_start([it.index for v in [*inflight, u] for it in v.items])
                 u.future = self._submit(info, u, on_chunk)
                 inflight.append(u)
             cf.wait([u.future for u in inflight if u.future], timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
