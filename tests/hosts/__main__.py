@@ -59,12 +59,28 @@ def main() -> None:
     is_flag=True,
     help="Build (or reuse) this checkout's wheelhouse and set calque_runtime_wheelhouse to it.",
 )
+@click.option(
+    "--runtime-deps",
+    is_flag=True,
+    help="Boot with the wheelhouse's pinned dependencies already in the runtime's virtualenv (as a golden image "
+    "would have them; for runs that test something other than that install). Needs a wheelhouse.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON (inventory, hosts, ssh wrapper).")
-def up(name: str, hosts: tuple[str, ...], wheelhouse: Path | None, build_wheelhouse: bool, as_json: bool) -> None:
+def up(
+    name: str,
+    hosts: tuple[str, ...],
+    wheelhouse: Path | None,
+    build_wheelhouse: bool,
+    runtime_deps: bool,
+    as_json: bool,
+) -> None:
     specs = [_parse_host(h) for h in hosts]
     if build_wheelhouse:
         wheelhouse = ensure_wheelhouse()
-    f = Fleet(name).up(specs, wheelhouse=wheelhouse.resolve() if wheelhouse else None)
+    if runtime_deps and wheelhouse is None:
+        raise click.UsageError("--runtime-deps needs --wheelhouse DIR or --build-wheelhouse")
+    house = wheelhouse.resolve() if wheelhouse else None
+    f = Fleet(name).up(specs, wheelhouse=house, runtime_deps=house if runtime_deps else None)
     exits.detach(f)  # stays up after this command; `down` ends it
     doc = {
         "name": f.name,

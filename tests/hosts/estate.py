@@ -143,7 +143,9 @@ def booted_estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureReq
     teaching_limits: dict[str, object] = {"calque_session_service_default_limits": {"max_sessions": 4, "max_ttl": "4h"}}
     try:
         with span("estate", f"boot {len(SPECS)} hosts"):
-            fleet.up(SPECS)
+            # the runtime's pinned dependencies in the image, as a golden image's: the runtime scenario
+            # is the install from nothing; site.yml here still installs and records the calque wheel
+            fleet.up(SPECS, runtime_deps=wheelhouse)
         with span("estate", "the stand-in driver, as a Deep Learning AMI's"):
             prepare_dlami(fleet, hosts=list(GPU_HOSTS))
         with span("estate", "users and labs"):

@@ -72,7 +72,8 @@ class Host:
     def layer(self) -> Path:
         return Path(self.dir) / "layer"
 
-    def lay_out(self, image: Path, authorized_key: str, etc_hosts: str) -> None:
+    def lay_out(self, image: Path, authorized_key: str, etc_hosts: str, layers: tuple[Path, ...] = ()) -> None:
+        """The host's root: ``layers`` (uppermost first, e.g. the runtime's dependencies) over ``image``."""
         d = Path(self.dir)
         for sub in ("layer", "rootfs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,8 @@ class Host:
             self.tmpfs = tmpfs.returncode == 0  # else the layer stays a directory on disk
         for sub in ("upper", "work"):
             (self.layer / sub).mkdir(exist_ok=True)
-        opts = f"lowerdir={image},upperdir={self.layer / 'upper'},workdir={self.layer / 'work'}"
+        lower = ":".join(str(p) for p in (*layers, image))
+        opts = f"lowerdir={lower},upperdir={self.layer / 'upper'},workdir={self.layer / 'work'}"
         mount = subprocess.run(
             ["mount", "-t", "overlay", "overlay", "-o", opts, str(self.rootfs)], capture_output=True, text=True
         )
@@ -93,6 +95,8 @@ class Host:
         else:  # no overlayfs here: a full copy (reflinked where the filesystem can)
             shutil.rmtree(self.rootfs)
             subprocess.run(["cp", "-a", "--reflink=auto", str(image), str(self.rootfs)], check=True)
+            for layer in reversed(layers):  # the lowest first, so an upper one's files win
+                subprocess.run(["cp", "-a", "--reflink=auto", f"{layer}/.", str(self.rootfs)], check=True)
         root = self.rootfs
         (root / "etc/hostname").write_text(f"{self.name}\n")
         (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")

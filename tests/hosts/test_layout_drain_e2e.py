@@ -1,6 +1,6 @@
 """A MIG layout change through ``calque.gpu.gpu_layout`` (``playbooks/site.yml``) on the estate's
 booted 8x H100 host (p5.48xlarge; ``estate.py``) with live sessions: the role drains only the GPU whose
-layout differs, waits for the session on a slice it destroys to run out by its own deadline
+layout differs, waits for the session on a slice it destroys to end by its holder's hand
 (``calque_gpu_layout_drain_wait``), changes it and undrains it; the session on another GPU never ends
 and its slices never move; a second run changes nothing; outside ``calque_gpu_layout_window`` the
 change is refused before anything changes (check mode says so). And ``calque session drain --by`` on
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support.waits import HANG_S
+from support.waits import HANG_S, until
 
 from .estate import H100, Estate, recap
 from .institution import INSTITUTION
@@ -76,15 +77,24 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     assert refused.returncode != 0 and "outside the layout's change window" in refused.stdout, refused.stdout[-6000:]
     assert _devices(estate) == before and not [e for e in _events(estate) if e["event"] == "drain"]
 
-    # Bob on GPU 3 (its layout stays) for an hour; Alice on GPU 0 (its slices go) for 90 s: the role reaches
-    # its drain within seconds, then waits for her session.
+    # Bob on GPU 3 (its layout stays) and Alice on GPU 0 (its slices go), each for an hour.
     bob = _as(estate, "bob", "calque session checkout --gpu 3 --ttl 1h --json")
-    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 90s --json")
+    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 1h --json")
     assert (bob["gpu_index"], alice["gpu_index"]) == (3, 0)
 
-    # Inside (no window), with a wait long enough for Alice's session: drained, waited, changed, undrained.
+    # Inside (no window), with a wait long enough for Alice: the role drains GPU 0 and waits while she
+    # works; when she checks in (the event itself, not a deadline chosen to outlast a loaded machine), it
+    # changes the layout and undrains.
     wait = _layout_vars(estate, calque_gpu_layout_drain_wait=600)
-    changed = estate.site("drain-change", "-e", f"@{wait}", *ROLE)
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(estate.site, "drain-change", "-e", f"@{wait}", *ROLE)
+        until(
+            lambda: run.done() or any(e["event"] == "drain" for e in _events(estate)), "the role drains GPU 0", every=1
+        )
+        assert not run.done(), run.result().stdout[-6000:]  # it cannot be done: Alice still holds GPU 0
+        assert alice["id"] in {s["id"] for s in _as(estate, "alice", "calque session status --json")}
+        f.ssh(H100, f"calque session checkin {alice['id']}", user="alice")
+        changed = run.result()
     assert changed.returncode == 0, changed.stdout[-6000:]
     after = _devices(estate)
     assert len(after[0]) == 1 and after[0] != before[0]
@@ -94,9 +104,9 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     drains = [(e["event"], e.get("gpu")) for e in events if e["event"] in ("drain", "undrain")]
     assert drains == [("drain", 0), ("undrain", 0)], drains
     ends = {e["session"]: e["event"] for e in events if e["event"] in ("expiry", "release", "drained", "checkin")}
-    assert ends.get(alice["id"]) == "expiry"  # ran out by her own deadline: never ended for the layout
+    assert ends.get(alice["id"]) == "checkin"  # ended by her own hand: never ended for the layout
     drained_at = next(e["ts"] for e in events if e["event"] == "drain")
-    ended_at = next(e["ts"] for e in events if e.get("session") == alice["id"] and e["event"] == "expiry")
+    ended_at = next(e["ts"] for e in events if e.get("session") == alice["id"] and e["event"] == "checkin")
     undrained_at = next(e["ts"] for e in events if e["event"] == "undrain")
     assert drained_at < ended_at < undrained_at  # the role waited for her session
     assert bob["id"] not in ends
