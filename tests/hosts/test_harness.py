@@ -120,3 +120,26 @@ def test_down_all_removes_what_a_run_without_its_state_left(host_image: Path, tm
     assert netns.list_namespaces(prefix) == []
     assert not procs.alive(host["pid"], host["started"])
     assert mounts_under(hosts_dir) == [] and not (hosts_dir / "runs" / "crashed").exists()
+
+
+def test_the_runtime_layer_holds_exactly_the_pinned_dependencies_and_no_calque(
+    host_image: Path, wheelhouse: Path
+) -> None:
+    """The layer hosts boot with when their test is not the runtime's install (runtime_layer.py): the role's
+    virtualenv, made by the image's own Python, with every pin of the wheelhouse but calque and nothing else."""
+    from .runtime_layer import VENV, ensure_runtime_layer, layer_key
+
+    layer = ensure_runtime_layer(host_image, wheelhouse)
+    assert ensure_runtime_layer(host_image, wheelhouse) == layer  # built once, then found
+    venv = layer / VENV.lstrip("/")
+    assert os.readlink(venv / "bin" / "python3").endswith("python3")
+    assert (venv / "pyvenv.cfg").read_text().count("home = /usr/bin") == 1  # the image's interpreter
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    names = [p.name.removesuffix(".dist-info").rsplit("-", 1) for p in site.glob("*.dist-info")]
+    installed = {name.lower().replace("_", "-"): version for name, version in names}
+    pins = dict(line.split("==") for line in (wheelhouse / "requirements.txt").read_text().split() if "==" in line)
+    wanted = {n.lower().replace("_", "-"): v for n, v in pins.items() if n != "calque"}
+    assert "calque" not in installed
+    assert {n: v for n, v in installed.items() if n not in ("pip", "setuptools")} == wanted
+    assert not (layer / "tmp" / "calque-runtime-deps").exists()  # the staged wheels are not kept
+    assert len(layer_key(host_image, wheelhouse)) == 16
