@@ -126,8 +126,8 @@ def _session_on_host(cfg: Any) -> dict[str, Any]:
 
 def _pool(path: str | Path) -> dict[str, Any]:
     from calque.aws.naming import pool_queue_name
-    from calque.pool.process import shutdown_bound_s
     from calque.pool.spec import load_spec
+    from calque.pool.worker.process import shutdown_bound_s
 
     spec = load_spec(path)
     return {

@@ -1,13 +1,9 @@
-"""``python -m calque.pool --spec FILE [--index N] [overrides]``: a pool worker process.
-
-It runs ``calque pool worker``'s command alone (``calque.cli.pool_worker``, then ``calque.pool.process``)
-through ``calque.exits``, not through ``cli.main``'s whole command tree.
-"""
+"""``python -m calque.pool``: the worker's entry under its earlier name, kept for units and user-data
+written before ``python -m calque.pool.worker`` (``calque.pool.worker.entry``) named it."""
 
 import sys
 
-from calque.cli.pool_worker import worker
-from calque.exits import run_command
+from calque.pool.worker.entry import main
 
 if __name__ == "__main__":
-    sys.exit(run_command(worker, sys.argv[1:], "calque pool worker"))
+    sys.exit(main(sys.argv[1:]))

@@ -129,7 +129,7 @@ class Lease:
     def attempt(self) -> int:
         """This delivery's attempt number: the attempts the claim carries plus this message's receive count.
 
-        Graceful releases re-send the claim (``calque.pool.release``), so they never add to either.
+        Graceful releases re-send the claim (``calque.pool.worker.release``), so they never add to either.
         """
         carried = self.ref.attempts if self.ref is not None else 0
         return carried + max(self.receive_count, 1)

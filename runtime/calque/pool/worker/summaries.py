@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from calque.models import ClaimRef, PoolSpec, Summary
 from calque.pool.cost import claim_cost
-from calque.pool.lease import Lease
+from calque.pool.worker.lease import Lease
 from calque.warm import WarmSupervisor
 
 

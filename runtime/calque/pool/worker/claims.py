@@ -19,12 +19,12 @@ from pydantic import ValidationError
 from calque.aws.store import ManifestProblem, RunStore, parse_s3_uri
 from calque.errors import CalqueError, format_validation_error
 from calque.models import ClaimRef, Manifest, PoolSpec
-from calque.pool.crashes import verdict
-from calque.pool.lease import Lease, Prepared, Role, State
-from calque.pool.submit import DEFAULT_METHOD
+from calque.models.pool import DEFAULT_METHOD
+from calque.pool.worker.crashes import verdict
+from calque.pool.worker.lease import Lease, Prepared, Role, State
 from calque.warm import WarmSupervisor
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 READ_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)  # well within a VT: the heartbeat extends the lease meanwhile
 
 

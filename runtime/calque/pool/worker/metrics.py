@@ -3,7 +3,7 @@
 Every sample carries the worker's constant labels (``model``, ``worker``, and ``pool`` for a named
 pool: ``lab-a/embedder``, whose lab a dashboard reads from it); a few carry ``outcome``.
 Claim time is a histogram (``calque_pool_claim_seconds_bucket``/``_sum``/``_count``). The queue's
-messages (``state``: visible, in_flight) are sampled by ``calque.pool.backlog`` while metrics are on;
+messages (``state``: visible, in_flight) are sampled by ``calque.pool.worker.backlog`` while metrics are on;
 with the spec's ``backlog_target`` beside them, a rule compares backlog per instance to its target.
 """
 

@@ -1,6 +1,6 @@
 """A worker's load-record slot on this host: stable across its restarts, distinct beside other workers.
 
-A slot names one load record (``calque.pool.loads``). ``--index N`` (systemd template units, the
+A slot names one load record (``calque.pool.submitter.loads``). ``--index N`` (systemd template units, the
 children of ``workers: N``) gives ``<host>-N``. Without an index, several workers of one pool may
 still run side by side on a host (by hand, the sandbox's stand-ins): each takes the first free
 ``flock`` of ``<where>.<n>.lock`` in a per-user directory (``where``: a hash of the endpoint and the

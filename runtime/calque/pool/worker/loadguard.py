@@ -24,8 +24,7 @@ from datetime import datetime, timezone
 from calque.aws.store import RunStore
 from calque.errors import CalqueError, InfrastructureError
 from calque.models import LoadRecord
-from calque.pool.load_reads import FRESH_S, HEARTBEAT_S
-from calque.pool.loads import slot_uri
+from calque.models.pool_loads import FRESH_S, HEARTBEAT_S, slot_uri
 from calque.warm import WarmSupervisor
 
 log = logging.getLogger("calque.pool")

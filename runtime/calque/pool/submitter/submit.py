@@ -25,9 +25,10 @@ from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, RunRecord, RunReport, Summary
 from calque.models.ids import RULE, is_safe_id
+from calque.models.pool import DEFAULT_METHOD
 from calque.pool.cost import run_cost
-from calque.pool.deadletter import settle_dead_letters
-from calque.pool.loads import (
+from calque.pool.submitter.deadletter import settle_dead_letters
+from calque.pool.submitter.loads import (
     CHECK_EVERY_S,
     LoadRecords,
     PoolLoadError,
@@ -36,12 +37,10 @@ from calque.pool.loads import (
     health,
     pool_health,
 )
-from calque.pool.stage import STAGE_THREADS, stage_run
+from calque.pool.submitter.stage import STAGE_THREADS, stage_run
 
 # How often a waiting submitter looks in the dead-letter queue for claims that will never finish.
 SETTLE_EVERY_S = 10.0
-# A claim that names no method runs the pool's default (the spec's ``method`` or the only one).
-DEFAULT_METHOD = "__default__"
 # What a submitter that stops waiting on a pool that cannot load says about the claims it sent.
 _QUEUED = "The run's claims stay queued; a worker that loads runs them (calque pool results {run} reads them)."
 

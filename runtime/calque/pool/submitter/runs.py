@@ -3,7 +3,7 @@
 ``submit_and_wait`` submits items and waits for every claim's Summary (the run's report, maybe
 partial at the timeout); ``settled_results`` reads a run's ItemResults after recording its
 dead-lettered claims as failed. The CLI (``cli/pool_runs.py``) only renders what they return: it
-builds no client and settles nothing itself. The steps are ``calque.pool.submit``'s.
+builds no client and settles nothing itself. The steps are ``calque.pool.submitter.submit``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from calque.errors import InfrastructureError
 
 if TYPE_CHECKING:
     from calque.models import Item, ItemResult, RunRecord, RunReport
-    from calque.pool.submit import PoolTarget
+    from calque.pool.submitter.submit import PoolTarget
 
 
 def submit_and_wait(
@@ -31,7 +31,7 @@ def submit_and_wait(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> RunReport:
     """Submit ``items``, then wait up to ``timeout_s`` for the run's Summaries (dead letters count as failed)."""
-    from calque.pool import submit as core
+    from calque.pool.submitter import submit as core
 
     record = core.submit(target, items, method=method, batch_size=batch_size, workload_digest=workload_digest)
     if on_submitted is not None:
@@ -42,8 +42,8 @@ def submit_and_wait(
 
 def settled_results(target: PoolTarget, run_id: str) -> tuple[RunRecord, list[ItemResult]]:
     """Run ``run_id``'s record and its ItemResults in item order, its dead-lettered claims recorded first."""
-    from calque.pool import submit as core
-    from calque.pool.deadletter import settle_dead_letters
+    from calque.pool.submitter import submit as core
+    from calque.pool.submitter.deadletter import settle_dead_letters
 
     store, record = core.load_run(target, run_id)
     with contextlib.suppress(InfrastructureError):  # the queue may be gone; its runs' results stay readable

@@ -2,8 +2,8 @@
 
 ``run_worker(spec, index=)`` is what ``calque pool worker --spec FILE [--index N]`` does in one
 process; ``run_workers(spec_path, spec)`` starts ``spec.workers`` of them (each with its own
-``CUDA_VISIBLE_DEVICES`` entry) and forwards SIGTERM/SIGINT to them; ``start_worker_process`` is the
-one way to start a worker subprocess (used by ``run_workers``, ``calque ramp`` and the tests).
+``CUDA_VISIBLE_DEVICES`` entry, through ``calque.pool.bootstrap.start_worker_process``) and forwards
+SIGTERM/SIGINT to them.
 """
 
 from __future__ import annotations
@@ -12,51 +12,33 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from calque.aws.clients import client
+from calque.aws.imds import metadata_client
 from calque.aws.pricing import hourly_usd
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import PoolSpec
-from calque.pool.bootstrap import materialize_workload
-from calque.pool.instance import InstanceGuard, NoInstance, discover
-from calque.pool.loadguard import LoadGuard
-from calque.pool.loads import load_prefix
-from calque.pool.metrics import Metrics, worker_labels
-from calque.pool.slots import host_slot
-from calque.pool.spot import Imds, imds_allowed
-from calque.pool.warmup import skip_built
-from calque.pool.witness import WitnessLine, witnessed
-from calque.pool.worker import Worker, WorkerReport
+from calque.models.pool_loads import load_prefix
+from calque.pool.bootstrap import materialize_workload, start_worker_process
+from calque.pool.worker.instance import InstanceGuard, NoInstance, discover
+from calque.pool.worker.loadguard import LoadGuard
+from calque.pool.worker.loop import Worker, WorkerReport
+from calque.pool.worker.metrics import Metrics, worker_labels
+from calque.pool.worker.slots import host_slot
+from calque.pool.worker.warmup import skip_built
+from calque.pool.worker.witness import WitnessLine, witnessed
 from calque.warm import WarmSupervisor
 from calque.warm.loader import load_workload
 
 log = logging.getLogger("calque.pool")
-
-
-def start_worker_process(
-    spec_path: str | Path,
-    *,
-    index: int | None = None,
-    env: Mapping[str, str] | None = None,
-    extra_args: Sequence[str] = (),
-    stdout: int | IO[Any] | None = None,
-    stderr: int | IO[Any] | None = None,
-) -> subprocess.Popen[bytes]:
-    """``python -m calque.pool --spec FILE [--index N]`` (``calque pool worker``) as a child process."""
-    cmd = [sys.executable, "-m", "calque.pool", "--spec", str(spec_path)]
-    if index is not None:
-        cmd += ["--index", str(index)]
-    cmd += list(extra_args)
-    return subprocess.Popen(cmd, env=dict(env) if env is not None else None, stdout=stdout, stderr=stderr)
 
 
 def _setup_logging() -> None:
@@ -71,20 +53,22 @@ def _setup_logging() -> None:
 def _instance_type(spec: PoolSpec) -> str | None:
     if spec.instance_type:
         return spec.instance_type
-    if not spec.spot_watch or not imds_allowed(spec.imds_endpoint):
+    imds = metadata_client(spec.imds_endpoint) if spec.spot_watch else None
+    if imds is None:
         return None
     try:
-        return Imds(spec.imds_endpoint).get("instance-type")
+        return imds.get("instance-type")
     except OSError:
         return None
 
 
 def _instance_guard(spec: PoolSpec) -> InstanceGuard:
     """Scale-in protection and the drain hook when this is an Auto Scaling instance, else nothing."""
-    if not spec.scale_in_protection or not imds_allowed(spec.imds_endpoint):
+    imds = metadata_client(spec.imds_endpoint) if spec.scale_in_protection else None
+    if imds is None:
         return NoInstance()
     return discover(
-        Imds(spec.imds_endpoint),
+        imds,
         lambda: client("autoscaling", region=spec.region, endpoint_url=spec.endpoint_url),
     )
 
@@ -92,7 +76,7 @@ def _instance_guard(spec: PoolSpec) -> InstanceGuard:
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
     """Load and enter the workload, then serve the pool queue until SIGTERM, a spot notice or idle.
 
-    The worker runs in a child of this process, its witness (``calque.pool.witness``), which marks a
+    The worker runs in a child of this process, its witness (``calque.pool.worker.witness``), which marks a
     claim whose item ended the worker; the witness exits as the worker did.
     """
     _setup_logging()
@@ -167,7 +151,7 @@ def shutdown_bound_s(spec: PoolSpec) -> float:
 
     A supervisor's stop timeout (systemd's ``TimeoutStopSec``, the pool_worker role) must exceed it.
     """
-    from calque.pool.worker import POLL_SLICE_S
+    from calque.pool.worker.loop import POLL_SLICE_S
 
     return min(spec.queue.receive_wait, POLL_SLICE_S) + 2 * spec.shutdown_grace_s + 5
 

@@ -1,11 +1,12 @@
-"""The ONE place where errors become exit codes, for every calque command line.
+"""Where errors become exit codes for the ``calque`` command line.
 
 Exit codes (``calque.errors.EXIT_CODES``): 0 success; 1 partial failure or unexpected error; 2 usage;
 3 infrastructure; 4 refused by a safety gate; 5 nothing free; 6 the session daemon cannot be reached;
 130 aborted. Commands raise ``CalqueError`` subclasses; ``run_command`` maps them. With ``--json`` the
 error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N}}``. Two command
-lines run through it: ``calque`` (``cli.main``) and a pool worker process (``python -m calque.pool``,
-which loads the worker's command alone, not the whole CLI).
+lines end in exit codes: ``calque`` (``cli.main``), through this module, and a pool worker process
+(``python -m calque.pool.worker``, ``calque.pool.worker.entry``), which never loads click or ``cli/``
+and maps the same errors by ``calque.errors.refused_for`` and ``calque.aws.errors.translate_any``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 import click
 
-from calque.errors import EXIT_KINDS, CalqueError, RefusedError
+from calque.errors import EXIT_KINDS, CalqueError, refused_for
 
 
 def _wants_json(args: Sequence[str]) -> bool:
@@ -47,10 +48,8 @@ def run_command(command: click.Command, argv: list[str], prog_name: str) -> int:
     except CalqueError as exc:
         return _fail(str(exc), exc.exit_code, as_json)
     except PermissionError as exc:
-        # A file or device this user may not open is a sentence, never a traceback (exit 4, refused).
-        where = f" on {exc.filename}" if exc.filename else ""
-        why = f"permission denied{where} ({exc.strerror or exc}): run it as a user who may (often root, via sudo)"
-        return _fail(why, RefusedError.exit_code, as_json)
+        refused = refused_for(exc)
+        return _fail(str(refused), refused.exit_code, as_json)
     except click.exceptions.Abort:
         if as_json:
             return _fail("aborted", 130, as_json)

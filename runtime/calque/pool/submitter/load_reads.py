@@ -1,6 +1,6 @@
 """A pool's load records read from S3 and judged, without pydantic (``calque pool status``'s start-up).
 
-``calque.pool.loads`` reads the same objects through ``list_records``/``get_records`` into its model,
+``calque.pool.submitter.loads`` reads the same objects through ``list_records``/``get_records`` into its model,
 ``LoadRecord``, and judges them by the same rule (``split_health``); ``calque pool status`` reads them
 into ``LoadView``. The rule: a pool *serves* while some slot's record says serving and was refreshed
 within ``LIVE_S``; it *cannot load* when none serves and a slot failed within ``FRESH_S`` (a failing
@@ -16,14 +16,9 @@ from typing import Any, Protocol, TypeVar
 
 from calque.aws.naming import pool_key_base
 from calque.aws.object_reads import get_many, list_etags
+from calque.models.pool_loads import FRESH_S, LIVE_S
 from calque.models.pool_views import LoadView, load_view
 from calque.models.view_reader import ViewError
-
-# A serving worker refreshes its record this often; three missed refreshes and it no longer counts.
-HEARTBEAT_S = 60.0
-LIVE_S = 3 * HEARTBEAT_S
-# A failure counts this long: longer than the longest backoff hold plus a restart delay and a load.
-FRESH_S = 900.0
 
 
 class Loaded(Protocol):
@@ -99,7 +94,7 @@ def get_records(s3: Any, bucket: str, keys: list[str]) -> list[bytes | None]:
 
 def read_load_views(s3: Any, bucket: str, key_prefix: str) -> list[LoadView]:
     """Every slot's load record, by slot; a record this calque cannot read (a newer calque's, or not one
-    of ours) says nothing and is left out, as ``calque.pool.loads.LoadRecords`` leaves it out."""
+    of ours) says nothing and is left out, as ``calque.pool.submitter.loads.LoadRecords`` leaves it out."""
     keys = list(list_records(s3, bucket, key_prefix))
     views = []
     for data in get_records(s3, bucket, keys):

@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError
-from calque.pool.lease import Lease, Role, State
+from calque.pool.worker.lease import Lease, Role, State
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 MAX_AHEAD = 10  # SQS's MaxNumberOfMessages
 PREPARERS = 4  # claims prepared at once (each: one HEAD, one GET)
 _WEIGHT = 0.3  # of a new claim's drain time in its moving average

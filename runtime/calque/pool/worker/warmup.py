@@ -37,16 +37,16 @@ from typing import Any
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import BotoCoreError, ClientError, error_code
+from calque.aws.imds import metadata_client
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.base import CalqueModel
 from calque.models.pool_names import pool_names
 from calque.models.warmth import ReadyMark
 from calque.pool.bootstrap import materialize_workload
-from calque.pool.spot import Imds, imds_allowed
 from calque.warm.loader import Workload, load_workload, split_workload, workload_digest
 
-log = logging.getLogger("calque.pool.warmup")
+log = logging.getLogger("calque.pool.worker.warmup")
 READY_ENV = "CALQUE_READY_MARK"
 WEIGHTS_ENV = "CALQUE_WEIGHTS_CACHE"
 DEFAULT_READY = "/var/lib/calque/ready.json"
@@ -168,9 +168,9 @@ def _complete(spec: PoolSpec, instance_id: str, result: str) -> str:
 def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.0) -> WarmUpReport:
     """Steps 1-3 of the module's docstring, for this instance (off an instance: step 2 only)."""
     started = time.monotonic()
-    imds = Imds(spec.imds_endpoint)
+    imds = metadata_client(spec.imds_endpoint)
     instance_id = state = None
-    if not imds_allowed(spec.imds_endpoint):
+    if imds is None:
         log.info("offline: not reaching the metadata service %s; preparing only", spec.imds_endpoint)
     else:
         try:
@@ -178,7 +178,7 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
             state = imds.get("autoscaling/target-lifecycle-state")
         except OSError as exc:  # URLError is an OSError: no metadata service, not an instance
             log.info("no instance metadata (%s): preparing only", exc)
-    while wait_in_service and state and state.startswith(WARMED):
+    while wait_in_service and imds is not None and state and state.startswith(WARMED):
         time.sleep(poll_s)  # systemd bounds this wait (the unit's start timeout)
         state = imds.get("autoscaling/target-lifecycle-state")
     report = WarmUpReport(instance_id=instance_id, target_state=state, prepared=False)

@@ -30,9 +30,9 @@ from typing import Any, Protocol
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.errors import AWS_ERRORS, BotoCoreError, ClientError
-from calque.pool.spot import Imds
+from calque.aws.imds import Imds
 
-log = logging.getLogger("calque.pool.instance")
+log = logging.getLogger("calque.pool.worker.instance")
 TERMINATING = "Terminated"  # IMDS target-lifecycle-state of an instance on its way out
 # a failed call is logged, never fatal: protection is an optimisation and the hook times out on its own
 _AWS_ERRORS = AWS_ERRORS

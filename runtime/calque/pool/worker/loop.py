@@ -1,29 +1,29 @@
 """The warm pool worker: claim, heartbeat, drain, write results then Summary, and only then delete.
 
 One ``Worker`` serves one pool queue with one ``WarmSupervisor`` (``@enter`` ran once, at start).
-Each received message is a ``Lease`` (``calque.pool.lease``: named states, each transition owned by
+Each received message is a ``Lease`` (``calque.pool.worker.lease``: named states, each transition owned by
 one role). Threads, each with one job:
 
 - main (``serve``, the runner): takes the next claim, drains its items (CLAIMED -> WORKING ->
   WRITING) and hands it to the writers; with ``prefetch`` off it also receives (the claimer);
 - receiver (the claimer, ``prefetch``): long-polls the queue and prepares the next claims
-  (``calque.pool.claims``: parse, check, read the manifest) while the current one drains, as many
-  as the runner drains in one receive-and-prepare round trip (``calque.pool.intake``);
+  (``calque.pool.worker.claims``: parse, check, read the manifest) while the current one drains, as many
+  as the runner drains in one receive-and-prepare round trip (``calque.pool.worker.intake``);
 - heartbeat (the keeper): extends every live lease's visibility every VT/3; a refused extension
   makes the lease LOST, and a LOST claim is neither summarised nor deleted (another worker owns it);
-- writers (``calque.pool.writer``): results, the Summary, the delete, in that order, behind the
+- writers (``calque.pool.worker.writer``): results, the Summary, the delete, in that order, behind the
   next claim's work; poison and duplicate claims too; the deletes go out on one more thread, up
-  to ten to a batch (``calque.pool.batching``);
+  to ten to a batch (``calque.pool.worker.batching``);
 - spot watcher (optional): an IMDSv2 spot interruption notice stops the worker like SIGTERM;
-- lifecycle watcher: on an Auto Scaling instance (``calque.pool.instance``) the worker protects it
+- lifecycle watcher: on an Auto Scaling instance (``calque.pool.worker.instance``) the worker protects it
   from scale-in while it holds a claim, and a termination (target lifecycle state ``Terminated``)
   stops it like SIGTERM, then completes the drain hook.
 
 Stopping (SIGTERM, a spot notice, the idle timeout; the stopper): stop receiving, release every
-unfinished claim so another worker takes it at once (re-sent, ``calque.pool.release``: a graceful
+unfinished claim so another worker takes it at once (re-sent, ``calque.pool.worker.release``: a graceful
 release is not a delivery attempt), flush finished ones, run ``@exit``.
 
-The worker's witness (``calque.pool.witness``, its parent process) hears which items run and that a
+The worker's witness (``calque.pool.worker.witness``, its parent process) hears which items run and that a
 stop is on purpose, so that only a claim whose item ended the process is marked against it.
 """
 
@@ -39,28 +39,29 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from calque.aws.imds import metadata_client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import PoolSpec
-from calque.pool.backlog import BacklogSampler
-from calque.pool.claims import ClaimChecker
-from calque.pool.instance import InstanceGuard, LifecycleWatcher, NoInstance
-from calque.pool.intake import Receiver
-from calque.pool.lease import LIVE, Lease, Prepared, Role, State
-from calque.pool.metrics import Metrics, worker_labels
-from calque.pool.release import release_uncounted
-from calque.pool.spot import SpotWatcher, imds_allowed
-from calque.pool.stream import chunk_sink
-from calque.pool.summaries import SummaryMaker, now
-from calque.pool.witness import NO_WITNESS, WitnessLine
-from calque.pool.writer import ClaimWriter, Finished
+from calque.pool.worker.backlog import BacklogSampler
+from calque.pool.worker.claims import ClaimChecker
+from calque.pool.worker.instance import InstanceGuard, LifecycleWatcher, NoInstance
+from calque.pool.worker.intake import Receiver
+from calque.pool.worker.lease import LIVE, Lease, Prepared, Role, State
+from calque.pool.worker.metrics import Metrics, worker_labels
+from calque.pool.worker.release import release_uncounted
+from calque.pool.worker.spot import SpotWatcher
+from calque.pool.worker.stream import chunk_sink
+from calque.pool.worker.summaries import SummaryMaker, now
+from calque.pool.worker.witness import NO_WITNESS, WitnessLine
+from calque.pool.worker.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
 from calque.warm.supervisor import failed_drain
 
 __all__ = ["Lease", "Worker", "WorkerReport"]
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 # Writer threads: each claim's writes stay in order (results, Summary, delete) on one thread, while
 # several claims' writes overlap, so a fast method is not held back by S3/SQS round trips.
 _WRITERS = 3
@@ -120,7 +121,7 @@ class Worker:
         self.instance: InstanceGuard = instance or NoInstance()  # scale-in protection and the drain hook
         self._lifecycle: LifecycleWatcher | None = None
         self.summaries = SummaryMaker(spec, supervisor, self.worker_id, self.instance_type)
-        self.witness = witness  # told which items run, and that a stop is on purpose (calque.pool.witness)
+        self.witness = witness  # told which items run, and that a stop is on purpose (calque.pool.worker.witness)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait, pool_queue.max_receive_count())
         self.receiver = Receiver(pool_queue, hold=self._hold, prepare=self.prepare, stop=self._stop,
                                  wait_s=self.receive_wait)  # fmt: skip
@@ -262,10 +263,8 @@ class Worker:
         if self.spec.prefetch:
             self._receiver = threading.Thread(target=self.receiver.loop, name="calque-receiver", daemon=True)
             self._receiver.start()
-        if self.spec.spot_watch and imds_allowed(self.spec.imds_endpoint):
-            self._spot = SpotWatcher(
-                self.spec.imds_endpoint, self.spec.spot_poll_s, lambda a: self.request_stop("spot")
-            )
+        if self.spec.spot_watch and (imds := metadata_client(self.spec.imds_endpoint)) is not None:
+            self._spot = SpotWatcher(imds, self.spec.spot_poll_s, lambda a: self.request_stop("spot"))
             self._spot.start()
         if not isinstance(self.instance, NoInstance):
             self.instance.register(self.worker_id)

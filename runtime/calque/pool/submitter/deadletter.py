@@ -18,7 +18,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.models import ClaimRef, Summary
 
-log = logging.getLogger("calque.pool.deadletter")
+log = logging.getLogger("calque.pool.submitter.deadletter")
 
 
 def settle_dead_letters(pq: PoolQueue, store: RunStore, *, rounds: int = 10) -> int:

@@ -21,13 +21,13 @@ from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import ItemResult, Summary
 from calque.models.ids import is_safe_id
-from calque.pool.batching import Deleter
-from calque.pool.claims import partial_ref
-from calque.pool.lease import Lease, Role, State
-from calque.pool.metrics import Metrics
-from calque.pool.summaries import SummaryMaker
+from calque.pool.worker.batching import Deleter
+from calque.pool.worker.claims import partial_ref
+from calque.pool.worker.lease import Lease, Role, State
+from calque.pool.worker.metrics import Metrics
+from calque.pool.worker.summaries import SummaryMaker
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 
 
 @dataclass

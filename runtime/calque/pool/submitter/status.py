@@ -3,9 +3,9 @@ for a named pool, its Auto Scaling group; or one run's report, dead-lettered cla
 
 The CLI (``cli/pool_status.py``) only renders these. ``status`` imports no pydantic: it reads the
 queue, the load records and the group into the views of ``calque.models.pool_views``
-(``calque.aws.queue_depth``, ``calque.pool.load_reads``, ``calque.aws.acquire.group_status``), and
+(``calque.aws.queue_depth``, ``calque.pool.submitter.load_reads``, ``calque.aws.acquire.group_status``), and
 ``PoolView.document`` makes the models of them only for ``--json`` (bench/pool_status.py). ``run_status``
-uses the models throughout: a run's report is read through ``calque.pool.submit``.
+uses the models throughout: a run's report is read through ``calque.pool.submitter.submit``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from calque.models.pool_views import DepthView, LoadView, ScalingStatusView
 if TYPE_CHECKING:
     from calque.aws.queue import PoolQueue
     from calque.models import RunReport
-    from calque.pool.loads import PoolLoadError
+    from calque.pool.submitter.loads import PoolLoadError
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def _queue(address: PoolAddress, names: PoolNames | None) -> PoolQueue:
 
 
 def _workers(address: PoolAddress, queue_name: str) -> tuple[list[LoadView], str | None]:
-    from calque.pool.load_reads import load_error_message, load_key_prefix, read_load_views, split_health
+    from calque.pool.submitter.load_reads import load_error_message, load_key_prefix, read_load_views, split_health
 
     views = read_load_views(address.client("s3"), address.need_bucket(), load_key_prefix(address.prefix, queue_name))
     failing = split_health(views)[1]
@@ -150,9 +150,9 @@ def status(address: PoolAddress) -> PoolView:
 
 def run_status(address: PoolAddress, run_id: str) -> RunView:
     """Run ``run_id``'s report, its dead-lettered claims recorded as failed first."""
-    from calque.pool import submit as core
-    from calque.pool.deadletter import settle_dead_letters
-    from calque.pool.loads import LoadRecords, health, load_error
+    from calque.pool.submitter import submit as core
+    from calque.pool.submitter.deadletter import settle_dead_letters
+    from calque.pool.submitter.loads import LoadRecords, health, load_error
 
     queue = _queue(address, address.names())
     target = core.PoolTarget(

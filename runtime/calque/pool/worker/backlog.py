@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError
-from calque.pool.metrics import Metrics
+from calque.pool.worker.metrics import Metrics
 
-log = logging.getLogger("calque.pool.backlog")
+log = logging.getLogger("calque.pool.worker.backlog")
 NAME = "calque_pool_queue_messages"
 
 

@@ -13,7 +13,7 @@ parent, this witness, does nothing but watch; the child is the worker as it alwa
 
 When the worker dies without having said it is stopping, by a signal or a non-zero exit, while an
 item ran, the witness writes a ``CrashMark`` naming the claim's attempt, the items and the cause
-(``calque.pool.crashes``); then it exits as its worker did. Prefetched claims, and claims the
+(``calque.pool.worker.crashes``); then it exits as its worker did. Prefetched claims, and claims the
 worker released, are never marked. When the witness itself is killed (``kill -9`` of the worker's
 pid, what systemd and operators see), the worker dies with it (``PR_SET_PDEATHSIG``) and nothing
 is marked: the whole worker vanished, and its claims come back to run again.
@@ -38,9 +38,9 @@ from typing import Any, NoReturn, TypeVar
 
 from calque.aws.store import RunStore
 from calque.models.poolcrash import CrashMark
-from calque.pool.crashes import record_death
+from calque.pool.worker.crashes import record_death
 
-log = logging.getLogger("calque.pool.witness")
+log = logging.getLogger("calque.pool.worker.witness")
 T = TypeVar("T")
 _MAX_ITEMS = 64  # named in a line; keeps every line under PIPE_BUF, so each write is atomic
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)

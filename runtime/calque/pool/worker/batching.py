@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from calque.aws.queue import SEND_BATCH, PoolQueue
 from calque.errors import CalqueError
-from calque.pool.lease import Lease, delete_together
+from calque.pool.worker.lease import Lease, delete_together
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 GATHER_S = 0.02
 
 

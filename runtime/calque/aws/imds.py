@@ -1,24 +1,20 @@
-"""Watch for an EC2 spot interruption notice over IMDSv2 and ask the worker to stop.
+"""The instance metadata service (IMDSv2), and the one place a client of it is built.
 
 IMDSv2: ``PUT /latest/api/token`` (with ``X-aws-ec2-metadata-token-ttl-seconds``) returns a token;
-``GET /latest/meta-data/spot/instance-action`` with ``X-aws-ec2-metadata-token`` returns 404 until
-AWS schedules the interruption (about two minutes ahead), then 200 with ``{"action", "time"}``.
-A GET without a token is refused (401), as on instances that require IMDSv2.
+every ``GET /latest/meta-data/...`` carries it as ``X-aws-ec2-metadata-token``. A pool worker reads its
+instance type, id and lifecycle state and watches for spot notices (``pool/worker/``); an elastic
+session host reads its own identity (``calque session fleet``). Offline (tests, sandbox) only a
+loopback stand-in may be reached, as with every AWS endpoint (``calque.aws.clients``).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 
 from calque.aws.clients import is_loopback_url, offline
 
-log = logging.getLogger("calque.pool.spot")
 TOKEN_TTL_S = 21600
 _TIMEOUT_S = 1.0
 
@@ -67,43 +63,6 @@ def imds_allowed(endpoint: str) -> bool:
     return not offline() or is_loopback_url(endpoint)
 
 
-class SpotWatcher:
-    """Polls ``spot/instance-action`` every ``interval_s``; calls ``on_notice(action)`` once."""
-
-    def __init__(self, endpoint: str, interval_s: float, on_notice: Callable[[str], None]) -> None:
-        self.imds = Imds(endpoint)
-        self.interval_s = interval_s
-        self.on_notice = on_notice
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="calque-spot", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def poll_once(self) -> str | None:
-        body = self.imds.get("spot/instance-action")
-        if body is None:
-            return None
-        try:
-            action = str(json.loads(body).get("action", "terminate"))
-        except (ValueError, AttributeError):
-            action = "terminate"
-        return action
-
-    def _run(self) -> None:
-        warned = False
-        while not self._stop.is_set():
-            try:
-                action = self.poll_once()
-                if action is not None:
-                    log.warning("spot interruption notice (%s): stopping", action)
-                    self.on_notice(action)
-                    return
-            except (OSError, urllib.error.URLError) as exc:
-                if not warned:
-                    log.warning("cannot reach IMDS at %s (%s); will keep trying", self.imds.endpoint, exc)
-                    warned = True
-            self._stop.wait(self.interval_s)
+def metadata_client(endpoint: str) -> Imds | None:
+    """The IMDSv2 client of ``endpoint``, or None where it may not be reached (offline, not loopback)."""
+    return Imds(endpoint) if imds_allowed(endpoint) else None

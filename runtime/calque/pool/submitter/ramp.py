@@ -2,7 +2,7 @@
 
 It makes a temporary pool for the ramp (its own queue, model ``calque-ramp/<id>``, and S3 prefix
 ``<prefix>/ramps/<id>`` in the caller's bucket), stages the workload and this calque's wheel
-(``calque.pool.runtime_wheel``, unless ``runtime_pip`` overrides it) there, and acquires ONE instance
+(``calque.pool.submitter.runtime_wheel``, unless ``runtime_pip`` overrides it) there, and acquires ONE instance
 through the ``Acquirer`` whose user-data (``calque.pool.bootstrap``, the same bootstrap as
 ``playbooks/pool.yml``) starts ONE ``calque pool worker`` on the ramp's spec. Each rung is then
 submitted as a pool run and read back from its Summaries: ``@enter`` runs once on that worker, so only
@@ -34,10 +34,10 @@ from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError, InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, QueueSettings, RunReport, Summary
 from calque.models.acquire import CohortSpec, Market, RampReport, RampRung, RootVolume
-from calque.pool import submit as pool
 from calque.pool.bootstrap import stage_workload, worker_user_data, write_spec
-from calque.pool.loads import PoolLoadError
-from calque.pool.runtime_wheel import MAX_URL_TTL_S, stage_runtime
+from calque.pool.submitter import submit as pool
+from calque.pool.submitter.loads import PoolLoadError
+from calque.pool.submitter.runtime_wheel import MAX_URL_TTL_S, stage_runtime
 
 MAX_RUNG = 1_000_000
 # A ramp's queue lives minutes: a short long-poll keeps the worker's shutdown quick.
@@ -181,7 +181,7 @@ class InstanceWorker:
 def _load_failure(spec: PoolSpec) -> str | None:
     """The ramp's worker's load error from its load record, when it failed to load."""
     from calque.aws.store import RunStore
-    from calque.pool.loads import LoadRecords, health, load_error
+    from calque.pool.submitter.loads import LoadRecords, health, load_error
 
     s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
     store = RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
@@ -196,7 +196,7 @@ class LocalStandIn:
     """Offline: a local ``calque pool worker --spec`` on the spec the user-data carries."""
 
     def __init__(self, spec: PoolSpec) -> None:
-        from calque.pool.process import start_worker_process
+        from calque.pool.bootstrap import start_worker_process
 
         self.spec = spec
         self.dir = Path(tempfile.mkdtemp(prefix="calque-ramp-"))

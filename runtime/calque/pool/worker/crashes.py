@@ -3,7 +3,7 @@
 Whatever a method does in Python fails its item or its claim (``calque.warm.supervisor``,
 ``Worker._run``), but a method can still end its process outright (``os._exit``, a segfault in C
 code, the kernel's OOM killer), and SQS then hands the claim to the next worker, which it ends too.
-Only the worker's witness (``calque.pool.witness``), the parent process that outlives it, can tell
+Only the worker's witness (``calque.pool.worker.witness``), the parent process that outlives it, can tell
 that apart from the whole worker being killed (``kill -9``, a spot reclaim, another process's
 doing): it writes a ``CrashMark`` at ``runs/<run>/running/<claim>/<attempt>.json`` when, and only
 when, its worker died while an item of that claim was running, naming the item and how it died.
@@ -25,7 +25,7 @@ from calque.errors import CalqueError
 from calque.models import ClaimRef
 from calque.models.poolcrash import CrashMark
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 DEATHS_TO_POISON = 2  # one death may be bad luck on the host; a second one running the same items is not
 _MARK_BYTES = 64 * 1024
 

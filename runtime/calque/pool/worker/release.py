@@ -5,7 +5,7 @@ visibility 0 (a SIGTERM, a spot notice, a rolling replacement) brought a healthy
 nearer the DLQ: three restarts and it was dead-lettered without ever failing. Instead the stopping
 worker sends the claim again as a new message whose ``attempts`` carries the receives of the old one
 that did count (all but this one: a crash or a lost lease never reaches this code), and deletes
-the old message. The worker's own poison check (``calque.pool.claims``) reads ``Lease.attempt``,
+the old message. The worker's own poison check (``calque.pool.worker.claims``) reads ``Lease.attempt``,
 the carried attempts plus this message's receive count, so real failures still add up across
 re-sends; SQS's redrive still catches a claim that keeps crashing its worker.
 
@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError
 from calque.models import ClaimRef
-from calque.pool.lease import Lease
+from calque.pool.worker.lease import Lease
 
-log = logging.getLogger("calque.pool.worker")
+log = logging.getLogger("calque.pool.worker.loop")
 
 
 def carried_ref(lease: Lease) -> ClaimRef | None:

@@ -1,14 +1,13 @@
 """A pool's load records, read by submitters: has any worker loaded the workload, and which methods it has.
 
-Workers write them (``calque.pool.loadguard``); ``calque pool submit``, ``calque run`` and ``calque ramp``
+Workers write them (``calque.pool.worker.loadguard``); ``calque pool submit``, ``calque run`` and ``calque ramp``
 read them here, into ``LoadRecord``; ``calque pool status`` reads them without pydantic
-(``calque.pool.load_reads``, where the rule of ``health`` is written: serving, cannot load, or nothing
+(``calque.pool.submitter.load_reads``, where the rule of ``health`` is written: serving, cannot load, or nothing
 known yet, in which case submitters wait as before).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -16,7 +15,8 @@ from calque.aws.errors import StoreError
 from calque.aws.store import RunStore, parse_s3_uri
 from calque.errors import InfrastructureError, UsageError
 from calque.models import LoadRecord
-from calque.pool.load_reads import (
+from calque.models.pool_loads import load_prefix
+from calque.pool.submitter.load_reads import (
     get_records,
     list_records,
     load_error_message,
@@ -25,16 +25,6 @@ from calque.pool.load_reads import (
 
 # How often a waiting submitter reads the records again (one LIST, a GET per changed record).
 CHECK_EVERY_S = 2.0
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def load_prefix(store: RunStore) -> str:
-    return f"s3://{store.bucket}/{store.base}/load/"
-
-
-def slot_uri(store: RunStore, slot: str) -> str:
-    return f"{load_prefix(store)}{_UNSAFE.sub('-', slot).strip('-') or 'worker'}.json"
 
 
 class LoadRecords:
@@ -76,7 +66,7 @@ class PoolHealth:
 
 
 def health(records: list[LoadRecord], now: datetime | None = None) -> PoolHealth:
-    """What the records say now (``calque.pool.load_reads.split_health``)."""
+    """What the records say now (``calque.pool.submitter.load_reads.split_health``)."""
     return PoolHealth(*split_health(records, now))
 
 
