@@ -86,7 +86,9 @@ def test_ramp_pays_enter_once_and_terminates_at_the_end(
     assert "local process" in out.err  # offline, a local worker stood in for the instance's
     user_data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
     text = base64.b64decode(user_data).decode()
-    assert "/opt/calque/venv/bin/python -m calque.pool.worker --spec /etc/calque/pool.yml" in text  # the worker command alone
+    assert (
+        "/opt/calque/venv/bin/python -m calque.pool.worker --spec /etc/calque/pool.yml" in text
+    )  # the worker command alone
     # the instance installs this calque's wheel, staged under the ramp's prefix, through a presigned URL
     staged = [o["Key"] for o in client("s3").list_objects_v2(Bucket=BUCKET, Prefix="calque/ramps/")["Contents"]]
     wheel = next(k for k in staged if k.endswith("/runtime/calque-0.1.0-py3-none-any.whl"))

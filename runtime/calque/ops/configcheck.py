@@ -60,7 +60,7 @@ def _load(kind: ConfigKind, path: Path, against_host: bool) -> dict[str, Any]:
 
 
 def _broker(path: Path) -> dict[str, Any]:
-    from calque.session.brokerconfig import load_broker_config
+    from calque.session.broker.config import load_broker_config
 
     cfg = load_broker_config(path)
     return {

@@ -29,7 +29,7 @@ from calque.errors import (
     UsageError,
 )
 from calque.models.versions import SESSION_PROTOCOL_VERSION, check_version_number
-from calque.session.client.paths import DEFAULT_SOCKET
+from calque.session.paths import DEFAULT_SOCKET
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 # Ops that are safe to send twice (checkout carries a request id that makes it idempotent).

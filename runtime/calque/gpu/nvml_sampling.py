@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from calque.gpu import errors as nv
-from calque.gpu.nvml_types import text_of
+from calque.gpu.nvml_types import NvmlDevices, text_of
 from calque.models import DeviceSample
 from calque.models.gpu import SampleKind
-
-if TYPE_CHECKING:
-    from calque.gpu.nvml import NvmlBackend
 
 FIRST_INTERVAL_S = 0.1
 _UNSUPPORTED = (nv.NOT_SUPPORTED, nv.FUNCTION_NOT_FOUND, nv.INVALID_ARGUMENT)
@@ -32,7 +29,7 @@ _UNSUPPORTED = (nv.NOT_SUPPORTED, nv.FUNCTION_NOT_FOUND, nv.INVALID_ARGUMENT)
 class NvmlSampler:
     """The GPM samples kept between calls, per (GPU index, GPU-instance id or None for the whole GPU)."""
 
-    def __init__(self, backend: NvmlBackend) -> None:
+    def __init__(self, backend: NvmlDevices) -> None:
         self._b = backend
         self._nv = backend.lib
         self._gpm: dict[int, bool] = {}

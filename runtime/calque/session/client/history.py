@@ -1,4 +1,5 @@
-"""A session registry's history, read-only: MIG sessions and refused asks by profile over a window.
+"""A session registry's history, read-only, into ``calque.models.mig_history.History``: MIG sessions
+and refused asks by profile over a window, the data ``calque.gpu.suggest`` is handed.
 
 ``calque gpu mig suggest`` reads it from the registry file itself (the daemon need not run, and a
 copy of another host's file reads the same). Opened with SQLite's ``mode=ro``: nothing is written,
@@ -11,49 +12,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from calque.errors import UsageError
+from calque.models.mig_history import History, Refusal, Use
 
 DEMAND_SCHEMA = 5  # the first registry schema with demand records
-
-
-@dataclass(frozen=True)
-class Use:
-    """One MIG session overlapping the window (a live one runs to the window's end)."""
-
-    session_id: str
-    profile: str
-    gpu: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """One ask refused for want of a free slice: its profile ('' for any), its tries, the session a later try got."""
-
-    profile: str
-    first_at: float
-    last_at: float
-    attempts: int
-    granted: str | None = None
-
-
-@dataclass(frozen=True)
-class History:
-    path: str
-    since: float
-    until: float
-    recorded_since: float | None  # when the registry began recording refusals
-    uses: list[Use] = field(default_factory=list)
-    refusals: list[Refusal] = field(default_factory=list)
-
-    @property
-    def refusals_known_from(self) -> float:
-        """The start of the part of the window in which refusals were recorded."""
-        return max(self.since, self.recorded_since or self.since)
 
 
 _USES = """

@@ -6,7 +6,7 @@ import inspect
 
 import pynvml
 import pytest
-from calque.gpu import nvml_util
+from calque.gpu import nvml_sampling as nvml_util
 from calque.gpu.nvml import NvmlBackend
 
 from gpu.fake_libnvml import FakeLibNvml
