@@ -35,7 +35,7 @@ from pathlib import Path
 from calque.gpu.planner import current_layout
 from calque.gpu.sim import SimGpu
 from calque.gpu.suggest import suggest
-from calque.session.history import History, Refusal, Use
+from calque.models.mig_history import History, Refusal, Use
 
 DAY = 86400.0
 FORTNIGHT = 14 * DAY

@@ -201,7 +201,7 @@ class Bench:
 
     def submit(self, model: str, n_items: int, per_claim: int, method: str) -> Any:
         from calque.models import Item
-        from calque.pool.submit import PoolTarget, submit
+        from calque.pool.submitter.submit import PoolTarget, submit
 
         items = [Item(index=i, args=[i]) for i in range(n_items)]
         return submit(PoolTarget(model, BUCKET), items, method=method, batch_size=per_claim)
@@ -217,7 +217,7 @@ class Bench:
         a = self.args
         record = self.submit("bench/warm", a.claims * a.items, a.items, "work")
         store = self.store("bench/warm")
-        from calque.pool.process import start_worker_process
+        from calque.pool.bootstrap import start_worker_process
 
         t0 = time.time()
         proc = start_worker_process(
@@ -292,7 +292,7 @@ class Bench:
         n = self.args.noop_items
         record = self.submit("bench/noop", n, 10, "noop")
         store = self.store("bench/noop")
-        from calque.pool.process import start_worker_process
+        from calque.pool.bootstrap import start_worker_process
 
         env = {**self.env, "BENCH_ENTER_S": "0"}
         prom = self.work / f"noop-{round_no}.prom"

@@ -89,12 +89,12 @@ def make_pool() -> None:
     from calque.aws.clients import client
     from calque.aws.store import RunStore
     from calque.models import LoadRecord
+    from calque.models.pool_loads import slot_uri
     from calque.models.pool_names import pool_names
     from calque.ops.base import AwsSession
     from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
     from calque.ops.pool_queue import PoolQueueOp, PoolQueueRequest
     from calque.ops.pool_scaling import PoolScalingOp, PoolScalingRequest
-    from calque.pool.loads import slot_uri
 
     aws = AwsSession()
     PoolQueueOp(aws).run(PoolQueueRequest(model="BAAI/bge", pool=POOL))

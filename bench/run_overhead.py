@@ -88,8 +88,8 @@ def main() -> None:
         from calque.aws.clients import client
         from calque.aws.queue import PoolQueue
         from calque.models import Item, QueueSettings
-        from calque.pool import submit as core
-        from calque.pool.process import start_worker_process
+        from calque.pool.bootstrap import start_worker_process
+        from calque.pool.submitter import submit as core
         from calque.run.script import run_script
 
         client("s3").create_bucket(Bucket=BUCKET)

@@ -5,7 +5,7 @@ One moto server process on 127.0.0.1; figures side by side with their ratio. Not
     .venv/bin/python bench/stage_throughput.py [--items 50000] [--batch-size 10] [--baseline-items 2000]
                                                 [--moto linear|stock]
 
-(a) calque: ``calque.pool.submit.submit`` (manifests PUT on a bounded thread pool, ClaimRefs sent ten
+(a) calque: ``calque.pool.submitter.submit.submit`` (manifests PUT on a bounded thread pool, ClaimRefs sent ten
     to a SendMessageBatch as their manifests land), --items items at --batch-size.
 (b) baseline: the previous staging, one manifest PUT then one SendMessage per claim, in a row, on
     --baseline-items items (default: as many; 50,000 items took 729 s this way), as items/s.
@@ -70,7 +70,7 @@ def _start_moto(kind: str = "stock") -> tuple[subprocess.Popen[bytes], str]:
 def _baseline(target: object, items: list[object], batch_size: int) -> float:
     """The staging this replaces: a manifest PUT and a SendMessage per claim, one after another."""
     from calque.models import ClaimRef, Manifest
-    from calque.pool.submit import PoolTarget, new_run_id
+    from calque.pool.submitter.submit import PoolTarget, new_run_id
 
     assert isinstance(target, PoolTarget)
     pq = target.queue()
@@ -104,7 +104,7 @@ def main() -> None:
         from calque.aws.clients import client
         from calque.aws.queue import PoolQueue
         from calque.models import Item, QueueSettings
-        from calque.pool.submit import PoolTarget, submit
+        from calque.pool.submitter.submit import PoolTarget, submit
 
         client("s3").create_bucket(Bucket=BUCKET)
         for model in ("bench/stage", "bench/stage-baseline"):

@@ -112,3 +112,11 @@ EXIT_KINDS = {
     130: "aborted",
 }
 """The word for each exit code, as ``--json`` errors carry it in ``error.kind``."""
+
+
+def refused_for(exc: PermissionError) -> RefusedError:
+    """A file or device this user may not open, as a sentence, never a traceback (exit 4, refused)."""
+    where = f" on {exc.filename}" if exc.filename else ""
+    return RefusedError(
+        f"permission denied{where} ({exc.strerror or exc}): run it as a user who may (often root, via sudo)"
+    )

@@ -21,7 +21,7 @@ import pytest
 from calque.aws.acquire import Acquirer, Consent
 from calque.aws.clients import client
 from calque.cli.main import run
-from calque.pool.ramp import RampOptions, run_ramp
+from calque.pool.submitter.ramp import RampOptions, run_ramp
 from support.waits import HANG_S
 
 from .conftest import AL2023, Network
@@ -86,7 +86,9 @@ def test_ramp_pays_enter_once_and_terminates_at_the_end(
     assert "local process" in out.err  # offline, a local worker stood in for the instance's
     user_data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
     text = base64.b64decode(user_data).decode()
-    assert "/opt/calque/venv/bin/python -m calque.pool --spec /etc/calque/pool.yml" in text  # the worker command alone
+    assert (
+        "/opt/calque/venv/bin/python -m calque.pool.worker --spec /etc/calque/pool.yml" in text
+    )  # the worker command alone
     # the instance installs this calque's wheel, staged under the ramp's prefix, through a presigned URL
     staged = [o["Key"] for o in client("s3").list_objects_v2(Bucket=BUCKET, Prefix="calque/ramps/")["Contents"]]
     wheel = next(k for k in staged if k.endswith("/runtime/calque-0.1.0-py3-none-any.whl"))
@@ -225,7 +227,7 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
 
 def test_on_aws_the_ramp_notices_its_instance_ended(ec2: Any, spec_for: Any, acquirer: Acquirer) -> None:
     from calque.errors import InfrastructureError
-    from calque.pool.ramp import InstanceWorker
+    from calque.pool.submitter.ramp import InstanceWorker
 
     got = acquirer.apply(spec_for(name="ramp-ended", count=1), Consent(spend=True))
     worker = InstanceWorker(acquirer, "ramp-ended", got.instances[0].instance_id)

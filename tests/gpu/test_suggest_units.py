@@ -12,7 +12,7 @@ from calque.gpu.planner import MigPlanner, current_layout
 from calque.gpu.replay import Ask, median, peak, refused
 from calque.gpu.sim import SimGpu
 from calque.gpu.suggest import layouts, suggest
-from calque.session.history import History, Refusal, Use
+from calque.models.mig_history import History, Refusal, Use
 
 H = 3600.0
 DAY = 86400.0

@@ -9,8 +9,8 @@ from pathlib import Path
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.models import QueueSettings
-from calque.pool.backlog import NAME, BacklogSampler
-from calque.pool.metrics import Metrics, worker_labels
+from calque.pool.worker.backlog import NAME, BacklogSampler
+from calque.pool.worker.metrics import Metrics, worker_labels
 from calque.session.broker.metrics import BrokerCollector, collector_registry
 from calque.session.broker.store import NewRequest, Store
 from prometheus_client import CollectorRegistry, generate_latest

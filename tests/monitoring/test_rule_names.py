@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from calque.models.ledger import LabSpend
-from calque.pool.metrics import Metrics
+from calque.pool.worker.metrics import Metrics
 from calque.session.broker.metrics import BrokerCollector
 from calque.session.daemon.metrics import SessionCollector
 from prometheus_client.core import Metric

@@ -19,8 +19,8 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.models import QueueSettings, RunRecord, Summary
-from calque.pool import submit as core
-from calque.pool.process import start_worker_process
+from calque.pool.bootstrap import start_worker_process
+from calque.pool.submitter import submit as core
 from support.waits import HANG_S, until
 
 HERE = Path(__file__).resolve().parent

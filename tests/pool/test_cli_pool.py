@@ -167,7 +167,7 @@ def test_status_reads_the_workers_records_without_pydantic_and_prints_what_json_
     """The human output is read into pydantic-free views (start-up: bench/pool_status.py); a fresh process
     shows every record and the load error, imports no pydantic, and agrees with ``--json``."""
     from calque.models import LoadRecord
-    from calque.pool.loads import slot_uri
+    from calque.models.pool_loads import slot_uri
 
     pool: Pool = make_pool()
     now = datetime.now(timezone.utc)

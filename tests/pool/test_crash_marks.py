@@ -9,7 +9,7 @@ from calque.aws.clients import client
 from calque.aws.store import RunStore
 from calque.models import ClaimRef
 from calque.models.poolcrash import CrashMark
-from calque.pool.crashes import mark_uri, record_death, verdict
+from calque.pool.worker.crashes import mark_uri, record_death, verdict
 
 BUCKET = "marks-bucket"
 

@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 import pytest
 from calque.aws.clients import client
 from calque.models import ClaimRef, QueueSettings
-from calque.pool.lease import Lease
-from calque.pool.release import carried_ref, release_uncounted
+from calque.pool.worker.lease import Lease
+from calque.pool.worker.release import carried_ref, release_uncounted
 
 from pool.conftest import PROC_WAIT, Pool, wait_until
 

@@ -18,8 +18,8 @@ from acquire.scaling_fixtures import group_instances, make_group
 from botocore.exceptions import ClientError
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.clients import client
-from calque.pool.instance import AsgInstance, NoInstance, discover
-from calque.pool.spot import Imds
+from calque.aws.imds import Imds
+from calque.pool.worker.instance import AsgInstance, NoInstance, discover
 
 from pool.conftest import PROC_WAIT, FakeImds, Pool, wait_until
 

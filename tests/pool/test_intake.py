@@ -16,10 +16,10 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import CalqueError
 from calque.models import ClaimRef, Item, PoolSpec, QueueSettings
-from calque.pool.intake import MAX_AHEAD, Ahead
-from calque.pool.lease import Lease, Role, State, delete_together
-from calque.pool.stage import stage_run
-from calque.pool.worker import Worker
+from calque.pool.submitter.stage import stage_run
+from calque.pool.worker.intake import MAX_AHEAD, Ahead
+from calque.pool.worker.lease import Lease, Role, State, delete_together
+from calque.pool.worker.loop import Worker
 from calque.warm import WarmSupervisor
 
 from pool.conftest import RUN_WAIT, STEADY, wait_until

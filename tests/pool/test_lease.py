@@ -17,8 +17,8 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.models import ClaimRef, Item, Manifest, PoolSpec, QueueSettings
-from calque.pool.claims import ClaimChecker
-from calque.pool.lease import FINAL, LIVE, TRANSITIONS, IllegalTransition, Lease, Role, State
+from calque.pool.worker.claims import ClaimChecker
+from calque.pool.worker.lease import FINAL, LIVE, TRANSITIONS, IllegalTransition, Lease, Role, State
 from calque.warm import WarmSupervisor
 
 from pool.conftest import HERE
@@ -205,7 +205,7 @@ def test_a_read_that_keeps_failing_abandons_the_claim_and_never_calls_it_lost(mo
 
 
 def test_a_claim_lost_while_it_was_being_prepared_is_neither_poisoned_nor_readied() -> None:
-    from calque.pool.lease import Prepared
+    from calque.pool.worker.lease import Prepared
 
     prefix = "s3://b/calque/runs/run-1/"
     manifest = Manifest(run_id="run-1", claim_id="c0", model=MODEL, method="work", items=[Item(index=0, args=[1])])

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from calque.cli.main import run
 from calque.models import LoadRecord
-from calque.pool import submit as core
-from calque.pool.loadguard import BACKOFF_MAX_S
-from calque.pool.loads import PoolLoadError, slot_uri
+from calque.models.pool_loads import slot_uri
+from calque.pool.submitter import submit as core
+from calque.pool.submitter.loads import PoolLoadError
+from calque.pool.worker.loadguard import BACKOFF_MAX_S
 from support.waits import HANG_S
 
 from pool.conftest import PROC_WAIT, RUN_WAIT, Pool, wait_until

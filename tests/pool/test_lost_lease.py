@@ -22,7 +22,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.cli.main import run
 from calque.models import ClaimRef, Item, Manifest, PoolSpec, QueueSettings, RunRecord
-from calque.pool.worker import Worker
+from calque.pool.worker.loop import Worker
 from calque.warm import WarmSupervisor
 from support.waits import HANG_S
 

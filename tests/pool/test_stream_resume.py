@@ -18,7 +18,7 @@ from calque.aws.clients import client
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError
 from calque.models import ItemResult, Summary
-from calque.pool.stream import chunk_uri, follow, stream_prefix
+from calque.pool.worker.stream import chunk_uri, follow, stream_prefix
 from support.waits import HANG_S
 
 CLAIM = "c-0001"

@@ -13,7 +13,7 @@ from calque.aws.queue import PoolQueue
 from calque.aws.store import CLAIM_FAILED, RunStore
 from calque.cli.main import run
 from calque.models import Item, QueueSettings
-from calque.pool.stage import StagedClaim, stage_run
+from calque.pool.submitter.stage import StagedClaim, stage_run
 
 from pool.conftest import RUN_WAIT, wait_until
 
@@ -122,7 +122,7 @@ class _Outage:
 
 
 def test_waiting_submitter_rides_out_an_endpoint_outage(make_pool, moto) -> None:
-    from calque.pool import submit as core
+    from calque.pool.submitter import submit as core
 
     pool = make_pool()
     record = pool.submit([1, 2, 3], method="work")

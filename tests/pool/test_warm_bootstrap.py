@@ -25,7 +25,7 @@ from calque.aws.clients import client
 from calque.models import PoolSpec
 from calque.models.pool_names import pool_names
 from calque.pool.bootstrap import spec_yaml, stage_workload, worker_user_data
-from calque.pool.runtime_wheel import stage_runtime
+from calque.pool.submitter.runtime_wheel import stage_runtime
 from calque.warm.loader import load_workload
 from support import fake_lifecycle_action as fla
 
@@ -171,7 +171,7 @@ def test_a_warmed_instance_continues_only_once_ready_and_a_later_start_repeats_n
     assert (tmp_path / "build.log").read_text() == "built\n"  # nothing repeated
     os.environ["CALQUE_READY_MARK"] = env["CALQUE_READY_MARK"]
     try:
-        from calque.pool.warmup import skip_built
+        from calque.pool.worker.warmup import skip_built
 
         local = next((state / "workloads").rglob("embedder.py"))
         worker_view = skip_built(load_workload(f"{local}::Embedder"))

@@ -286,7 +286,7 @@ def test_an_idle_worker_on_a_20s_long_poll_queue_stops_within_2s_of_sigterm(make
 
 
 def test_a_workers_2_parent_passes_its_override_flags_to_every_child(make_pool, fake_imds, tmp_path) -> None:
-    from calque.pool.process import start_worker_process
+    from calque.pool.bootstrap import start_worker_process
 
     # the spec's IMDS is the real address (refused offline) and it has no idle timeout: only the flags,
     # if they reach the children, make each child watch the fake IMDS and idle out

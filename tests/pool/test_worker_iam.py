@@ -43,10 +43,9 @@ from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import Item, QueueSettings
 from calque.models.pool_names import pool_names
-from calque.pool import submit as core
-from calque.pool.bootstrap import stage_workload
-from calque.pool.loadguard import WorkerLoadError
-from calque.pool.process import start_worker_process
+from calque.pool.bootstrap import stage_workload, start_worker_process
+from calque.pool.submitter import submit as core
+from calque.pool.worker.loadguard import WorkerLoadError
 
 from pool.conftest import PROC_WAIT, RUN_WAIT, STEADY, wait_until
 

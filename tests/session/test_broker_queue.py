@@ -154,11 +154,11 @@ def test_every_queued_request_the_queue_lists_has_its_position_though_requests_a
 ) -> None:
     from calque.models.broker import QueueArgs
     from calque.session.broker.callers import Caller
+    from calque.session.broker.config import BrokerConfig
     from calque.session.broker.dispatch import Dispatcher
     from calque.session.broker.grants import Granter
     from calque.session.broker.hosts import HostCache
     from calque.session.broker.service import BrokerService
-    from calque.session.brokerconfig import BrokerConfig
 
     store = _SubmitAfterEachRead(tmp_path / "broker.db")
     for i in range(2):

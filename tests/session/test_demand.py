@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from calque.models.session import Slice
+from calque.session.client.history import read_history
 from calque.session.daemon.demand import SAME_ASK_S, Ask
 from calque.session.daemon.registry import Registry
 from calque.session.daemon.rows import NoFreeSlice, TooManySessions
-from calque.session.history import read_history
 from support.waits import HANG_S
 
 from .conftest import Host, User, wait_for

@@ -44,7 +44,7 @@ def test_user_data_writes_the_same_spec_and_starts_the_worker_under_systemd() ->
     written = base64.b64decode(encoded.group(1).replace("\n", "")).decode()
     assert written == spec_yaml(spec)
     assert PoolSpec.model_validate(yaml.safe_load(written)) == spec  # the instance reads the same spec
-    assert f"ExecStart=/opt/calque/venv/bin/python -m calque.pool --spec {SPEC_PATH_ON_INSTANCE}" in text
+    assert f"ExecStart=/opt/calque/venv/bin/python -m calque.pool.worker --spec {SPEC_PATH_ON_INSTANCE}" in text
     assert "systemctl enable calque-pool-worker.service" in text  # started after warm_steps reached ready
     assert "systemctl start --no-block calque-pool-worker.service" in text
     assert text.index("warm_steps /opt/calque/venv") < text.index("systemctl start --no-block")
@@ -87,7 +87,7 @@ def test_the_runtime_wheel_is_staged_once_downloaded_verified_and_installed(moto
 
     from calque import __version__
     from calque.errors import UsageError
-    from calque.pool.runtime_wheel import MAX_URL_TTL_S, SHA_METADATA, stage_runtime
+    from calque.pool.submitter.runtime_wheel import MAX_URL_TTL_S, SHA_METADATA, stage_runtime
 
     s3 = client("s3")
     s3.create_bucket(Bucket="lab-runs")

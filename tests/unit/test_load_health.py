@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from calque.errors import UsageError
 from calque.models import LoadRecord
-from calque.pool.load_reads import FRESH_S, LIVE_S
-from calque.pool.loadguard import BACKOFF_MAX_S, hold_s
-from calque.pool.loads import PoolHealth, check_loadable, check_method, health
+from calque.models.pool_loads import FRESH_S, LIVE_S
+from calque.pool.submitter.loads import PoolHealth, check_loadable, check_method, health
+from calque.pool.worker.loadguard import BACKOFF_MAX_S, hold_s
 
 NOW = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 

@@ -70,7 +70,7 @@ def test_wheel_is_byte_identical_across_builds_and_holds_only_package_files(
     assert first.name == second.name == wheel_name()
     assert first.read_bytes() == second.read_bytes()
     names = zipfile.ZipFile(first).namelist()
-    assert "calque/pool/worker.py" in names and "calque/data/runtime-constraints.txt" in names
+    assert "calque/pool/worker/loop.py" in names and "calque/data/runtime-constraints.txt" in names
     assert not [n for n in names if n.endswith("~") or n.endswith(".swp") or "__pycache__" in n]
     for needed in (  # what hosts need besides code: catalogs, rates, systemd units, type marker
         "calque/py.typed",
@@ -220,7 +220,7 @@ def test_staged_wheelhouse_is_uploaded_once_and_the_user_data_installs_exactly_i
     from calque.aws.clients import client
     from calque.models import PoolSpec
     from calque.pool.bootstrap import worker_user_data
-    from calque.pool.runtime_wheel import stage_runtime
+    from calque.pool.submitter.runtime_wheel import stage_runtime
 
     client("s3").create_bucket(Bucket="lab-runs")
     wheel = wheelhouse / wheel_name()
@@ -263,7 +263,7 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
     was built around. One built around another wheel, or staged by a calque that did not say, is
     built again (and restaged with the wheel's sha256); check mode predicts each case as the real run."""
     from calque.aws.clients import client
-    from calque.pool.runtime_wheel import SHA_METADATA, WHEEL_SHA_METADATA, predict_runtime, stage_runtime
+    from calque.pool.submitter.runtime_wheel import SHA_METADATA, WHEEL_SHA_METADATA, predict_runtime, stage_runtime
 
     s3 = client("s3")
     s3.create_bucket(Bucket="lab-runs")

@@ -9,7 +9,7 @@ from calque.aws.acquire.scaling import ScalingSettings, desired_scaling
 from calque.errors import UsageError
 from calque.models.pool_names import pool_names
 from calque.ops.pool_knobs import PoolKnobsOp
-from calque.pool.knobs import read_knobs
+from calque.pool.submitter.knobs import read_knobs
 
 SCRIPT = """
 import modal, torch  # never imported by the reader: torch need not exist

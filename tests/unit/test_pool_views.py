@@ -20,9 +20,9 @@ from calque.models import LoadRecord, QueueDepth
 from calque.models.pool_names import pool_names
 from calque.models.pool_views import DepthView, LoadView, ScalingStatusView, load_view
 from calque.models.view_reader import ViewError
-from calque.pool.load_reads import load_error_message, split_health
-from calque.pool.loads import health, load_error
-from calque.pool.status import PoolView
+from calque.pool.submitter.load_reads import load_error_message, split_health
+from calque.pool.submitter.loads import health, load_error
+from calque.pool.submitter.status import PoolView
 from pydantic import ValidationError
 from support.views import assert_same_fields_and_defaults
 

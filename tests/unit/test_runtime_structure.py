@@ -1,7 +1,8 @@
-"""The runtime's shape, read from its source: no import circle, the CLI apart from the session
-daemon, no file over the length bound. Every import counts, at module level or inside a function
-(a lazy import still ties two modules together); ``if TYPE_CHECKING:`` imports do not run, and a
-package's ``__init__`` is not counted as imported by its own modules."""
+"""The runtime's shape, read from its source: no import circle, no arrow up or across between rooms
+(``tests/support/house.py`` says which way each import goes), the CLI apart from the session daemon,
+no file over the length bound. Every import counts, at module level, inside a function (a lazy import
+still ties two modules together) and under ``if TYPE_CHECKING:`` (a type is a tie too); a package's
+``__init__`` is not counted as imported by its own modules."""
 
 from __future__ import annotations
 
@@ -9,9 +10,27 @@ import ast
 from pathlib import Path
 
 import calque
+from support import house
 
 ROOT = Path(calque.__file__).resolve().parent
-MAX_LINES = 450
+MAX_LINES = house.MAX_LINES
+# Files over the bound still to split (issue 40): each may only shrink, and none may join them.
+STILL_LONG = {
+    "cli/session.py": 413,
+    "gpu/mps.py": 403,
+    "gpu/nvml.py": 450,
+    "gpu/planner.py": 409,
+    "gpu/sim.py": 443,
+    "models/session.py": 426,
+    "ops/pool_group.py": 447,
+    "pool/submitter/ramp.py": 423,
+    "session/daemon/registry.py": 426,
+    "warm/modal_shim.py": 442,
+    "warm/supervisor.py": 426,
+}
+# The one import between sibling rooms: an elastic host asks its own daemon, through the client every
+# caller of the daemon uses, whether a session is live (the client is the daemon's public face).
+ACROSS_ALLOWED = {("calque.session.fleet.protect", "calque.session.client.connection")}
 
 
 def _module_of(path: Path) -> str:
@@ -25,14 +44,6 @@ def _module_of(path: Path) -> str:
 MODULES = {_module_of(p): p for p in ROOT.rglob("*.py")}
 
 
-def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return True
-    return False
-
-
 def _resolve(name: str) -> str | None:
     """The calque module ``name`` is (or, for ``from pkg import name``, lies in)."""
     while name and name not in MODULES:
@@ -43,12 +54,9 @@ def _resolve(name: str) -> str | None:
 def imports_of(module: str) -> set[str]:
     path = MODULES[module]
     tree = ast.parse(path.read_text(), str(path))
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
-        if _type_checking_only(node, parents):
-            continue
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -127,11 +135,46 @@ def test_the_cli_never_imports_the_session_daemon() -> None:
     assert not any(m.startswith("calque.session.daemon") for m in _reachable(graph, client))
 
 
+def test_a_type_checking_import_counts() -> None:
+    assert "calque.gpu.nvml_types" in imports_of("calque.gpu.nvml_sampling")
+    sample = {"a": {"b"}, "b": {"a"}, "c": set()}
+    assert house.circles(sample) == [["a", "b"]]  # the check itself
+
+
+def test_no_arrow_up_or_across_between_rooms() -> None:
+    modules = house.modules_of(ROOT)
+    # the check itself: a floor file reaching into a room above it, a lower floor importing a higher one
+    assert house.direction("calque.session.remote", "calque.session.client.wire", {**modules, **_fake()}) == "up"
+    assert house.direction("calque.gpu.suggest", "calque.session.wire", modules) == "up"
+    assert (
+        house.direction("calque.pool.worker.claims", "calque.pool.submitter.submit", {**modules, **_fake()}) == "across"
+    )
+    assert house.direction("calque.session.client.broker", "calque.session.wire", modules) == "down"
+    found = house.survey(ROOT)
+    assert found.up == [], "arrows up (move the code down, or hand it data): " + ", ".join(
+        f"{a} -> {b}" for a, b in found.up
+    )
+    across = [e for e in found.across if e not in ACROSS_ALLOWED]
+    assert across == [], "imports between sibling rooms: " + ", ".join(f"{a} -> {b}" for a, b in across)
+    assert found.circles == []
+
+
+def _fake() -> dict[str, Path]:
+    """Modules the check itself names that the runtime no longer has."""
+    return {
+        "calque.session.remote": ROOT / "session/remote.py",
+        "calque.session.client.wire": ROOT / "session/client/wire.py",
+        "calque.pool.worker.claims": ROOT / "pool/worker/claims.py",
+        "calque.pool.submitter.submit": ROOT / "pool/submitter/submit.py",
+    }
+
+
 def test_no_runtime_file_is_longer_than_the_bound() -> None:
     long = {
         str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert long == {}, f"files over {MAX_LINES} lines (split them by what they do): {long}"
+    grown = {f: n for f, n in long.items() if n > STILL_LONG.get(f, MAX_LINES)}
+    assert grown == {}, f"files over {MAX_LINES} lines (split them by what they do): {grown}"
 
 
 # -- doors: botocore behind calque.aws, no private name across packages, operations named as modules ------

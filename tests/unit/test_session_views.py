@@ -18,7 +18,7 @@ import pytest
 from calque.errors import InfrastructureError, RefusedError, UsageError
 from calque.models.session import Drain, Session, SessionResponse, Slice, SliceState
 from calque.session.client import views
-from calque.session.client.wire import NoFreeSliceError, decode_answer
+from calque.session.wire import NoFreeSliceError, decode_answer
 from pydantic import ValidationError
 from support.views import assert_same_fields_and_defaults
 
@@ -156,7 +156,7 @@ def test_the_envelope_is_read_by_the_contracts_rules() -> None:
 def test_status_and_list_import_no_pydantic() -> None:
     code = (
         "import sys\n"
-        "import calque.cli.main, calque.cli.session, calque.session.client.views, calque.session.client.wire\n"
+        "import calque.cli.main, calque.cli.session, calque.session.client.views, calque.session.wire\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -156,7 +156,7 @@ def test_an_older_reader_meeting_a_newer_summary_says_what_to_upgrade(moto: str)
 
 
 def test_results_of_a_run_id_that_is_not_an_id_are_refused_before_s3() -> None:
-    from calque.pool.submit import PoolTarget, load_run
+    from calque.pool.submitter.submit import PoolTarget, load_run
 
     with pytest.raises(UsageError, match=r"run id '\.\./\.\./x' is not one calque makes"):
         load_run(PoolTarget("m", "bucket"), "../../x")

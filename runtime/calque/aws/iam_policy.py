@@ -45,7 +45,7 @@ WORKER_QUEUE_ACTIONS = (
 WORKER_OBJECT_ACTIONS = ("s3:DeleteObject", "s3:GetObject", "s3:PutObject")
 # SetInstanceProtection while a claim is held; CompleteLifecycleAction after a termination hook's @exit.
 WORKER_GROUP_ACTIONS = ("autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceProtection")
-# a worker finds its instance's group by asking (calque.pool.instance); AWS scopes no Describe call
+# a worker finds its instance's group by asking (calque.pool.worker.instance); AWS scopes no Describe call
 WORKER_UNSCOPED_READS = ("autoscaling:DescribeAutoScalingInstances",)
 
 _ACCOUNT = re.compile(r"\d{12}")

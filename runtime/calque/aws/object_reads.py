@@ -1,7 +1,7 @@
 """Reading many small S3 objects under one prefix, without pydantic: one LIST, then the GETs at once.
 
-A pool's load records are read this way (``calque.pool.load_reads``): by ``calque pool status``, which
-imports no pydantic, and by ``calque.pool.loads``, which fetches only the objects whose ETag changed.
+A pool's load records are read this way (``calque.pool.submitter.load_reads``): by ``calque pool status``, which
+imports no pydantic, and by ``calque.pool.submitter.loads``, which fetches only the objects whose ETag changed.
 """
 
 from __future__ import annotations

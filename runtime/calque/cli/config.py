@@ -6,7 +6,7 @@ import click
 
 from calque.cli.options import json_option
 from calque.cli.output import emit
-from calque.configcheck import KINDS, ConfigCheck, ConfigKind, check_config
+from calque.ops.configcheck import KINDS, ConfigCheck, ConfigKind, check_config
 
 
 @click.group()

@@ -218,8 +218,8 @@ def mig_suggest(since: str, registry_file: Path | None, output: Path | None, gpu
     """
     from calque.durations import parse_duration
     from calque.gpu.suggest import suggest
+    from calque.session.client.history import read_history
     from calque.session.config import load_config
-    from calque.session.history import read_history
 
     try:
         window = parse_duration(since, what="--since")

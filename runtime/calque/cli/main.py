@@ -1,8 +1,8 @@
-"""The ``calque`` root command; its errors become exit codes in ``calque.exits`` (the one place).
+"""The ``calque`` root command; its errors become exit codes in ``calque.cli.exits`` (the one place).
 
 Exit codes (``calque.errors.EXIT_CODES``): 0 success; 1 partial failure or unexpected error; 2 usage;
 3 infrastructure; 4 refused by a safety gate; 5 nothing free; 6 the session daemon cannot be reached;
-130 aborted. Commands raise ``CalqueError`` subclasses; ``calque.exits.run_command`` maps them. With ``--json`` the
+130 aborted. Commands raise ``CalqueError`` subclasses; ``calque.cli.exits.run_command`` maps them. With ``--json`` the
 error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N}}``.
 """
 
@@ -15,8 +15,8 @@ import sys
 import click
 
 from calque import __version__
+from calque.cli.exits import run_command
 from calque.errors import EXIT_CODES
-from calque.exits import run_command
 
 # pydantic scans every installed distribution's entry points for plugins when it builds its first
 # model (importlib.metadata: a quarter of `calque session status`'s imports); calque uses none.

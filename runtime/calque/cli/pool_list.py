@@ -10,7 +10,7 @@ from calque.cli.options import aws_options, json_option
 from calque.cli.output import emit, table
 
 if TYPE_CHECKING:
-    from calque.aws.pools import PoolList
+    from calque.aws.acquire.named_pools import PoolList
 
 
 def _render(pools: PoolList) -> str:
@@ -36,8 +36,8 @@ def _render(pools: PoolList) -> str:
 def pool_list(region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
     """List the named pools in an account and region: a group's size and instances in service, a cohort's
     running instances (a pool of fixed instances, calque.gpu.ec2_cohort with pool:), the queue."""
+    from calque.aws.acquire.named_pools import list_pools
     from calque.aws.clients import LazyClient
-    from calque.aws.pools import list_pools
 
     where = {"region": region, "endpoint_url": endpoint_url, "profile": profile}
     asg, sqs, ec2 = (LazyClient(service, **where) for service in ("autoscaling", "sqs", "ec2"))

@@ -25,7 +25,7 @@ from calque.errors import InfrastructureError, PartialFailure, UsageError
 # boto3, the pool models and pydantic load when a command runs, not for --help (bench/cli_startup.py).
 if TYPE_CHECKING:
     from calque.models import RunRecord, RunReport
-    from calque.pool.submit import PoolTarget
+    from calque.pool.submitter.submit import PoolTarget
 
 # -- submit / results -----------------------------------------------------------------------------
 
@@ -43,7 +43,7 @@ def target_of(
     the flags given on the command line overriding it, or from the flags alone."""
     from click.core import ParameterSource
 
-    from calque.pool.submit import PoolTarget
+    from calque.pool.submitter.submit import PoolTarget
 
     if spec_path is None:
         if not model:
@@ -142,8 +142,8 @@ def submit(
 
     Exit 0 when every item succeeded, 1 when some failed, 3 when the pool could not serve the run.
     """
-    from calque.pool import submit as core
-    from calque.pool.runs import submit_and_wait
+    from calque.pool.submitter import submit as core
+    from calque.pool.submitter.runs import submit_and_wait
 
     target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     items = core.read_items(Path(items_path))
@@ -215,7 +215,7 @@ def results(
     profile: str | None,
 ) -> None:
     """Print a run's ItemResults as JSONL on stdout, in item order."""
-    from calque.pool.runs import settled_results
+    from calque.pool.submitter.runs import settled_results
 
     target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     record, out = settled_results(target, run_id)
@@ -252,7 +252,7 @@ def sweep(
 
     Prints each one's URI. Claims without a Summary yet are left alone.
     """
-    from calque.pool import submit as core
+    from calque.pool.submitter import submit as core
 
     target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
     store, record = core.load_run(target, run_id)

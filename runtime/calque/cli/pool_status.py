@@ -83,8 +83,8 @@ def status(
     the load error when no worker serves. With --run, the run's report instead (dead-lettered
     claims are first recorded as failed).
     """
-    from calque.pool.status import PoolAddress, run_status
-    from calque.pool.status import status as read_status
+    from calque.pool.submitter.status import PoolAddress, run_status
+    from calque.pool.submitter.status import status as read_status
 
     if pool_name is not None:
         from calque.models.pool_names import check_pool_name

@@ -24,7 +24,7 @@ def warm_up(spec_path: str, wait_in_service: bool, as_json: bool) -> None:
     of the warm pool repeats nothing.
     """
     from calque.pool.spec import load_spec
-    from calque.pool.warmup import warm_up as run
+    from calque.pool.worker.warmup import warm_up as run
 
     report = run(load_spec(spec_path), wait_in_service=wait_in_service)
     if as_json:

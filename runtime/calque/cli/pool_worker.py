@@ -1,8 +1,7 @@
 """``calque pool worker``: serve a pool from its spec (one worker, or ``workers: N`` child processes).
 
-Its own module, imported alone by a worker process (``python -m calque.pool --spec FILE``, what
-``calque.pool.process.start_worker_process`` starts): a worker loads this command and
-``calque.pool.process``, not the rest of the CLI; ``calque.exits`` turns its errors into exit codes.
+The same flags and the same ``serve`` as a worker process's own entry (``python -m calque.pool.worker``,
+``calque.pool.worker.entry``), which systemd and ``start_worker_process`` run without the CLI.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import click
 
 from calque.cli.options import DURATION
-from calque.errors import InfrastructureError, PartialFailure
 
 
 @click.command()
@@ -37,36 +35,15 @@ def worker(
     With ``workers: N`` in the spec and no --index, starts N worker processes, one per
     CUDA_VISIBLE_DEVICES entry, and forwards signals to them.
     """
-    from calque.pool.process import run_worker, run_workers
-    from calque.pool.spec import load_spec
+    from calque.pool.worker.entry import serve
 
-    spec = load_spec(
+    serve(
         spec_path,
-        idle_timeout_s=idle_timeout,
+        index,
+        idle_timeout=idle_timeout,
         metrics_port=metrics_port,
         metrics_addr=metrics_addr,
         metrics_textfile=metrics_textfile,
         instance_type=instance_type,
         imds_endpoint=imds_endpoint,
     )
-    if index is None and spec.workers > 1:
-        # flags override the spec in every child, as in this process (each child reads the spec file again)
-        given = {
-            "--idle-timeout": None if idle_timeout is None else f"{idle_timeout:g}",
-            "--metrics-port": metrics_port,
-            "--metrics-addr": metrics_addr,
-            "--metrics-textfile": metrics_textfile,
-            "--instance-type": instance_type,
-            "--imds-endpoint": imds_endpoint,
-        }
-        flags = [part for flag, value in given.items() if value is not None for part in (flag, str(value))]
-        codes = run_workers(spec_path, spec, extra_args=flags)
-        if any(codes) and all(c in (0, InfrastructureError.exit_code) for c in codes):
-            # every failed child could not load (or reach AWS): exit as they did, so systemd backs off alike
-            raise InfrastructureError(f"worker exit codes {codes}: see each worker's load record (calque pool status)")
-        if any(codes):
-            raise PartialFailure(f"worker exit codes {codes}")
-        return
-    rep = run_worker(spec, index=index)
-    if rep.exit_errors:
-        raise PartialFailure(f"@exit hooks failed: {'; '.join(rep.exit_errors)}")

@@ -148,7 +148,7 @@ def ramp(
     worker process on the same spec stands in for the instance's.
     """
     from calque.aws.acquire import Acquirer, Consent
-    from calque.pool.ramp import RampOptions, parse_rungs, run_ramp
+    from calque.pool.submitter.ramp import RampOptions, parse_rungs, run_ramp
 
     opts = RampOptions(
         workload=workload,

@@ -11,7 +11,7 @@ import click
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, to_json, warn
 from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere, on_host
-from calque.session.client.paths import DEFAULT_SOCKET
+from calque.session.paths import DEFAULT_SOCKET
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
 # (not for --help), and the daemon's modules only for `serve`. bench/cli_startup.py measures it.
@@ -271,7 +271,7 @@ def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Pa
         click.echo(to_json(core.status(_client(socket_path))))
         return
     from calque.session.client import views  # the human table, read without pydantic (views.py)
-    from calque.session.client.wire import SessionSocket
+    from calque.session.wire import SessionSocket
 
     click.echo(_render_sessions(views.sessions(SessionSocket(socket_path).call("status"))))
 
@@ -315,7 +315,7 @@ def list_cmd(every_host: bool, as_json: bool, socket_path: Path, broker_socket: 
         click.echo(to_json(core.list_slices(_client(socket_path))))
         return
     from calque.session.client import views  # the human table, read without pydantic (views.py)
-    from calque.session.client.wire import SessionSocket
+    from calque.session.wire import SessionSocket
 
     click.echo(_render_slices(views.slice_states(SessionSocket(socket_path).call("list"))))
 

@@ -21,12 +21,13 @@ class_option = click.option("--class", "fleet_class", required=True, help="The s
 
 
 def _imds(endpoint: str) -> Any:
+    from calque.aws.imds import metadata_client
     from calque.errors import UsageError
-    from calque.pool.spot import Imds, imds_allowed
 
-    if not imds_allowed(endpoint):
+    imds = metadata_client(endpoint)
+    if imds is None:
         raise UsageError(f"offline: IMDS {endpoint} is not a loopback address")
-    return Imds(endpoint)
+    return imds
 
 
 def _meta(imds: Any, path: str) -> str:

@@ -16,8 +16,8 @@ from calque.gpu import errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
+from calque.gpu.nvml_sampling import NvmlSampler
 from calque.gpu.nvml_types import DriverProfile, text_of
-from calque.gpu.nvml_util import NvmlSampler
 from calque.gpu.smi_reset import nvidia_smi_reset
 from calque.models import ComputeInstance, DeviceSample, GpuDevice, GpuInstance, GpuProcess, MigDevice
 
@@ -324,7 +324,7 @@ class NvmlBackend:
             )
         return sorted(out, key=lambda d: (d.placement_start, d.ci_id))
 
-    call, maybe, handle, mig_handles = _call, _maybe, _handle, _mig_handles  # for calque.gpu.nvml_util
+    call, maybe, handle, mig_handles = _call, _maybe, _handle, _mig_handles  # for calque.gpu.nvml_sampling
 
     def mig_devices(self) -> list[MigDevice]:
         out: list[MigDevice] = []
@@ -354,7 +354,7 @@ class NvmlBackend:
         return out
 
     def utilisation(self) -> list[DeviceSample]:
-        if self._sampler is None:  # keeps GPM samples between calls: see calque.gpu.nvml_util
+        if self._sampler is None:  # keeps GPM samples between calls: see calque.gpu.nvml_sampling
             self._sampler = NvmlSampler(self)
         return self._sampler.take()
 

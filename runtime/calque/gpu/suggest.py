@@ -1,6 +1,6 @@
 """``calque gpu mig suggest``: a MIG layout for one host that follows the demand its registry recorded.
 
-The history (``calque.session.history``: MIG sessions and refused asks by profile) is replayed per
+The history (``calque.models.mig_history``: MIG sessions and refused asks by profile) is replayed per
 profile (``replay.py``) against any number of instances. Starting from the current layout, one GPU at
 a time is given the valid layout of its card (the catalog's profile table and placement grid, as the
 planner checks them) that most lowers the replayed refusals of the whole host, each weighed by the
@@ -27,7 +27,7 @@ from calque.gpu.layout import MIG_PARTED_VERSION, LayoutFile
 from calque.gpu.migmodels import GpuMigState, GpuSuggestion, MigState, MigSuggestion, ProfileDemand
 from calque.gpu.placement import place
 from calque.gpu.replay import Ask, median, peak, refused
-from calque.session.history import History, Refusal, Use
+from calque.models.mig_history import History, Refusal, Use
 
 CONFIG_NAME = "calque-suggested"
 DEFAULT_SESSION_S = 3600.0  # a refused ask never granted, of a profile with no session to measure

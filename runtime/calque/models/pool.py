@@ -20,6 +20,9 @@ from calque.models.versions import POOL_SCHEMA_VERSION
 SCHEMA_VERSION = POOL_SCHEMA_VERSION  # the pool models' version (models/versions.py says when to bump it)
 
 # SQS limits: visibility timeout at most 12 h, retention 60 s..14 days, long-poll wait 0..20 s.
+# A claim that names no method runs the pool's default (the spec's ``method`` or the only one): the
+# submitter writes it, the worker reads it.
+DEFAULT_METHOD = "__default__"
 MAX_VISIBILITY_TIMEOUT_S = 12 * 3600
 MIN_RETENTION_S = 60
 MAX_RETENTION_S = 14 * 24 * 3600

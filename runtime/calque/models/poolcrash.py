@@ -1,7 +1,7 @@
 """What a worker's witness saw when the process running a claim's item died: the evidence against a claim.
 
-Written by the witness (``calque.pool.witness``) only, at ``runs/<run>/running/<claim>/<attempt>.json``,
-and read by the next worker's check (``calque.pool.crashes``): two of them poison the claim.
+Written by the witness (``calque.pool.worker.witness``) only, at ``runs/<run>/running/<claim>/<attempt>.json``,
+and read by the next worker's check (``calque.pool.worker.crashes``): two of them poison the claim.
 """
 
 from __future__ import annotations

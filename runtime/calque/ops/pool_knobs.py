@@ -1,7 +1,7 @@
 """A pool's scaling defaults from its script's Modal knobs, with inventory over them, as an operation.
 
 Read-only (it changes nothing, in check mode or not): ``plan`` reads the script's decorator
-(``calque.pool.knobs``) and resolves each value in order, inventory, then the script, then calque's
+(``calque.pool.submitter.knobs``) and resolves each value in order, inventory, then the script, then calque's
 default, saying where it came from. pool.yml runs it first so the spend gate, the group and its
 scaling all use the same values, and ``--diff`` shows their sources:
 
@@ -23,7 +23,7 @@ from calque.models.base import CalqueModel
 from calque.models.warmth import ModalKnobs, ScalingDefaults, ScalingValue
 from calque.ops.base import Operation
 from calque.ops.outcome import Outcome
-from calque.pool.knobs import read_knobs
+from calque.pool.submitter.knobs import read_knobs
 
 DEFAULT_IDLE_S = 900
 MIN_IDLE_S = 60

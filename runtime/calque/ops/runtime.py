@@ -1,4 +1,4 @@
-"""Staging the calque runtime wheel in a pool's bucket as an operation (``calque.pool.runtime_wheel``).
+"""Staging the calque runtime wheel in a pool's bucket as an operation (``calque.pool.submitter.runtime_wheel``).
 
 Check mode uploads nothing and predicts the real run from content (``predict_runtime``): the wheel
 is built (or the given one read) into a temporary directory and hashed against the staged one's
@@ -59,7 +59,7 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
 
     def plan(self, request: RuntimeRequest) -> RuntimePlan:
         from calque.durations import parse_seconds
-        from calque.pool.runtime_wheel import runtime_key
+        from calque.pool.submitter.runtime_wheel import runtime_key
 
         if request.wheelhouse_dir and not request.wheelhouse:
             raise UsageError("a wheelhouse directory was given but wheelhouse staging is off: give one or the other")
@@ -67,7 +67,7 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
         return RuntimePlan(request, runtime_key(request.prefix), ttl_s)
 
     def check(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
-        from calque.pool.runtime_wheel import predict_runtime
+        from calque.pool.submitter.runtime_wheel import predict_runtime
 
         r = plan.request
         predicted = predict_runtime(r.bucket, r.prefix, **self._staging(plan))
@@ -100,7 +100,7 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
         }
 
     def apply(self, plan: RuntimePlan) -> Outcome[RuntimeResult]:
-        from calque.pool.runtime_wheel import stage_runtime
+        from calque.pool.submitter.runtime_wheel import stage_runtime
 
         staged = stage_runtime(plan.request.bucket, plan.request.prefix, **self._staging(plan))
         result = RuntimeResult(

@@ -5,7 +5,7 @@ the user-data with ``calque.gpu.pool_spec`` (``calque.ops.pool_spec``, as does `
 user-data``) and hands it to ``calque.gpu.ec2_cohort``;
 ``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
 boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
-``/etc/calque/pool.yml`` and starts the worker under systemd (``python -m calque.pool``: ``calque
+``/etc/calque/pool.yml`` and starts the worker under systemd (``python -m calque.pool.worker``: ``calque
 pool worker``'s command alone, not the whole CLI). ``spec_yaml`` is the spec file's text; where no
 instance can run it (the offline tier) a local worker process is started on the same text.
 
@@ -21,9 +21,12 @@ import hashlib
 import os
 import re
 import shlex
+import subprocess
+import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -47,7 +50,7 @@ _USER_DATA = r"""#!/bin/bash
 # 1. the pool spec in @SPEC_PATH@  2. up to "ready" (warm_steps): the driver check, the calque runtime in
 # /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked), `calque pool warm-up` (workload, its
 # weight steps into /var/lib/calque/cache, the calque-ready lifecycle hook: CONTINUE, or ABANDON on failure)
-# 3. @UNIT@ (systemd) running `python -m calque.pool --spec @SPEC_PATH@`, on this and every later boot.
+# 3. @UNIT@ (systemd) running `python -m calque.pool.worker --spec @SPEC_PATH@`, on this and every later boot.
 # The instance profile must allow the pool's SQS queue and S3 prefix. Log: /var/log/calque-bootstrap.log
 set -euo pipefail
 PY=$(command -v python3.11 || command -v python3)
@@ -127,7 +130,7 @@ After=network-online.target
 Type=simple
 # every boot: wait while warmed, check "ready" (a start from the warm pool repeats nothing), CONTINUE
 ExecStartPre=/opt/calque/venv/bin/calque pool warm-up --spec @SPEC_PATH@ --wait-in-service
-ExecStart=/opt/calque/venv/bin/python -m calque.pool --spec @SPEC_PATH@
+ExecStart=/opt/calque/venv/bin/python -m calque.pool.worker --spec @SPEC_PATH@
 TimeoutStartSec=infinity
 Environment=CALQUE_WORKLOAD_CACHE=/var/lib/calque/workloads
 Environment=CALQUE_WEIGHTS_CACHE=/var/lib/calque/cache HF_HOME=/var/lib/calque/cache/huggingface
@@ -177,7 +180,7 @@ def worker_user_data(
     """The user-data script that turns an instance into a worker of ``spec``'s pool.
 
     The runtime comes from ``runtime_pip`` when given (an explicit override), else from the staged
-    wheel at ``runtime_url`` (``calque.pool.runtime_wheel.stage_runtime``; its ``runtime_sha256`` is
+    wheel at ``runtime_url`` (``calque.pool.submitter.runtime_wheel.stage_runtime``; its ``runtime_sha256`` is
     checked), else ``default_runtime_pip()``. A staged wheelhouse (``wheelhouse_url`` and its
     ``wheelhouse_sha256``) takes precedence over the wheel alone: calque and exactly its pinned
     dependencies, installed with ``--no-index``.
@@ -264,3 +267,21 @@ def materialize_workload(spec: PoolSpec) -> PoolSpec:
         fh.write(body)
     os.replace(tmp, dest)
     return spec.model_copy(update={"workload": f"{dest}{sep}{target}"})
+
+
+def start_worker_process(
+    spec_path: str | Path,
+    *,
+    index: int | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+) -> subprocess.Popen[bytes]:
+    """``python -m calque.pool.worker --spec FILE [--index N]`` (``calque pool worker``) as a child process:
+    the one way to start a worker subprocess (``run_workers``, ``calque ramp``'s local stand-in, the tests)."""
+    cmd = [sys.executable, "-m", "calque.pool.worker", "--spec", str(spec_path)]
+    if index is not None:
+        cmd += ["--index", str(index)]
+    cmd += list(extra_args)
+    return subprocess.Popen(cmd, env=dict(env) if env is not None else None, stdout=stdout, stderr=stderr)

@@ -23,12 +23,13 @@ from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError
 from calque.models import Item, ItemResult, PoolSpec, RunRecord, Summary
 from calque.models.ids import is_safe_id
+from calque.models.pool import DEFAULT_METHOD
 from calque.models.values import TYPED, decode
-from calque.pool.deadletter import settle_dead_letters
-from calque.pool.loads import CHECK_EVERY_S, LoadRecords, PoolHealth, check_loadable, check_method, health
-from calque.pool.stage import StagedClaim, stage_run
-from calque.pool.stream import follow
-from calque.pool.submit import DEFAULT_METHOD, SETTLE_EVERY_S, PoolTarget, new_run_id
+from calque.pool.submitter.deadletter import settle_dead_letters
+from calque.pool.submitter.loads import CHECK_EVERY_S, LoadRecords, PoolHealth, check_loadable, check_method, health
+from calque.pool.submitter.stage import StagedClaim, stage_run
+from calque.pool.submitter.submit import SETTLE_EVERY_S, PoolTarget, new_run_id
+from calque.pool.worker.stream import follow
 from calque.run.backend import Target
 from calque.run.outcome import value_of
 from calque.run.pools import PoolMap

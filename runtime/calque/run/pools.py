@@ -29,8 +29,8 @@ from calque.aws.clients import client
 from calque.configfile import load_model
 from calque.errors import CalqueError, UsageError
 from calque.models import CalqueModel, PoolSpec
-from calque.pool.deployed import deployed_spec
 from calque.pool.spec import load_spec
+from calque.pool.submitter.deployed import deployed_spec
 from calque.run.backend import Target
 from calque.warm import modal_shim
 from calque.warm.loader import coerce_parameter, parameter_set

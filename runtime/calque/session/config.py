@@ -18,7 +18,7 @@ from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
 from calque.quantities import Percent
-from calque.session.client.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
+from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
 

@@ -21,8 +21,8 @@ from typing import Any
 from calque.errors import InfrastructureError, UnreachableError
 from calque.models.institution import RemoteRequest, binding
 from calque.session import munge
-from calque.session.client.wire import decode_answer, read_sealed_answer
 from calque.session.signed import check_seal
+from calque.session.wire import decode_answer, read_sealed_answer
 
 
 class NotSent(UnreachableError):

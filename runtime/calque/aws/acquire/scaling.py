@@ -15,7 +15,7 @@ Four parts, all named from the pool (``calque.models.pool_names``) and owned by 
   visible or in flight for ``idle_s`` (whole minutes; missing SQS data counts as idle, since SQS
   stops publishing for an inactive queue);
 - a termination lifecycle hook ``calque-drain`` that holds a terminating instance until its worker
-  has released its claims and run ``@exit`` (``calque.pool.instance``), or ``drain_timeout_s``.
+  has released its claims and run ``@exit`` (``calque.pool.worker.instance``), or ``drain_timeout_s``.
 
 The group must collect ``GroupInServiceInstances`` (1-minute metrics), which is turned on here too.
 Everything is compared before it is written (only the fields calque sets: AWS and moto add their

@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import Waiting, order
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
 from calque.session.broker.store import Row, Store
-from calque.session.brokerconfig import BrokerConfig
 
 log = logging.getLogger("calque.broker")
 

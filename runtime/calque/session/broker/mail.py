@@ -10,9 +10,9 @@ import smtplib
 import threading
 from email.message import EmailMessage
 
+from calque.session.broker.config import MailSettings
 from calque.session.broker.hosts import HostCache
 from calque.session.broker.store import Row, Store
-from calque.session.brokerconfig import MailSettings
 
 log = logging.getLogger("calque.broker")
 

@@ -18,6 +18,7 @@ from calque.models.fleet import HostRegistration
 from calque.models.institution import Lab
 from calque.models.ledger import LabSpend
 from calque.session.broker.audit import BrokerAudit
+from calque.session.broker.config import BrokerConfig
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
@@ -27,7 +28,6 @@ from calque.session.broker.server import BrokerServer, Identify, Seal
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
 from calque.session.broker.tcp import TcpIdentify
-from calque.session.brokerconfig import BrokerConfig
 from calque.session.files import PRIVATE_UMASK
 
 log = logging.getLogger("calque.broker")

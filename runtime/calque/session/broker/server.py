@@ -33,8 +33,8 @@ from calque.models.broker import (
 )
 from calque.models.session import LedgerArgs, SessionErrorBody, SessionResponse, error_kind
 from calque.session.broker.callers import Caller, caller
+from calque.session.broker.config import BrokerConfig
 from calque.session.broker.service import BrokerService
-from calque.session.brokerconfig import BrokerConfig
 from calque.session.files import prepare_socket
 
 log = logging.getLogger("calque.broker")

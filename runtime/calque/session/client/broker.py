@@ -25,16 +25,16 @@ from calque.errors import InfrastructureError, UnreachableError
 from calque.models.broker import AnywhereArgs, BrokerRequest, Grant, HostView, QueueEntry, RemoteBrokerRequest
 from calque.models.institution import binding
 from calque.session import munge
-from calque.session.client.wire import (
+from calque.session.institution import DEFAULT_INSTITUTION
+from calque.session.remote import own_user_name
+from calque.session.signed import check_seal
+from calque.session.wire import (
     check_peer,
     decode_answer,
     read_answer_line,
     read_sealed_answer,
     trusted_server_uids,
 )
-from calque.session.institution import DEFAULT_INSTITUTION
-from calque.session.remote import own_user_name
-from calque.session.signed import check_seal
 
 DEFAULT_BROKER_SOCKET = Path("/run/calque/broker.sock")
 BROKER_SOCKET_ENV = "CALQUE_BROKER_SOCKET"

@@ -33,7 +33,7 @@ from calque.models.session import (
     WhoAmI,
     error_kind,
 )
-from calque.session.client.wire import (
+from calque.session.wire import (
     SERVICE_USER_ENV,
     NoFreeSliceError,
     SessionSocket,

@@ -7,7 +7,7 @@ later try of the same ask is granted, the row names that session: the ask waited
 A request the broker granted after it waited in the broker's queue (``queued_since``) that no host
 refused (the broker asks only hosts with a free slice) is recorded at its grant, from the time it
 joined the queue.
-``calque gpu mig suggest`` reads the rows (``calque.session.history``) beside the usage table.
+``calque gpu mig suggest`` reads the rows (``calque.session.client.history``) beside the usage table.
 """
 
 from __future__ import annotations

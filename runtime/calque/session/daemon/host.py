@@ -21,12 +21,12 @@ from calque.gpu.backend import GpuReader
 from calque.session.config import SessionConfig
 from calque.session.daemon.audit import AuditLog, EventTally
 from calque.session.daemon.cgroup import SessionCgroups
+from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.inventory import SliceInventory, host_root
 from calque.session.daemon.mpsdaemons import MpsDaemons
 from calque.session.daemon.nudge import Nudger
 from calque.session.daemon.registry import Registry
 from calque.session.files import lock_path
-from calque.session.hostlock import HostLock
 from calque.session.institution import load_institution
 from calque.session.slices import load_reader
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from calque.models.session import EndReason, Session, Slice
 from calque.session.daemon import schema
 from calque.session.daemon.demand import Ask, record_grant, record_refusal
+from calque.session.daemon.hostlock import HostLock
 from calque.session.daemon.migrate import migrate
 from calque.session.daemon.rows import (
     AllDrained,
@@ -37,7 +38,6 @@ from calque.session.daemon.rows import (
     ts,
 )
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
-from calque.session.hostlock import HostLock
 
 T = TypeVar("T")
 MAX_BATCH = 256

@@ -98,7 +98,7 @@ CREATE TABLE IF NOT EXISTS last_holder(
 # written in the checkout's own transaction. A client that waits (``--wait`` retries, the broker's
 # retried request id) adds attempts to its row instead of new rows; when a later try is granted, the
 # row names the session it got (the ask waited, it was not lost). ``profile`` is '' when any slice of
-# the kind would do. ``calque gpu mig suggest`` reads these rows (``calque.session.history``).
+# the kind would do. ``calque gpu mig suggest`` reads these rows (``calque.session.client.history``).
 DEMAND_TABLE = """demand(
   uid INTEGER NOT NULL,
   first_at REAL NOT NULL,

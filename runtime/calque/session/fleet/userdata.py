@@ -103,7 +103,7 @@ TimeoutStartSec=600
 [Install]
 WantedBy=multi-user.target
 CALQUE_UNIT
-  "$VENV/bin/python" -c 'from calque.session.assets import systemd_unit; print(systemd_unit().read_text(), end="")' \
+  "$VENV/bin/python" -c 'from calque.session.fleet import assets; print(assets.systemd_unit().read_text(), end="")' \
     >/etc/systemd/system/calque-session.service
   cat >/etc/systemd/system/@HELPER_UNIT@ <<'CALQUE_UNIT'
 [Unit]
