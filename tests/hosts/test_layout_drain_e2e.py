@@ -77,14 +77,15 @@ def test_a_layout_change_drains_only_the_changed_gpu_and_never_ends_a_session_on
     assert refused.returncode != 0 and "outside the layout's change window" in refused.stdout, refused.stdout[-6000:]
     assert _devices(estate) == before and not [e for e in _events(estate) if e["event"] == "drain"]
 
-    # Bob on GPU 3 (its layout stays) and Alice on GPU 0 (its slices go), each for an hour.
+    # Bob on GPU 3 (its layout stays) for an hour; Alice on GPU 0 (its slices go) for 9 minutes, within the
+    # role's drain wait (a session that outlives the wait is refused before anything changes).
     bob = _as(estate, "bob", "calque session checkout --gpu 3 --ttl 1h --json")
-    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 1h --json")
+    alice = _as(estate, "alice", "calque session checkout --gpu 0 --ttl 9m --json")
     assert (bob["gpu_index"], alice["gpu_index"]) == (3, 0)
 
-    # Inside (no window), with a wait long enough for Alice: the role drains GPU 0 and waits while she
-    # works; when she checks in (the event itself, not a deadline chosen to outlast a loaded machine), it
-    # changes the layout and undrains.
+    # Inside (no window), with a wait long enough for Alice's deadline: the role drains GPU 0 and waits while
+    # she works; when she checks in (the event itself, not a short deadline chosen to outlast a loaded
+    # machine's playbook run), it changes the layout and undrains.
     wait = _layout_vars(estate, calque_gpu_layout_drain_wait=600)
     with ThreadPoolExecutor(1) as pool:
         run = pool.submit(estate.site, "drain-change", "-e", f"@{wait}", *ROLE)
