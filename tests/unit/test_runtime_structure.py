@@ -33,51 +33,16 @@ STILL_LONG = {
 ACROSS_ALLOWED = {("calque.session.fleet.protect", "calque.session.client.connection")}
 
 
-def _module_of(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-MODULES = {_module_of(p): p for p in ROOT.rglob("*.py")}
-
-
-def _resolve(name: str) -> str | None:
-    """The calque module ``name`` is (or, for ``from pkg import name``, lies in)."""
-    while name and name not in MODULES:
-        name = name.rpartition(".")[0]
-    return name or None
+MODULES = house.modules_of(ROOT)
 
 
 def imports_of(module: str) -> set[str]:
-    path = MODULES[module]
-    tree = ast.parse(path.read_text(), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*pkg, base] if base else pkg)
-            # ``from pkg import sub`` ties to the submodule; a parent package is not an edge of its own
-            # (it is initialised first, whoever imports one of its modules)
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-        for n in names:
-            if n.startswith("calque"):
-                target = _resolve(n)
-                if target is not None and target != module:
-                    found.add(target)
-    return found
+    """Every calque module ``module`` imports (tests/support/house.py reads them, as the house report does)."""
+    return house.imports_of(module, MODULES)
 
 
 def _graph() -> dict[str, set[str]]:
-    return {m: imports_of(m) for m in MODULES}
+    return house.graph_of(MODULES)
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
