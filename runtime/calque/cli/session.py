@@ -12,6 +12,7 @@ from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_
 from calque.cli.output import emit, table, to_json, warn
 from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere, on_host
 from calque.session.paths import DEFAULT_SOCKET
+from calque.timefmt import CLOCK, utc_text
 
 # A researcher's command starts fast: the client, the models and pydantic load when a command runs
 # (not for --help), and the daemon's modules only for `serve`. bench/cli_startup.py measures it.
@@ -43,16 +44,12 @@ def _human_left(until: datetime, now: datetime) -> str:
     return human_left(until, now)
 
 
-def _when(d: datetime | None) -> str:
-    return d.astimezone(timezone.utc).strftime("%H:%M:%SZ") if d else ""
-
-
 def _render_session(s: Session) -> str:
     now = datetime.now(timezone.utc)
     where = f"{s.slice_id} ({s.profile}, gpu {s.gpu_index})"
     if s.ended_at is not None:
         return f"session {s.id} on {where} ended ({s.end_reason})"
-    lines = [f"session {s.id}: {where} until {_when(s.expires_at)} ({_human_left(s.expires_at, now)} left)"]
+    lines = [f"session {s.id}: {where} until {utc_text(s.expires_at, CLOCK)} ({_human_left(s.expires_at, now)} left)"]
     if s.idle_ends_at is not None or s.idle_exempt:
         lines.append(f"  idle: {_idle(s, now)}")
     lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
@@ -63,7 +60,10 @@ def _render_sessions(ss: list[SessionView]) -> str:
     if not ss:
         return "you hold no session"
     now = datetime.now(timezone.utc)
-    rows = [[s.id, s.slice_id, s.profile, s.gpu_index, _when(s.expires_at), _human_left(s.expires_at, now)] for s in ss]
+    rows = [
+        [s.id, s.slice_id, s.profile, s.gpu_index, utc_text(s.expires_at, CLOCK), _human_left(s.expires_at, now)]
+        for s in ss
+    ]
     if not any(s.idle_ends_at or s.idle_exempt for s in ss):
         out = table(["SESSION", "SLICE", "PROFILE", "GPU", "UNTIL", "LEFT"], rows)
     else:
@@ -89,7 +89,7 @@ def _idle(s: Session | SessionView, now: datetime) -> str:
     limit = (s.idle_ends_at - s.active_at).total_seconds()
     if idle < min(10.0, limit / 10) + 2:  # the daemon writes an active slice's clock that often (idle.py)
         return "active"
-    return f"{format_duration(idle)}, ends {_when(s.idle_ends_at)} unless active"
+    return f"{format_duration(idle)}, ends {utc_text(s.idle_ends_at, CLOCK)} unless active"
 
 
 def _state(st: SliceStateView) -> str:
@@ -114,7 +114,7 @@ def _render_slices(states: list[SliceStateView]) -> str:
             st.slice.profile,
             st.slice.gpu_index,
             _state(st),
-            _when(st.busy_until),
+            utc_text(st.busy_until, CLOCK),
             st.holder or "",
             st.session_id or "",
             *([st.why_not or ""] if why else []),

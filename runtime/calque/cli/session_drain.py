@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from calque.cli.output import emit, table
+from calque.timefmt import utc_text
 
 if TYPE_CHECKING:
     from calque.models.session import Drain, Drained
@@ -64,10 +65,6 @@ def _call(host: str | None, op: str, args: dict[str, Any], socket_path: Path, in
     return remote.call(op, args, request_id=new_request_id())
 
 
-def _when(d: Any) -> str:
-    return d.strftime("%Y-%m-%d %H:%M:%SZ") if d else ""
-
-
 def render_drained(d: Drained) -> str:
     lines = [d.drain.describe()]
     if not d.sessions:
@@ -75,7 +72,7 @@ def render_drained(d: Drained) -> str:
     for s in d.sessions:
         moved = " (moved in by the drain)" if s.id in d.shortened else ""
         lines.append(
-            f"  session {s.id} of {s.user} on {s.slice_id} (gpu {s.gpu_index}) ends {_when(s.expires_at)}{moved}"
+            f"  session {s.id} of {s.user} on {s.slice_id} (gpu {s.gpu_index}) ends {utc_text(s.expires_at)}{moved}"
         )
     return "\n".join(lines)
 
@@ -83,7 +80,9 @@ def render_drained(d: Drained) -> str:
 def render_drains(ds: list[Drain]) -> str:
     if not ds:
         return "nothing is drained"
-    rows = [["host" if d.gpu is None else d.gpu, d.by_user, _when(d.since), _when(d.deadline), d.reason] for d in ds]
+    rows = [
+        ["host" if d.gpu is None else d.gpu, d.by_user, utc_text(d.since), utc_text(d.deadline), d.reason] for d in ds
+    ]
     return table(["GPU", "BY", "SINCE", "SESSIONS END BY", "REASON"], rows)
 
 

@@ -4,13 +4,13 @@ front-door service itself, as ``serve`` is a host's)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from calque.cli.output import emit, table, warn
+from calque.timefmt import CLOCK, utc_text
 
 if TYPE_CHECKING:
     from calque.models.broker import Grant, HostView, QueueEntry
@@ -32,10 +32,6 @@ def _broker(path: Path) -> BrokerClient:
     from calque.session.client.broker import BrokerClient
 
     return BrokerClient.here(path)
-
-
-def _when(d: datetime | None) -> str:
-    return d.astimezone(timezone.utc).strftime("%H:%M:%SZ") if d else ""
 
 
 def checkout_anywhere(
@@ -80,7 +76,8 @@ def checkout_anywhere(
 
 def _render_grant(g: Grant) -> str:
     s = g.session
-    lines = [f"session {g.ref}: {s.slice_id} ({s.profile}, gpu {s.gpu_index}) on {g.host} until {_when(s.expires_at)}"]
+    until = utc_text(s.expires_at, CLOCK)
+    lines = [f"session {g.ref}: {s.slice_id} ({s.profile}, gpu {s.gpu_index}) on {g.host} until {until}"]
     lines += [f"  {k}={v}" for k, v in sorted(s.env.items())]
     return "\n".join(lines)
 
@@ -96,7 +93,7 @@ def _render_queue(entries: list[QueueEntry]) -> str:
             e.profile or e.kind,
             e.state,
             e.position if e.position is not None else "",
-            _when(e.estimate) if e.estimate else ("" if e.state != "queued" else "unknown"),
+            utc_text(e.estimate, CLOCK) if e.estimate else ("" if e.state != "queued" else "unknown"),
             f"{e.session_id}@{e.host}" if e.session_id else (e.host or ""),
         ]
         for e in entries
@@ -120,7 +117,7 @@ def render_hosts(views: list[HostView]) -> str:
                     st.slice.profile,
                     st.slice.gpu_index,
                     state,
-                    _when(st.busy_until),
+                    utc_text(st.busy_until, CLOCK),
                     st.holder or "",
                     ref,
                 ]
@@ -134,7 +131,7 @@ def render_hosts(views: list[HostView]) -> str:
 
 def render_mine(views: list[HostView], uid: int) -> str:
     rows = [
-        [f"{st.session_id}@{v.name}", v.name, st.slice.id, st.slice.profile, _when(st.busy_until)]
+        [f"{st.session_id}@{v.name}", v.name, st.slice.id, st.slice.profile, utc_text(st.busy_until, CLOCK)]
         for v in views
         for st in v.slices
         if st.holder_uid == uid and st.session_id

@@ -28,6 +28,7 @@ from calque.gpu.migmodels import GpuMigState, GpuSuggestion, MigState, MigSugges
 from calque.gpu.placement import place
 from calque.gpu.replay import Ask, median, peak, refused
 from calque.models.mig_history import History, Refusal, Use
+from calque.timefmt import MINUTE, utc_text
 
 CONFIG_NAME = "calque-suggested"
 DEFAULT_SESSION_S = 3600.0  # a refused ask never granted, of a profile with no session to measure
@@ -298,19 +299,17 @@ def _dt(t: float) -> datetime:
     return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
-def _when(t: float) -> str:
-    return _dt(t).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def _reasons(history: History, profiles: Iterable[ProfileDemand], gpus: list[GpuSuggestion]) -> list[str]:
     out: list[str] = []
     if history.recorded_since is not None and history.recorded_since > history.since:
-        out.append(f"refusals are recorded since {_when(history.recorded_since)} only (the registry's schema 5)")
+        out.append(
+            f"refusals are recorded since {utc_text(history.recorded_since, MINUTE)} only (the registry's schema 5)"
+        )
     ps = list(profiles)
     if not history.refusals:
         out.append(
-            f"no checkout of a MIG slice was refused between {_when(history.refusals_known_from)} and "
-            f"{_when(history.until)}: the current layout stays"
+            f"no checkout of a MIG slice was refused between {utc_text(history.refusals_known_from, MINUTE)} and "
+            f"{utc_text(history.until, MINUTE)}: the current layout stays"
         )
         return out
     changed = [g for g in gpus if g.changed]

@@ -25,15 +25,9 @@ from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.store import NewRequest, Row, Store
+from calque.timefmt import utc_text
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
-
-
-def _when(ts: float | datetime | None) -> str:
-    if ts is None:
-        return "?"
-    d = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, timezone.utc)
-    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 class BrokerService:
@@ -180,7 +174,9 @@ class BrokerService:
                 continue
             held = [s for s in matching(v, kind, profile) if s.busy]
             held.sort(key=lambda s: s.busy_until.timestamp() if s.busy_until else float("inf"))
-            parts += [f"{v.name}: {s.slice.id} ({s.slice.profile}) until {_when(s.busy_until)}" for s in held]
+            parts += [
+                f"{v.name}: {s.slice.id} ({s.slice.profile}) until {utc_text(s.busy_until, none='?')}" for s in held
+            ]
             # Free slices the broker routes around: each drain once, saying who drained it and why.
             drained = {s.drained.describe() for s in matching(v, kind, profile) if s.drained and not s.busy}
             parts += [f"{v.name}: {d.replace('this host', v.name)}" for d in sorted(drained)]
