@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import sqlite3
@@ -69,19 +70,21 @@ AGING_S = 30.0
 
 
 def test_lab_fair_share_order_and_aging_by_a_scripted_sequence(make_user: Callable[..., User]) -> None:
+    # Unique Unix group names: a run killed half-way (or another run on this machine) leaves its groups behind.
+    vision, nlp = "cqv" + secrets.token_hex(3), "cqn" + secrets.token_hex(3)
     with institution(make_user, {"hostA": 2}) as broker:
         broker.write_institution(
             labs=[
-                {"name": "vision", "groups": ["cqvision"], "share": 1},
-                {"name": "nlp", "groups": ["cqnlp"], "share": 1},
+                {"name": "vision", "groups": [vision], "share": 1},
+                {"name": "nlp", "groups": [nlp], "share": 1},
             ]
         )
         # Aging at 30 s: a2 must still be younger than that while the test queues b1, reads the order and
         # checks a slice in (half a dozen commands, each seconds long on a loaded machine).
         broker.config["queue"] = {"aging": f"{AGING_S:g}s", "max_queued_per_user": 4, "claim_window": "5s"}
         broker.start()
-        a1, a2 = make_user(["cqvision"]), make_user(["cqvision"])
-        b1, b2 = make_user(["cqnlp"]), make_user(["cqnlp"])
+        a1, a2 = make_user([vision]), make_user([vision])
+        b1, b2 = make_user([nlp]), make_user([nlp])
         held = [broker.anywhere(a1), broker.anywhere(a1)]  # lab vision uses the host alone for a while
         time.sleep(2.0)
         wa2 = broker.popen(a2, "session", "checkout", "--anywhere", "--ttl", "1h", "--wait", "--json")
