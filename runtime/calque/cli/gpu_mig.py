@@ -129,7 +129,12 @@ def mig_plan(
     gpu: GpuSelection,
     as_json: bool,
 ) -> None:
-    """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first."""
+    """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first.
+
+    Where the real run would be refused (busy instances without --force, the session daemon not
+    answering, outside the change window), shows the layout asked for and exits 4 with the refusal,
+    as `apply` would.
+    """
     request = _mig_request(config_file, select, force, False, gpu, session_socket, drain_wait)
     emit_outcome(_refused(MigLayoutOp().run(request, check_mode=True)), as_json, _render_layouts)
 
