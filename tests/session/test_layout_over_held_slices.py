@@ -132,7 +132,8 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
 ) -> None:
     """A configured daemon that is stopped (no socket) or dead (a socket nothing answers) cannot say who
     holds what: a change that destroys instances is refused, naming the daemon and how to start it; her
-    session survives to the daemon's restart. With force the change runs."""
+    session survives to the daemon's restart. A plan made while it answered is refused at the apply if it
+    stopped since. With force the change runs."""
     alice = make_user()
     host.start()
     held = json.loads(host.cli(alice, "session", "checkout", "--ttl", "2h", "--json", check=True).stdout)
@@ -160,7 +161,16 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
     assert [s["id"] for s in json.loads(host.cli(alice, "session", "status", "--json", check=True).stdout)] == [
         held["id"]
     ]
+    # planned while the daemon answered (nothing held), applied after it stopped: the apply asks again, and refuses
+    host.cli(alice, "session", "checkin", held["id"], check=True)
+    op = MigLayoutOp()
+    planned = op.plan(_request(host, {"7g.40gb": 1}, config=config))
+    assert planned.refusal is None and planned.doomed
     host.stop()
+    with pytest.raises(RefusedError, match="systemctl start calque-session.service"):
+        op.apply(planned)
+    assert sorted(d.uuid for d in host.sim.mig_devices()) == before
+
     forced = MigLayoutOp().run(_request(host, {"7g.40gb": 1}, force=True, config=config))
     assert forced.changed and [d.profile for d in host.sim.mig_devices()] == ["7g.40gb"]
 

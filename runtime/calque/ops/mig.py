@@ -237,6 +237,8 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
         ended: list[SliceHolder] = []
         for _ in range(3):
             holders, _note = plan.daemon.holders()
+            if plan.daemon.silent is not None and not plan.request.force:  # it stopped answering since the plan
+                raise RefusedError(plan.daemon.silent)
             on_doomed = [h for u in sorted(plan.doomed) for h in holders.get(u, [])]
             if not on_doomed:
                 return ended
