@@ -7,6 +7,7 @@ roles' task files in the order Ansible runs them (blocks flattened, ``always`` l
 - session_service: ``/etc/calque/institution.yaml`` (which the running daemon reads again on change) is
   written after the session configuration was checked with that very institution, staged; written first, a
   check that failed left the daemon running with an institution its configuration was never checked with.
+- session_frontdoor: the same institution file is written after ``broker.yaml`` passed its check with it.
 """
 
 from __future__ import annotations
@@ -71,3 +72,15 @@ def test_institution_yaml_is_written_only_after_the_session_config_passed_its_ch
     assert tasks[install]["ansible.builtin.template"]["dest"] == "{{ _calque_session_service_institution_path }}"
     assert stage < check < refuse < install < remove
     assert _when(tasks[refuse]) == "__calque_session_service_check.rc != 0"
+
+
+def test_the_front_doors_institution_yaml_is_written_only_after_broker_yaml_passed_its_check_with_it() -> None:
+    tasks = _tasks(ROLES / "session_frontdoor/tasks/broker.yml")
+    stage = _index(tasks, "Render the institution into the staged file")
+    broker = _index(tasks, "Broker configuration /etc/calque/broker.yaml")
+    install = _index(tasks, "The institution /etc/calque/institution.yaml")
+    remove = _index(tasks, "Remove the staged institution")
+    validate = tasks[broker]["ansible.builtin.template"]["validate"]
+    assert "config check broker %s --institution" in validate
+    assert "__calque_session_frontdoor_institution_staged.path" in validate
+    assert stage < broker < install < remove

@@ -204,3 +204,21 @@ def test_a_session_config_passes_with_the_institution_that_lists_it(
     assert run(["config", "check", "session", str(f)]) == 2
     assert "none: the file does not exist" in capsys.readouterr().err
     assert run(["config", "check", "host", str(f), "--institution", str(inst)]) == 2
+
+
+def test_a_broker_config_is_checked_with_the_institution_it_will_run_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "broker.yaml"
+    f.write_text("version: 1\ntcp_addr: 0.0.0.0\ntcp_port: 7460\n")
+    inst = tmp_path / "institution.yaml"
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7470}\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst)]) == 2
+    err = capsys.readouterr().err
+    assert "port 7460 (tcp_port)" in err and str(inst) in err and "as 7470" in err
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7460}\nlabs: [{name: lab-a}]\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst)]) == 2  # a lab needs groups
+    assert "groups" in capsys.readouterr().err
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7460}\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["institution"] == str(inst)

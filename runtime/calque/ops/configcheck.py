@@ -12,12 +12,13 @@ naming GPU 1 on a one-GPU host is refused here, not by a unit that crash-loops).
 (``--file-only``) checks the file alone, on a machine that is not its host. ``-`` reads standard
 input (the roles check what they are about to write, in check mode too).
 
-A session configuration is checked with the institution file it will run with: the one it names
-(``institution:``), or ``institution`` (``--institution``: the file a role is about to write, staged,
-so ``/etc/calque/institution.yaml`` is replaced only once the pair passes). That file is loaded as the
-daemon loads it, and a daemon that listens on TCP must be one of its hosts, on the port it lists there:
-the broker and the other hosts reach it by that name and port, and a request for any other name is
-refused. ``--file-only`` without ``institution`` skips this (the names are this machine's).
+A session or broker configuration is checked with the institution file it will run with: the one it
+names (``institution:``), or ``institution`` (``--institution``: the file a role is about to write,
+staged, so ``/etc/calque/institution.yaml`` is replaced only once the pair passes). That file is loaded
+as the service loads it; a session daemon that listens on TCP must be one of its hosts, on the port it
+lists there (the broker and the other hosts reach it by that name and port, and a request for any other
+name is refused); a broker listening on TCP must be on the broker port it gives. ``--file-only``
+without ``institution`` skips this (the names are this machine's).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def check_config(
     the institution file a session configuration is checked with (default: the one it names)."""
     from calque.errors import UsageError
 
-    if institution is not None and kind != "session":
-        raise UsageError(f"--institution checks a session configuration with it, not a {kind} configuration")
+    if institution is not None and kind not in ("session", "broker"):
+        raise UsageError(f"--institution checks a session or broker configuration with it, not a {kind} configuration")
     inst = Path(institution) if institution is not None else None
     if kind == "pool":  # the pool spec's loader reads standard input itself
         return ConfigCheck(kind=kind, path=str(path), summary=_pool(path))
@@ -69,21 +70,42 @@ def check_config(
 
 def _load(kind: ConfigKind, path: Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
     if kind == "broker":
-        return _broker(path)
+        return _broker(path, against_host, institution)
     return _host(path) if kind == "host" else _session(path, against_host, institution)
 
 
-def _broker(path: Path) -> dict[str, Any]:
+def _broker(path: Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
     from calque.session.broker.config import load_broker_config
 
     cfg = load_broker_config(path)
-    return {
+    facts = {
         "socket": str(cfg.socket),
         "db": str(cfg.db),
         "hosts": sorted(cfg.local_hosts),
         "institution": str(cfg.institution),
         "tcp": f"{cfg.tcp_addr}:{cfg.tcp_port}" if cfg.tcp_addr else None,
         "mail": cfg.mail.relay if cfg.mail else None,
+    }
+    if against_host or institution is not None:
+        facts.update(_broker_with_institution(cfg, institution or cfg.institution))
+    return facts
+
+
+def _broker_with_institution(cfg: Any, path: Path) -> dict[str, Any]:
+    """The institution file ``path`` loaded as the broker loads it at start, and the broker's port in it."""
+    from calque.errors import UsageError
+    from calque.session.institution import load_institution
+
+    inst = load_institution(path)
+    if cfg.tcp_addr is not None and inst.broker is not None and inst.broker.port != cfg.tcp_port:
+        raise UsageError(
+            f"the broker listens on port {cfg.tcp_port} (tcp_port), but the institution file {path} gives its port "
+            f"as {inst.broker.port}, where researchers' clients and the hosts' nudges go; make them agree"
+        )
+    return {
+        "institution": str(path),
+        "institution_hosts": len(inst.hosts),
+        "labs": [lab.name for lab in inst.labs],
     }
 
 
