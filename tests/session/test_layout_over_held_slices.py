@@ -146,7 +146,7 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
     assert not checked.changed and checked.result.refusal is not None
     for words in ("calque-session.service", "systemctl start calque-session.service", config, "--force"):
         assert words in checked.result.refusal
-    with pytest.raises(RefusedError, match="systemctl start calque-session.service"):
+    with pytest.raises(RefusedError, match=r"systemctl start calque-session\.service"):
         MigLayoutOp().run(_request(host, {"7g.40gb": 1}, config=config))
     assert sorted(d.uuid for d in host.sim.mig_devices()) == before
 
@@ -167,7 +167,7 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
     planned = op.plan(_request(host, {"7g.40gb": 1}, config=config))
     assert planned.refusal is None and planned.doomed
     host.stop()
-    with pytest.raises(RefusedError, match="systemctl start calque-session.service"):
+    with pytest.raises(RefusedError, match=r"systemctl start calque-session\.service"):
         op.apply(planned)
     assert sorted(d.uuid for d in host.sim.mig_devices()) == before
 
