@@ -144,6 +144,9 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
 
     checked = MigLayoutOp().run(_request(host, {"7g.40gb": 1}, config=config), check_mode=True)
     assert not checked.changed and checked.result.refusal is not None
+    assert [w for w in checked.warnings if "calque-session.service" in w] == [  # said once
+        "the real run will be refused: " + checked.result.refusal
+    ]
     for words in ("calque-session.service", "systemctl start calque-session.service", config, "--force"):
         assert words in checked.result.refusal
     with pytest.raises(RefusedError, match=r"systemctl start calque-session\.service"):
@@ -153,7 +156,7 @@ def test_a_layout_change_with_the_session_daemon_down_is_refused_without_force(
     host.start()
     host.kill9()  # a crash: the socket file stays, nothing answers (no config needed to know a daemon was here)
     assert host.socket.exists()
-    with pytest.raises(RefusedError, match="does not answer"):
+    with pytest.raises(RefusedError, match=r"its socket left behind.*does not answer"):
         MigLayoutOp().run(_request(host, {"7g.40gb": 1}))
     assert sorted(d.uuid for d in host.sim.mig_devices()) == before
 

@@ -202,7 +202,9 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             around = predicted(plan.drained, p, plan.request.drain_wait)
             actions = around + actions + [f"GPU {i}: undrain" for i in plan.drained]
         before = _views(plan.before, {g.index for g in p.gpus})
-        warnings = [plan.note] if plan.note and plan.doomed else []
+        # the note of a silent daemon is the refusal itself, unless forced (then: what force does unseen)
+        noted = plan.note and plan.doomed and (plan.daemon.silent is None or plan.request.force)
+        warnings = [plan.note] if plan.note and noted else []
         if plan.refusal is not None:  # the real run changes nothing: it is refused before any operation
             warnings.append(f"the real run will be refused: {plan.refusal}")
             if not plan.closed:

@@ -58,8 +58,9 @@ class SessionDaemon:
         if not expected:
             self.silent = None
             return f"no session service on this host (no {self.config}, nothing at {self.path}): no session to protect"
+        where = f"configured in {self.config}" if self.config.exists() else "its socket left behind"
         self.silent = (
-            f"the session daemon ({UNIT}, configured in {self.config}) {why} at {self.path}: calque cannot see "
+            f"the session daemon ({UNIT}, {where}) {why} at {self.path}: calque cannot see "
             f"which sessions hold the slices this layout destroys. Start it (systemctl start {UNIT}) and run "
             "the layout again; or force it (--force; calque_gpu_layout_force: true in the calque.gpu.gpu_layout role), "
             "which destroys them unseen and the daemon, once started, ends their sessions as vanished"
