@@ -75,13 +75,16 @@ def test_plan_warns_without_force_and_with_force_lists_the_processes_it_stops(
     dev = host.create_instances(0, ["7g.40gb"])[0]
     host.set_processes(dev.uuid, [31337])
     cfg = ["--config", str(tmp_path / "mig.yaml"), "--select", "balanced", "--session-socket", str(tmp_path / "none")]
-    # check mode predicts the refused real run: a warning naming the pid and the variable, nothing planned
-    assert run(["gpu", "mig", "plan", *cfg, "--json"]) == 0
+    # check mode predicts the refused real run: exit 4 with the refusal naming the pid and the variable,
+    # nothing planned, the layout asked for beside the one there is
+    assert run(["gpu", "mig", "plan", *cfg, "--json"]) == 4
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
-    assert plan["changed"] is False and plan["actions"] == []
+    assert plan["changed"] is False and plan["actions"] == [] and plan["after"] == plan["before"]
+    assert plan["result"]["requested"]["gpu0"]["instances"] != plan["before"]["gpu0"]["instances"]
     assert "the real run will be refused" in captured.err and "31337" in captured.err
     assert "calque_gpu_layout_force" in plan["result"]["refusal"]
+    assert plan["failure"]["exit_code"] == 4 and plan["result"]["refusal"] in plan["failure"]["message"]
     # the human plan with --force says which processes it stops, as --json does
     assert run(["gpu", "mig", "plan", *cfg, "--force"]) == 0
     human = capsys.readouterr().out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -123,6 +124,7 @@ def instance(moto: str, tmp_path: Path, fake_imds: FakeImds) -> dict[str, Any]:
         "CALQUE_WORKLOAD_CACHE": str(state / "workloads"),
         "CALQUE_TTL_MARK": str(state / "expires-epoch"),
         "BUILD_LOG": str(tmp_path / "build.log"),
+        "CALQUE_PCI_DEVICES": str(tmp_path / "pci"),  # this machine's bus says nothing about the instance's
     }
     return {"spec": spec, "spec_path": spec_path, "iid": iid, "env": env, "state": state, "imds": fake_imds}
 
@@ -209,3 +211,75 @@ def test_a_failed_runtime_install_abandons_the_launch_before_calque_exists(
     assert "lifecycle action ABANDON completed for " + instance["iid"] in out  # by the stdlib signer
     assert [(c.group, c.hook, c.result) for c in fla.COMPLETED] == [(GROUP, LAUNCH_HOOK, "ABANDON")]
     assert not (venv / "bin" / "calque").exists() and not (instance["state"] / "ready.json").exists()
+
+
+NVIDIA_SMI_OK = "#!/bin/sh\necho 'GPU 0: NVIDIA L40S (UUID: GPU-5c3e8ad2-0000-4000-8000-000000000000)'\n"
+NVIDIA_SMI_NO_DRIVER = (  # what nvidia-smi says on an image whose kernel module is missing or mismatched
+    "#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+    "the latest NVIDIA driver is installed and running.'\nexit 9\n"
+)
+STUB_CALQUE = '#!/bin/sh\necho "calque stand-in: $*"\n'  # the runtime, as installed: the warm-up's command line
+
+
+def _driver_check(
+    instance: dict[str, Any], tmp_path: Path, *, itype: str | None, smi: str | None, pci_gpu: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The user-data's warm step on an instance of type ``itype`` (None: IMDS does not say) whose image has
+    ``smi`` as nvidia-smi (None: none), with an NVIDIA 3D controller on its PCI bus when ``pci_gpu``; the
+    runtime already installed (a stand-in ``calque``), so the step ends at the warm-up's command."""
+    if shutil.which("nvidia-smi", path="/usr/bin:/bin") is not None:
+        pytest.skip("this machine has an nvidia-smi of its own on the PATH the user-data runs with")
+    if itype is not None:
+        instance["imds"].paths["instance-type"] = itype
+    bin_dir, venv = tmp_path / "image-bin", tmp_path / "venv"
+    bin_dir.mkdir()
+    (venv / "bin").mkdir(parents=True)
+    for path, text in ((bin_dir / "nvidia-smi", smi), (venv / "bin" / "calque", STUB_CALQUE)):
+        if text is not None:
+            path.write_text(text)
+            path.chmod(0o755)
+    device = tmp_path / "pci" / "0000:00:1e.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n" if pci_gpu else "0x1d0f\n")  # NVIDIA, else Amazon's ENA
+    (device / "class").write_text("0x030200\n" if pci_gpu else "0x020000\n")
+    env = {**instance["env"], "CALQUE_BOOTSTRAP_VENV": str(venv), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fla.open_action(GROUP, LAUNCH_HOOK, instance["iid"])  # AWS: Warmed:Pending:Wait
+    return _bash(worker_user_data(instance["spec"], runtime_pip="calque"), tmp_path, env)
+
+
+@pytest.mark.parametrize(
+    ("itype", "smi", "pci_gpu", "why"),
+    [
+        ("g6e.xlarge", None, False, "g6e.xlarge has NVIDIA GPUs but the image has no nvidia-smi (no NVIDIA driver)"),
+        ("p5.48xlarge", NVIDIA_SMI_NO_DRIVER, False, "p5.48xlarge has NVIDIA GPUs but nvidia-smi -L fails"),
+        ("g9x.2xlarge", None, True, "g9x.2xlarge has NVIDIA GPUs but the image has no nvidia-smi"),  # not in the table
+    ],
+)
+def test_a_gpu_instance_without_a_working_nvidia_smi_abandons_the_launch(
+    instance: dict[str, Any], tmp_path: Path, itype: str, smi: str | None, pci_gpu: bool, why: str
+) -> None:
+    res = _driver_check(instance, tmp_path, itype=itype, smi=smi, pci_gpu=pci_gpu)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and why in res.stderr, out  # the reason, in the bootstrap's log
+    assert "lifecycle action ABANDON completed for " + instance["iid"] in out
+    assert [(c.group, c.hook, c.instance_id, c.result) for c in fla.COMPLETED] == [
+        (GROUP, LAUNCH_HOOK, instance["iid"], "ABANDON")
+    ]
+    assert "calque stand-in" not in out  # never warmed
+
+
+@pytest.mark.parametrize(
+    ("itype", "smi", "said"),
+    [
+        ("g6e.xlarge", NVIDIA_SMI_OK, "GPU 0: NVIDIA L40S"),
+        ("c7i.large", None, "c7i.large, no NVIDIA GPU: driver check skipped"),
+        (None, None, "an unknown instance type, no NVIDIA GPU: driver check skipped"),
+    ],
+)
+def test_an_instance_whose_driver_answers_or_that_has_no_gpu_goes_on_to_warm_up(
+    instance: dict[str, Any], tmp_path: Path, itype: str | None, smi: str | None, said: str
+) -> None:
+    res = _driver_check(instance, tmp_path, itype=itype, smi=smi)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert said in res.stdout and f"calque stand-in: pool warm-up --spec {instance['spec_path']}" in res.stdout
+    assert fla.COMPLETED == []  # the warm-up completes the hook itself

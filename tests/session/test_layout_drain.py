@@ -197,6 +197,9 @@ def test_calque_gpu_mig_plan_with_drain_wait_shows_the_drain_around_the_change(
     plan = json.loads(host.cli(None, *args, "--drain-wait", "1h", check=True).stdout)
     assert plan["actions"][0] == "GPU 0: drain (no new checkouts while its layout changes)"
     assert plan["actions"][-1] == "GPU 0: undrain" and plan["result"]["refusal"] is None
-    short = json.loads(host.cli(None, *args, "--drain-wait", "1m", check=True).stdout)
+    refused = host.cli(None, *args, "--drain-wait", "1m")
+    assert refused.returncode == 4, refused.stderr  # as the real run would exit
+    short = json.loads(refused.stdout)
     assert held["id"] in short["result"]["refusal"] and "drain wait of 60 s" in short["result"]["refusal"]
+    assert short["failure"]["message"] == "the real run will be refused: " + short["result"]["refusal"]
     assert host.client().drains() == []  # a plan drains nothing

@@ -151,3 +151,74 @@ def test_a_host_configuration_from_standard_input_names_the_bad_key_not_a_staged
     assert proc.returncode == 2, proc.stderr
     assert "(standard input): sim.instance_tpye='g6e.xlarge': Extra inputs are not permitted" in proc.stderr
     assert "calque-config-check-" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+TCP_SESSION = "version: 1\ngpu_backend: none\nhost_name: teach-1\nlisten_tcp: {address: 10.0.0.11, port: 7461}\n"
+
+
+def _institution(tmp_path: Path, hosts: str) -> Path:
+    f = tmp_path / "institution.yaml"
+    f.write_text(f"version: 1\nhosts: {hosts}\nlabs: [{{name: lab-a, groups: [lab-a]}}]\n")
+    return f
+
+
+@pytest.mark.parametrize(
+    ("hosts", "words"),
+    [
+        ("[{name: research-1, address: 10.0.0.21}]", ["lists no host named 'teach-1'", "its hosts: research-1"]),
+        ("[{name: teach-1, address: 10.0.0.11, port: 7462}]", ["port 7461", "on port 7462"]),
+        ("[{name: teach-1, address: 10.0.0.11, prot: 7461}]", ["prot", "Extra inputs are not permitted"]),
+    ],
+)
+def test_a_session_config_is_refused_with_an_institution_it_cannot_run_with(
+    hosts: str, words: list[str], tmp_path: Path
+) -> None:
+    """The role's check: the session config on standard input, with the institution it is about to install
+    (staged); a daemon listening on TCP must be one of its hosts on that port, and the file must load."""
+    inst = _institution(tmp_path, hosts)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "calque"), "config", "check", "session", "-", "--institution", str(inst)],
+        input=TCP_SESSION,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(inst) in proc.stderr and all(w in proc.stderr for w in words), proc.stderr
+
+
+def test_a_session_config_passes_with_the_institution_that_lists_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inst = _institution(tmp_path, "[{name: teach-1, address: 10.0.0.11}]")
+    f = tmp_path / "session.yaml"
+    f.write_text(TCP_SESSION)
+    assert run(["config", "check", "session", str(f), "--file-only", "--institution", str(inst), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert (summary["institution"], summary["institution_hosts"], summary["labs"]) == (str(inst), 1, ["lab-a"])
+    # the file it names is the default: a config naming a missing institution cannot listen on TCP
+    f.write_text(TCP_SESSION + f"institution: {tmp_path / 'absent.yaml'}\n")
+    assert run(["config", "check", "session", str(f), "--file-only"]) == 0  # the names are another machine's
+    assert run(["config", "check", "session", str(f), "--file-only", "--institution", str(inst)]) == 0
+    capsys.readouterr()
+    assert run(["config", "check", "session", str(f)]) == 2
+    assert "none: the file does not exist" in capsys.readouterr().err
+    assert run(["config", "check", "host", str(f), "--institution", str(inst)]) == 2
+
+
+def test_a_broker_config_is_checked_with_the_institution_it_will_run_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "broker.yaml"
+    f.write_text("version: 1\ntcp_addr: 0.0.0.0\ntcp_port: 7460\n")
+    inst = tmp_path / "institution.yaml"
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7470}\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst)]) == 2
+    err = capsys.readouterr().err
+    assert "port 7460 (tcp_port)" in err and str(inst) in err and "as 7470" in err
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7460}\nlabs: [{name: lab-a}]\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst)]) == 2  # a lab needs groups
+    assert "groups" in capsys.readouterr().err
+    inst.write_text("version: 1\nbroker: {name: front, address: 10.0.0.5, port: 7460}\n")
+    assert run(["config", "check", "broker", str(f), "--institution", str(inst), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["institution"] == str(inst)

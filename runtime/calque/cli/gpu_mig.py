@@ -14,12 +14,12 @@ from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import DURATION, gpu_backend_options, json_option, session_socket_option
 from calque.cli.outcome import emit_outcome
 from calque.cli.output import emit, table
-from calque.errors import UsageError
+from calque.errors import RefusedError, UsageError
 from calque.gpu.migmodels import MigSuggestion
 from calque.gpu.planner import MigState, current_layout
 from calque.gpu.selection import GpuSelection
-from calque.ops.mig import MigLayoutOp, MigRequest
-from calque.ops.outcome import Outcome
+from calque.ops.mig import MigLayoutOp, MigRequest, MigResult
+from calque.ops.outcome import Failure, Outcome
 
 
 @click.group()
@@ -38,7 +38,8 @@ def _render_state(s: MigState) -> str:
 
 
 def _render_layouts(o: Outcome[Any]) -> str:
-    """Each selected GPU's layout before and after (planned, in check mode), then its MIG devices."""
+    """Each selected GPU's layout before and after (planned, in check mode; as asked for, where the real run
+    would be refused), then its MIG devices."""
 
     def shown(view: dict[str, Any] | None) -> str:
         if not view:
@@ -50,6 +51,11 @@ def _render_layouts(o: Outcome[Any]) -> str:
 
     if not o.after:
         return "the layout selects no GPU on this host"
+    if o.check_mode and o.result.refusal is not None:
+        asked = o.result.requested
+        return "\n".join(
+            f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}  (asked for)" for gpu, view in asked.items()
+        )
     lines = [f"{gpu}: {shown(o.before.get(gpu))}  ->  {shown(view)}" for gpu, view in o.after.items()]
     devices = o.result.mig_devices
     if devices and not o.check_mode:
@@ -123,9 +129,24 @@ def mig_plan(
     gpu: GpuSelection,
     as_json: bool,
 ) -> None:
-    """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first."""
+    """Show what applying a layout would change (changes nothing), with the sessions and processes it ends first.
+
+    Where the real run would be refused (busy instances without --force, the session daemon not
+    answering, outside the change window), shows the layout asked for and exits 4 with the refusal,
+    as `apply` would.
+    """
     request = _mig_request(config_file, select, force, False, gpu, session_socket, drain_wait)
-    emit_outcome(MigLayoutOp().run(request, check_mode=True), as_json, _render_layouts)
+    emit_outcome(_refused(MigLayoutOp().run(request, check_mode=True)), as_json, _render_layouts)
+
+
+def _refused(o: Outcome[MigResult]) -> Outcome[MigResult]:
+    """A plan the real run would refuse exits as that run would (4), with the refusal as its failure (in
+    ``--json`` too), instead of "no change needed" and 0."""
+    if o.result.refusal is None:
+        return o
+    why = f"the real run will be refused: {o.result.refusal}"
+    failure = Failure(message=why, exit_code=RefusedError.exit_code)
+    return o.model_copy(update={"failure": failure, "warnings": [w for w in o.warnings if w != why]})
 
 
 @mig.command("apply")

@@ -11,6 +11,14 @@ its GPU backend opened, every MPS slot on a GPU the host has and that is not in 
 naming GPU 1 on a one-GPU host is refused here, not by a unit that crash-loops). ``against_host=False``
 (``--file-only``) checks the file alone, on a machine that is not its host. ``-`` reads standard
 input (the roles check what they are about to write, in check mode too).
+
+A session or broker configuration is checked with the institution file it will run with: the one it
+names (``institution:``), or ``institution`` (``--institution``: the file a role is about to write,
+staged, so ``/etc/calque/institution.yaml`` is replaced only once the pair passes). That file is loaded
+as the service loads it; a session daemon that listens on TCP must be one of its hosts, on the port it
+lists there (the broker and the other hosts reach it by that name and port, and a request for any other
+name is refused); a broker listening on TCP must be on the broker port it gives. ``--file-only``
+without ``institution`` skips this (the names are this machine's).
 """
 
 from __future__ import annotations
@@ -36,40 +44,68 @@ class ConfigCheck(CalqueModel):
     summary: dict[str, Any] = Field(default_factory=dict)
 
 
-def check_config(kind: ConfigKind, path: str | Path, *, against_host: bool = True) -> ConfigCheck:
-    """Load ``path`` as ``kind`` (``-``: standard input); a ``UsageError`` says what is wrong."""
+def check_config(
+    kind: ConfigKind, path: str | Path, *, against_host: bool = True, institution: str | Path | None = None
+) -> ConfigCheck:
+    """Load ``path`` as ``kind`` (``-``: standard input); a ``UsageError`` says what is wrong. ``institution``:
+    the institution file a session configuration is checked with (default: the one it names)."""
+    from calque.errors import UsageError
+
+    if institution is not None and kind not in ("session", "broker"):
+        raise UsageError(f"--institution checks a session or broker configuration with it, not a {kind} configuration")
+    inst = Path(institution) if institution is not None else None
     if kind == "pool":  # the pool spec's loader reads standard input itself
         return ConfigCheck(kind=kind, path=str(path), summary=_pool(path))
     if str(path) != "-":
-        return ConfigCheck(kind=kind, path=str(path), summary=_load(kind, Path(path), against_host))
-    from calque.errors import UsageError
+        return ConfigCheck(kind=kind, path=str(path), summary=_load(kind, Path(path), against_host, inst))
 
     with tempfile.TemporaryDirectory(prefix="calque-config-check-") as d:
         staged = Path(d) / f"{kind}.yaml"
         staged.write_text(sys.stdin.read(), encoding="utf-8")
         try:
-            return ConfigCheck(kind=kind, path="-", summary=_load(kind, staged, against_host))
+            return ConfigCheck(kind=kind, path="-", summary=_load(kind, staged, against_host, inst))
         except UsageError as exc:  # the staged copy's name means nothing to whoever piped it in
             raise UsageError(str(exc).replace(str(staged), "(standard input)")) from exc
 
 
-def _load(kind: ConfigKind, path: Path, against_host: bool) -> dict[str, Any]:
+def _load(kind: ConfigKind, path: Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
     if kind == "broker":
-        return _broker(path)
-    return _host(path) if kind == "host" else _session(path, against_host)
+        return _broker(path, against_host, institution)
+    return _host(path) if kind == "host" else _session(path, against_host, institution)
 
 
-def _broker(path: Path) -> dict[str, Any]:
+def _broker(path: Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
     from calque.session.broker.config import load_broker_config
 
     cfg = load_broker_config(path)
-    return {
+    facts = {
         "socket": str(cfg.socket),
         "db": str(cfg.db),
         "hosts": sorted(cfg.local_hosts),
         "institution": str(cfg.institution),
         "tcp": f"{cfg.tcp_addr}:{cfg.tcp_port}" if cfg.tcp_addr else None,
         "mail": cfg.mail.relay if cfg.mail else None,
+    }
+    if against_host or institution is not None:
+        facts.update(_broker_with_institution(cfg, institution or cfg.institution))
+    return facts
+
+
+def _broker_with_institution(cfg: Any, path: Path) -> dict[str, Any]:
+    """The institution file ``path`` loaded as the broker loads it at start, and the broker's port in it."""
+    from calque.errors import UsageError
+    from calque.session.institution import load_institution
+
+    inst = load_institution(path)
+    if cfg.tcp_addr is not None and inst.broker is not None and inst.broker.port != cfg.tcp_port:
+        raise UsageError(
+            f"the broker listens on port {cfg.tcp_port} (tcp_port), but the institution file {path} gives its port "
+            f"as {inst.broker.port}, where researchers' clients and the hosts' nudges go; make them agree"
+        )
+    return {
+        "institution": str(path),
+        "institution_hosts": len(inst.hosts),
+        "labs": [lab.name for lab in inst.labs],
     }
 
 
@@ -85,11 +121,13 @@ def _host(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _session(path: str | Path, against_host: bool) -> dict[str, Any]:
+def _session(path: str | Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
     from calque.session.config import load_config
 
     cfg = load_config(Path(path))
     here = _session_on_host(cfg) if against_host else {}
+    if against_host or institution is not None:
+        here.update(_session_with_institution(cfg, institution or cfg.institution))
     return {
         "gpu_backend": cfg.gpu_backend,
         "socket": str(cfg.socket),
@@ -100,6 +138,39 @@ def _session(path: str | Path, against_host: bool) -> dict[str, Any]:
         "user_limits": sorted(cfg.policy.users),
         "group_limits": sorted(cfg.policy.groups),
         **here,
+    }
+
+
+def _session_with_institution(cfg: Any, path: Path) -> dict[str, Any]:
+    """The institution file ``path`` loaded as the daemon loads it, and this daemon's place in it."""
+    import socket
+
+    from calque.errors import UsageError
+    from calque.session.institution import load_institution
+
+    inst = load_institution(path)  # a missing file is an institution of one host, as for the daemon
+    if cfg.listen_tcp is not None:
+        name = cfg.host_name or socket.gethostname()
+        entry = inst.host(name)
+        known = ", ".join(h.name for h in inst.hosts) or (
+            "none: the file does not exist" if not path.exists() else "none"
+        )
+        if entry is None:
+            raise UsageError(
+                f"listen_tcp serves requests from other hosts, but the institution file {path} lists no host named "
+                f"{name!r} (its hosts: {known}): the broker and the other hosts address this one by its name there, "
+                "and the daemon refuses a request for any other name; add the host there, or set host_name"
+            )
+        if entry.port != cfg.listen_tcp.port:
+            raise UsageError(
+                f"listen_tcp listens on port {cfg.listen_tcp.port}, but the institution file {path} lists host "
+                f"{name!r} on port {entry.port}, where the broker and the other hosts will connect; make them agree"
+            )
+    return {
+        "institution": str(path),
+        "institution_hosts": len(inst.hosts),
+        "labs": [lab.name for lab in inst.labs],
+        "broker": inst.broker.name if inst.broker is not None else None,
     }
 
 

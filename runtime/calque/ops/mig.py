@@ -12,7 +12,9 @@ The rule (``settle``), the same for ``calque gpu mig apply`` and ``calque.gpu.mi
 An instance is busy when processes run on it or a live session of the host's session daemon holds
 it (``calque.ops.mig_sessions``). Destroying a busy one is refused before anything changes; check
 mode says the real run will be refused and what force would do. With force, the sessions on the
-instances that go are ended first (reason ``layout``), then their processes are stopped.
+instances that go are ended first (reason ``layout``), then their processes are stopped. Where the
+host has a session daemon that does not answer, no instance is known to be free of sessions:
+destroying any is refused without force, naming the daemon and how to start it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,14 @@ class MigRequest(GpuHostRequest):
     force: bool = False
     allow_reset: bool = False
     session_socket: str | None = Field(
-        None, description="the session daemon's socket (default: CALQUE_SESSION_SOCKET or /run/calque/session.sock)"
+        None,
+        description="the session daemon's socket (default: the one session_config names, else CALQUE_SESSION_SOCKET "
+        "or /run/calque/session.sock)",
+    )
+    session_config: str | None = Field(
+        None,
+        description="the session daemon's config (default /etc/calque/session.yaml): where it exists a daemon is "
+        "expected, and one that does not answer refuses a change that destroys instances (without force)",
     )
     drain: bool = Field(False, description="drain the GPUs the layout changes first, undrain them after")
     drain_wait: int = Field(0, ge=0, description="seconds sessions on destroyed slices may take to run out")
@@ -84,6 +93,9 @@ class MigResult(CalqueModel):
     )
     ended_sessions: list[SliceHolder] = Field(default_factory=list, description="ended first (reason layout)")
     refusal: str | None = Field(None, description="check mode: why the real run will be refused (busy, no force)")
+    requested: dict[str, Any] = Field(
+        default_factory=dict, description="check mode: each planned GPU's layout as asked for (also when refused)"
+    )
 
 
 @dataclass
@@ -140,6 +152,11 @@ def _views(state: MigState, indices: set[int]) -> dict[str, Any]:
     return views
 
 
+def _requested(plan: MigPlan) -> dict[str, Any]:
+    """Each planned GPU's layout as the request asks for it."""
+    return {f"gpu{g.index}": g.after.model_dump() for g in plan.gpus}
+
+
 class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
     name = "mig"
     Request = MigRequest
@@ -155,7 +172,7 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             name, entries = None, parse_entries(request.layout)
         backend = request.backend()
         planner = MigPlanner(backend)
-        daemon = SessionDaemon(request.session_socket)
+        daemon = SessionDaemon(request.session_socket, request.session_config)
         holders, note = daemon.holders()
         refusal = None
         try:
@@ -165,11 +182,14 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             plan = planner.plan(entries, force=True, config=name, holders=holders)
             if request.drain and request.drain_wait > 0:  # sessions that run out within it are waited for
                 refusal = late_sessions(plan, request.drain_wait, time.time())
+        doomed = _doomed(plan, backend)
+        if daemon.silent is not None and doomed and not request.force:  # sessions may hold them, unseen
+            refusal = f"{refusal}; and {daemon.silent}" if refusal else daemon.silent
         changing = changing_gpus(plan, request.allow_reset)
         closed = outside(request.window, datetime.now(timezone.utc)) if changing else None
         drained = changing if request.drain and note is None else None
         return MigOpPlan(
-            request, backend, planner, plan, current_layout(backend), daemon, _doomed(plan, backend),
+            request, backend, planner, plan, current_layout(backend), daemon, doomed,
             closed or refusal, note, entries, drained, closed is not None,
         )  # fmt: skip
 
@@ -182,11 +202,15 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             around = predicted(plan.drained, p, plan.request.drain_wait)
             actions = around + actions + [f"GPU {i}: undrain" for i in plan.drained]
         before = _views(plan.before, {g.index for g in p.gpus})
-        warnings = [plan.note] if plan.note and plan.doomed else []
+        # the note of a silent daemon is the refusal itself, unless forced (then: what force does unseen)
+        noted = plan.note and plan.doomed and (plan.daemon.silent is None or plan.request.force)
+        warnings = [plan.note] if plan.note and noted else []
         if plan.refusal is not None:  # the real run changes nothing: it is refused before any operation
             warnings.append(f"the real run will be refused: {plan.refusal}")
             if not plan.closed:
                 warnings.append("with force it would: " + "; ".join(actions))
+            # after stays before (the real run changes nothing); the result says what was asked for
+            refused = self._result(plan, plan.backend.mig_devices(), False, False, requested=_requested(p))
             return Outcome[MigResult](
                 resource=self.name,
                 check_mode=True,
@@ -194,18 +218,19 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
                 before=before,
                 after=before,
                 warnings=warnings,
-                result=self._result(plan, plan.backend.mig_devices(), False, False),
+                result=refused,
             )
+        planned = self._result(plan, plan.backend.mig_devices(), needs_reset, False, requested=_requested(p))
         return Outcome[MigResult](
             resource=self.name,
             check_mode=True,
             changed=p.would_change(allow),
             before=before,
-            after={f"gpu{g.index}": g.after.model_dump() for g in p.gpus},
+            after=_requested(p),
             actions=actions,
             warnings=warnings + ([RESET_WARNING] if pending else []),
             pending=pending,
-            result=self._result(plan, plan.backend.mig_devices(), needs_reset, False),
+            result=planned,
         )
 
     def _end_sessions(self, plan: MigOpPlan) -> list[SliceHolder]:
@@ -214,6 +239,8 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
         ended: list[SliceHolder] = []
         for _ in range(3):
             holders, _note = plan.daemon.holders()
+            if plan.daemon.silent is not None and not plan.request.force:  # it stopped answering since the plan
+                raise RefusedError(plan.daemon.silent)
             on_doomed = [h for u in sorted(plan.doomed) for h in holders.get(u, [])]
             if not on_doomed:
                 return ended
@@ -267,7 +294,12 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
 
     @staticmethod
     def _result(
-        plan: MigOpPlan, devices: list[MigDevice], reset: bool, reboot: bool, ended: list[SliceHolder] | None = None
+        plan: MigOpPlan,
+        devices: list[MigDevice],
+        reset: bool,
+        reboot: bool,
+        ended: list[SliceHolder] | None = None,
+        requested: dict[str, Any] | None = None,
     ) -> MigResult:
         gpus = plan.plan.gpus
         return MigResult(
@@ -278,4 +310,5 @@ class MigLayoutOp(Operation[MigRequest, MigOpPlan, MigResult]):
             stopped_processes=[b for g in gpus for b in g.busy_destroyed],
             ended_sessions=ended or [],
             refusal=plan.refusal,
+            requested=requested or {},
         )

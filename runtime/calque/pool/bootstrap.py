@@ -47,7 +47,8 @@ CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
 # Placeholders are @NAME@ so that the shell's own $ and {} need no escaping.
 _USER_DATA = r"""#!/bin/bash
 # calque pool worker bootstrap for model @MODEL@ (rendered by calque.pool.bootstrap).
-# 1. the pool spec in @SPEC_PATH@  2. up to "ready" (warm_steps): the driver check, the calque runtime in
+# 1. the pool spec in @SPEC_PATH@  2. up to "ready" (warm_steps): the driver check (a GPU type needs a working
+# nvidia-smi), the calque runtime in
 # /opt/calque/venv (the staged wheelhouse or wheel, sha256 checked), `calque pool warm-up` (workload, its
 # weight steps into /var/lib/calque/cache, the calque-ready lifecycle hook: CONTINUE, or ABANDON on failure)
 # 3. @UNIT@ (systemd) running `python -m calque.pool.worker --spec @SPEC_PATH@`, on this and every later boot.
@@ -83,11 +84,42 @@ on_exit() {
 trap on_exit EXIT
 
 @RUNTIME_FUNCTIONS@
-check_driver() {  # a GPU image's driver answers, or the instance is no use warm
-  if command -v nvidia-smi >/dev/null; then
+instance_type() {  # IMDSv2's instance-type, or nothing
+  "$PY" -c 'import sys, urllib.request as u
+b = sys.argv[1]
+h = {"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+t = u.urlopen(u.Request(b + "/latest/api/token", method="PUT", headers=h), timeout=5).read().decode()
+h = {"X-aws-ec2-metadata-token": t}
+print(u.urlopen(u.Request(b + "/latest/meta-data/instance-type", headers=h), timeout=5).read().decode())' "$IMDS" \
+    2>/dev/null || true
+}
+nvidia_on_pci() {  # an NVIDIA display or 3D controller on the bus: a GPU type calque's table may not know yet
+  local d
+  for d in "${CALQUE_PCI_DEVICES:-/sys/bus/pci/devices}"/*; do
+    if [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ]; then
+      case "$(cat "$d/class" 2>/dev/null)" in 0x03*) return 0 ;; esac
+    fi
+  done
+  return 1
+}
+check_driver() {  # a GPU instance type's driver answers, or the instance is no use warm: fail (ABANDON)
+  local itype
+  itype=$(instance_type)
+  if [[ " @GPU_FAMILIES@ " == *" ${itype%%.*} "* && -n "$itype" ]] || nvidia_on_pci; then
+    if ! command -v nvidia-smi >/dev/null; then
+      echo "calque bootstrap: ${itype:-this instance} has NVIDIA GPUs but the image has no nvidia-smi" \
+        "(no NVIDIA driver): failing the driver check, the launch is abandoned; use an image with the driver" >&2
+      return 1
+    fi
+    if ! nvidia-smi -L; then
+      echo "calque bootstrap: ${itype:-this instance} has NVIDIA GPUs but nvidia-smi -L fails (the driver does" \
+        "not answer): failing the driver check, the launch is abandoned" >&2
+      return 1
+    fi
+  elif command -v nvidia-smi >/dev/null; then
     nvidia-smi -L
   else
-    echo "calque bootstrap: no nvidia-smi on this image: driver check skipped"
+    echo "calque bootstrap: ${itype:-an unknown instance type}, no NVIDIA GPU: driver check skipped"
   fi
 }
 
@@ -157,6 +189,14 @@ def _signal_source() -> str:
     return text[text.index('"""', 3) + 3 :].strip()
 
 
+def gpu_families() -> list[str]:
+    """The EC2 families with NVIDIA GPUs (``data/ec2-rates.yaml``): there, an image with no working
+    ``nvidia-smi`` fails the bootstrap's driver check (the launch is abandoned, not warmed)."""
+    from calque.aws.pricing import family, gpus, known_types
+
+    return sorted({family(t) for t in known_types() if gpus(t) > 0})
+
+
 def default_runtime_pip() -> str:
     """The pip requirement that installs this runtime's version on an instance."""
     return f"calque=={__version__}"
@@ -211,6 +251,7 @@ def worker_user_data(
         "@REGION@": shlex.quote(spec.region),
         "@ASG_ENDPOINT@": shlex.quote(spec.endpoint_url or ""),
         "@HOOK@": LAUNCH_HOOK,
+        "@GPU_FAMILIES@": " ".join(gpu_families()),
         "@SIGNAL_PY@": _signal_source(),
     }
     text = _USER_DATA.replace("@RUNTIME_FUNCTIONS@\n", RUNTIME_FUNCTIONS)

@@ -26,8 +26,10 @@ description:
     the daemon audits them and records their usage) and then stops those processes; both are listed in the
     plan. Without O(force), the change is refused before anything changes, naming the GPU, the instance,
     the holder and the session's end; check mode warns that the real run will be refused.
-  - A host where no session daemon answers has no session to protect (the module says so when the plan
-    destroys instances).
+  - A host with no session service (no O(session_config), nothing at the socket) has no session to protect
+    (the module says so when the plan destroys instances). A host whose session daemon is configured but does
+    not answer (stopped or crashed) may hold sessions nobody can list: a plan that destroys instances there is
+    refused without O(force=true), naming C(calque-session.service) and how to start it.
   - A MIG mode change takes effect at a GPU reset. The reset runs only with O(allow_reset=true) and when
     nothing holds the GPU; persistence mode (C(nvidia-persistenced)) and the C(nvidia_drm) module hold
     it. Otherwise the module returns RV(reset_required=true) and a later run (after a reset or a
@@ -66,7 +68,13 @@ options:
     default: false
   session_socket:
     description:
-      - The session daemon's socket; default C(CALQUE_SESSION_SOCKET) or C(/run/calque/session.sock).
+      - The session daemon's socket; default the one O(session_config) names, else C(CALQUE_SESSION_SOCKET) or
+        C(/run/calque/session.sock).
+    type: path
+  session_config:
+    description:
+      - The session daemon's configuration file; default C(/etc/calque/session.yaml). Where it exists a daemon is
+        expected on the host, and one that does not answer refuses a change that destroys instances (without O(force)).
     type: path
   allow_reset:
     description:
@@ -213,6 +221,7 @@ def main():
         force=dict(type="bool", default=False),
         allow_reset=dict(type="bool", default=False),
         session_socket=dict(type="path"),
+        session_config=dict(type="path"),
         drain=dict(type="bool", default=False),
         drain_wait=dict(type="int", default=0),
         drain_reason=dict(type="str", default="MIG layout change"),
