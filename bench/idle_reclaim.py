@@ -12,8 +12,10 @@ asks the default TTL (``ttl_min``, 4 h, the longest a lab session may last). Two
   the TTL) and checks in; ``pause_share`` of them pause once halfway for an exponential time (mean
   ``pause_mean_min``, 20 min: lunch, a meeting) with the slice idle, and come back.
 
-With reclaim on (``idle: {for: 30m}``, the daemon's rule in ``calque.session.daemon.idle``) a
-session whose slice stays idle for ``idle_for_min`` ends then: a notebook after its activity plus
+With reclaim on (``idle: {for: 30m, memory_from: null}``, the daemon's rule in
+``calque.session.daemon.activity``; under the default ``memory_from: 64MiB`` a quiet notebook that keeps
+a CUDA context open is active and never reclaimed) a session whose slice stays idle for
+``idle_for_min`` ends then: a notebook after its activity plus
 30 min; a worker whose pause reaches 30 min loses its session then (counted as *lost in a pause*,
 the cost of reclaim: that holder would have come back). The warn notice, sampling (1 s) and the
 reclaim's own seconds are left out; every time is in whole minutes.

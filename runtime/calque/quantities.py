@@ -3,7 +3,7 @@
 A share is a fraction from 0 to 1 (``0.05``) or a percentage with its sign (``5%``); a bare ``5`` is
 refused, since it could mean either. A size takes ``KiB``/``MiB``/``GiB``/``TiB`` (or ``K``/``M``/
 ``G``/``T``, the same binary units) and a bare number is MiB. Percent (the ``Percent`` field) is the
-stored form of a share.
+stored form of a share; Mebibytes (the ``Mebibytes`` field) of a size.
 """
 
 from __future__ import annotations
@@ -54,3 +54,15 @@ def _percent_field(value: Any) -> Any:
 
 Percent = Annotated[float, BeforeValidator(_percent_field), PlainSerializer(lambda v: f"{v:g}%", return_type=str)]
 """A model field stored in percent that takes ``5%`` or ``0.05`` and is written back as ``5%``."""
+
+
+def _mib_field(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_mib(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        raise QuantityError(f"a size {value!r} cannot be negative")
+    return value
+
+
+Mebibytes = Annotated[int, BeforeValidator(_mib_field), PlainSerializer(lambda v: f"{v}MiB", return_type=str)]
+"""A model field stored in whole MiB that takes ``2GiB``, ``512MiB`` or a bare number of MiB."""

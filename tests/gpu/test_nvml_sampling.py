@@ -88,7 +88,7 @@ def test_a_whole_gpu_without_gpm_reads_utilisation_rates_and_each_mps_client_its
     card = card_from_catalog("L4-24GB", mig=False)
     card.util = {"gpu": 61.0}
     card.processes[card.uuid] = [(4242, 300), (4343, 100)]
-    card.process_util = {4242: 55}  # 4343 ran nothing in the window: the driver reports no sample for it
+    card.process_util = {4242: 55}  # the driver reports no sample for 4343 (an MPS client it does not sample)
     fake = FakePynvml([card])
     b = NvmlBackend(fake)
     samples = b.utilisation()
@@ -96,7 +96,11 @@ def test_a_whole_gpu_without_gpm_reads_utilisation_rates_and_each_mps_client_its
     assert (gpu.source, gpu.graphics_percent, gpu.sm_percent) == ("utilization-rates", 61.0, None)
     procs = {s.pid: s for s in samples if s.kind == "process"}
     assert procs[4242].sm_percent == 55.0 and procs[4242].memory_used_mib == 300
-    assert procs[4343].sm_percent == 0.0 and procs[4343].device_uuid == card.uuid
+    # No sample for it: unknown (counted active by idle reclaim), never 0 %.
+    assert procs[4343].sm_percent is None and procs[4343].source == "none" and procs[4343].device_uuid == card.uuid
+    card.process_util = {}  # no sample of anyone since the last read (NOT_FOUND): unknown, never zero
+    procs = {s.pid: s for s in b.utilisation() if s.kind == "process"}
+    assert [procs[p].active_percent for p in (4242, 4343)] == [None, None]
     card.process_util = None  # a driver without per-process use: unknown, never zero
     procs = {s.pid: s for s in b.utilisation() if s.kind == "process"}
     assert procs[4242].active_percent is None and procs[4242].source == "none"

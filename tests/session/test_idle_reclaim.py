@@ -15,10 +15,12 @@ import json
 import os
 import sqlite3
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -74,6 +76,12 @@ def _idle_clock(host: Host, sid: str) -> float:
     return float(at)
 
 
+def _judged_active_after_for(host: Host, s: dict[str, Any], for_s: float) -> bool:
+    """The daemon has seen the slice active later than ``for`` after the checkout: by then an idle one
+    would have ended, so a session still held is one that was judged active, not one not judged yet."""
+    return _idle_clock(host, s["id"]) > datetime.fromisoformat(s["created_at"]).timestamp() + for_s
+
+
 def _usage_reason(host: Host, sid: str) -> str | None:
     db = sqlite3.connect(host.dir / "state/sessions.db")
     try:
@@ -103,7 +111,8 @@ def test_an_idle_slice_is_warned_then_ended_with_reason_idle_and_a_busy_one_neve
     host: Host, make_user: Callable[..., User]
 ) -> None:
     alice, bob = make_user(), make_user()
-    host.start(idle={"below": "5%", "for": "4s", "warn": "2s"})
+    # memory_from: 4GiB: a bare CUDA context or a small model held while computing nothing is idle.
+    host.start(idle={"below": "5%", "for": "4s", "warn": "2s", "memory_from": "4GiB"})
     master, slave = os.openpty()  # Alice's terminal: her process on the slice has it open
     os.chown(os.ttyname(slave), alice.uid, -1)
     try:
@@ -141,7 +150,8 @@ def test_activity_resets_the_idle_clock_and_extend_does_not(host: Host, make_use
     alice = make_user()
     # for: 15 s, room for the extend and the status below (commands, each seconds long on a loaded
     # machine) before the slice gets busy: the session must still be live then.
-    host.start(idle={"below": "0.05", "for": "15s", "warn": "0s"})
+    # memory_from: null: the kernel's 2 GiB are not activity, only its engines are.
+    host.start(idle={"below": "0.05", "for": "15s", "warn": "0s", "memory_from": None})
     with _running(alice) as kernel:
         s = _checkout(host, alice)
         host.sim.add_process(s["slice_id"], kernel.pid, used_memory_mib=2048)
@@ -167,7 +177,7 @@ def test_activity_resets_the_idle_clock_and_extend_does_not(host: Host, make_use
 def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, make_user: Callable[..., User]) -> None:
     group = "cqexempt" + os.urandom(3).hex()
     carol, dave, erin = make_user([group]), make_user(), make_user()
-    host.start(idle={"below": "5%", "for": "2s", "warn": "0s", "exempt_groups": [group]})
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s", "exempt_groups": [group], "memory_from": None})
     with _running(dave) as his, _running(erin) as hers:
         exempt = _checkout(host, carol)
         unknown = _checkout(host, dave)
@@ -188,14 +198,16 @@ def test_unknown_utilisation_and_exempt_groups_are_never_reclaimed(host: Host, m
         assert idle["reclaim"] == 2.0
         assert idle[exempt["slice_id"]] >= 4.0 and unknown["slice_id"] in idle
         # Dave's unknown activity counts as activity: his clock has moved on since his checkout.
-        (his,) = _status(host, dave)
-        assert datetime.fromisoformat(his["active_at"]) > datetime.fromisoformat(unknown["created_at"]), his
+        (daves,) = _status(host, dave)
+        assert datetime.fromisoformat(daves["active_at"]) > datetime.fromisoformat(unknown["created_at"]), daves
     assert _events(host, unknown["id"], "idle") == [] and _events(host, exempt["id"], "idle") == []
 
 
-def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_user: Callable[..., User]) -> None:
+def test_a_session_idle_across_a_daemon_restart_gets_a_whole_idle_period_after_it(
+    host: Host, make_user: Callable[..., User]
+) -> None:
     alice, bob = make_user(), make_user()
-    policy = {"below": "5%", "for": "7s", "warn": "5s"}
+    policy = {"below": "5%", "for": "4s", "warn": "2s", "memory_from": None}
     host.start(idle=policy)
     with _running(alice) as mine, _running(bob) as bobs:
         s = _checkout(host, alice)
@@ -204,40 +216,152 @@ def test_a_daemon_restart_keeps_the_idle_clock_and_the_notice(host: Host, make_u
         busy = _checkout(host, bob)
         host.sim.add_process(busy["slice_id"], bobs.pid, used_memory_mib=2048)
         host.sim.set_load(busy["slice_id"], 80.0)
-        created = datetime.fromisoformat(s["created_at"]).timestamp()
         assert wait_for(lambda: bool(_events(host, s["id"], "idle_notice")))
-        host.kill9()  # no goodbye: what is not in the registry is lost
-        time.sleep(1.0)
+        host.kill9()  # no goodbye: what the slice does from here until the restart is unknown
+        down_at = time.time()
+        time.sleep(4.5)  # down longer than a whole `for`: by the old clock it is overdue
+        restart = time.time()
         host.start(idle=policy)
         assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
-        time.sleep(7.0)  # a whole `for` after the restart: the busy slice is still held
+        # Ended a whole `for` after the restart, not at its first tick: the time down counted as active.
         assert [x["id"] for x in _status(host, bob)] == [busy["id"]]
     assert _events(host, busy["id"], "idle") == [] and _events(host, busy["id"], "idle_notice") == []
     ended = _ended_at(host, s["id"])
-    # Never active: the clock it ended by is still its checkout's, through the restart (not restarted there).
-    assert _idle_clock(host, s["id"]) == pytest.approx(created, abs=0.01), "the clock started again at the restart"
-    assert ended - created >= 7.0 - 0.01, ended - created
-    assert len(_events(host, s["id"], "idle_notice")) == 1  # not sent again after the restart
+    clock = _idle_clock(host, s["id"])
+    assert down_at < clock and restart <= clock, (down_at, restart, clock)  # started again at the restart
+    assert ended - clock >= 4.0 - 0.01, ended - clock
+    assert ended - restart >= 4.0 - 0.01, ended - restart
+    notices = _events(host, s["id"], "idle_notice")
+    assert len(notices) == 2, notices  # one before the kill, a fresh one before the end after the restart
+    assert datetime.fromisoformat(notices[1]["ts"]).timestamp() > restart
     assert _usage_reason(host, s["id"]) == "idle"
 
 
-def test_an_mps_slot_is_judged_by_its_holders_own_clients(host: Host, make_user: Callable[..., User]) -> None:
-    alice = make_user()
-    host.start(idle={"below": "5%", "for": "2s", "warn": "0s"})
+def test_an_mps_client_with_no_per_process_sample_is_never_reclaimed(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice, bob = make_user(), make_user()
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s", "memory_from": None})
     args = ["session", "checkout", "--mps", "--i-understand-shared-gpu-has-no-isolation", "--ttl", "1h", "--json"]
-    client = subprocess.Popen(as_user(alice, ["/bin/sleep", "3600"]))  # before the checkout: listed at once
-    try:
+    # Two clients of hers, before the checkout (listed at once): the driver samples one, not the other.
+    with _running(alice) as sampled, _running(alice) as unsampled, _running(bob) as his:
         s = json.loads(host.cli(alice, *args, check=True).stdout)
         gpu = next(g.uuid for g in host.sim.gpus() if g.index == s["gpu_index"])
-        host.sim.add_process(gpu, client.pid, used_memory_mib=512)
-        host.sim.set_load(gpu, 90.0)  # the GPU is busy and her own use is not reported: kept
-        time.sleep(4.0)
+        host.sim.add_process(gpu, sampled.pid)
+        host.sim.add_process(gpu, unsampled.pid)
+        host.sim.set_load(gpu, 0.0)  # the GPU as a whole reads idle
+        host.sim.set_load(gpu, 0.0, pid=sampled.pid)
+        # The yardstick: Bob's idle MIG slice, checked out after hers, is reclaimed.
+        control = _checkout(host, bob)
+        host.sim.add_process(control["slice_id"], his.pid)
+        host.sim.set_load(control["slice_id"], 0.0)
+        assert wait_for(lambda: bool(_events(host, control["id"], "idle")))
+        # Judged active (its clock moves), never idle: the unsampled client's use is unknown, not 0 %.
+        assert wait_for(partial(_judged_active_after_for, host, s, 2.0))
         assert [x["id"] for x in _status(host, alice)] == [s["id"]]
-        host.sim.set_load(gpu, 0.0, pid=client.pid)  # her client's own use, now reported: 0 %
+        assert unsampled.poll() is None and sampled.poll() is None
+        assert _events(host, s["id"], "idle") == []
+        host.sim.set_load(gpu, 0.0, pid=unsampled.pid)  # now sampled too, at 0 %: the slot is idle
         assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
-        assert client.wait(HANG_S) != 0
+        assert unsampled.wait(HANG_S) != 0 and sampled.wait(HANG_S) != 0
+    assert _usage_reason(host, s["id"]) == "idle"
+
+
+def test_work_as_root_on_the_holders_slice_that_reads_busy_is_never_reclaimed(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice, carol, bob = make_user(), make_user(), make_user()
+    host.start(idle={"below": "5%", "for": "2s", "warn": "0s"})
+    # Root's processes (work run as root in a container), none of the holders' own on their slices.
+    root_busy = subprocess.Popen(["/bin/sleep", "3600"])
+    root_unread = subprocess.Popen(["/bin/sleep", "3600"])
+    try:
+        with _running(bob) as his:
+            busy = _checkout(host, alice)
+            host.sim.add_process(busy["slice_id"], root_busy.pid)
+            host.sim.set_load(busy["slice_id"], 90.0)  # GPM reads the slice 90 % busy
+            unread = _checkout(host, carol)
+            host.sim.add_process(unread["slice_id"], root_unread.pid)  # no GPM (an A100): unknown
+            control = _checkout(host, bob)
+            host.sim.add_process(control["slice_id"], his.pid)
+            host.sim.set_load(control["slice_id"], 0.0)
+            assert wait_for(lambda: bool(_events(host, control["id"], "idle")))
+            for s in (busy, unread):
+                assert wait_for(partial(_judged_active_after_for, host, s, 2.0))
+            assert [x["id"] for x in _status(host, alice)] == [busy["id"]]
+            assert [x["id"] for x in _status(host, carol)] == [unread["id"]]
+            assert root_busy.poll() is None and root_unread.poll() is None
     finally:
-        if client.poll() is None:
-            client.kill()
-        client.wait()
+        for p in (root_busy, root_unread):
+            p.kill()
+            p.wait()
+    assert _events(host, busy["id"], "idle") == [] and _events(host, unread["id"], "idle") == []
+
+
+# A workload that writes down when each signal reached it, and exits on SIGTERM.
+SIGNAL_LOG = textwrap.dedent(
+    """
+    import signal, sys, time
+    log = open(sys.argv[1], "a", buffering=1)
+    def on(sig, frame):
+        log.write(f"{signal.Signals(sig).name} {time.time()}\\n")
+        if sig == signal.SIGTERM:
+            sys.exit(0)
+    signal.signal(signal.SIGUSR1, on)
+    signal.signal(signal.SIGTERM, on)
+    log.write("started\\n")
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def test_the_checkpoint_signal_arrives_the_configured_lead_before_sigterm(
+    host: Host, make_user: Callable[..., User]
+) -> None:
+    alice = make_user()
+    lead = 3.0
+    host.start(
+        idle={"below": "5%", "for": "6s", "warn": "0s", "memory_from": None, "checkpoint_signal": "SIGUSR1",
+              "checkpoint_before": f"{lead:g}s"},
+        kill_grace=5.0,
+    )  # fmt: skip
+    script, log = host.dir / "checkpointing.py", host.dir / "signals.log"
+    script.write_text(SIGNAL_LOG)
+    script.chmod(0o644)
+    log.touch()
+    log.chmod(0o666)
+    master, slave = os.openpty()  # Alice's terminal
+    os.chown(os.ttyname(slave), alice.uid, -1)
+    work = subprocess.Popen(as_user(alice, ["/usr/bin/python3", str(script), str(log)]), stdin=slave)
+    try:
+        assert wait_for(lambda: "started" in log.read_text())
+        s = _checkout(host, alice)
+        host.sim.add_process(s["slice_id"], work.pid)
+        host.sim.set_load(s["slice_id"], 0.0)
+        assert wait_for(lambda: bool(_events(host, s["id"], "idle")))
+        assert work.wait(HANG_S) == 0  # it saved its work on SIGUSR1 and left on SIGTERM
+        os.set_blocking(master, False)
+        seen = os.read(master, 65536).decode(errors="replace")
+    finally:
+        if work.poll() is None:
+            work.kill()
+        work.wait()
+        os.close(master)
+        os.close(slave)
+    got = [line.split() for line in log.read_text().splitlines()[1:]]
+    assert [name for name, _ in got] == ["SIGUSR1", "SIGTERM"], got
+    usr1, term = (float(at) for _, at in got)
+    # As the workload saw them: the checkpoint first, the lead between them (less only the signal's delivery).
+    assert term - usr1 >= lead - 0.5, term - usr1
+    (cp,) = _events(host, s["id"], "idle_checkpoint")
+    (end,) = _events(host, s["id"], "idle")
+    assert cp["signal"] == "SIGUSR1" and cp["pids"] == [work.pid], cp
+    sent, sigterm = (datetime.fromisoformat(x).timestamp() for x in (end["checkpoint_at"], end["sigterm_at"]))
+    # As the daemon's audit trail has them: the signal a whole lead before SIGTERM, and not before its time.
+    assert sigterm - sent >= lead - 0.01, (sent, sigterm)
+    created = datetime.fromisoformat(s["created_at"]).timestamp()
+    assert sent - created >= 6.0 - lead - 0.01 and sigterm - created >= 6.0 - 0.01
+    assert end["terminated"] == [work.pid] and "engine activity 0%" in end["read"], end
+    assert "SIGUSR1" in seen and s["id"] in seen, seen  # and a line on her terminal said so
     assert _usage_reason(host, s["id"]) == "idle"

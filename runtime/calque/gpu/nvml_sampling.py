@@ -7,7 +7,8 @@ between it and a fresh one, so a call after the first costs no wait (the first m
 (``nvmlGpmMigSampleGet``): compute instances of one GPU instance share its figures. Where GPM is not
 supported (before Hopper; A100 MIG) a MIG device's activity is unknown; a whole GPU falls back to
 ``nvmlDeviceGetUtilizationRates``, which NVML does not offer on MIG devices. On a GPU not in MIG mode
-each compute process (an MPS client) gets its own sample from ``nvmlDeviceGetProcessUtilization``.
+each compute process (an MPS client) gets its own sample from ``nvmlDeviceGetProcessUtilization``,
+or none (unknown) where the driver gave none for it.
 Only reads: nothing here changes a GPU (streaming, MIG and MPS are left as they are).
 """
 
@@ -168,8 +169,9 @@ class NvmlSampler:
         )
 
     def _process_samples(self, index: int, h: Any, uuid: str) -> list[DeviceSample]:
-        """One sample per compute process on a whole GPU: its SM use since the last call (0 when the
-        driver saw none: NOT_FOUND), None when the driver does not report per-process use."""
+        """One sample per compute process on a whole GPU: its SM use since the last call, None (unknown,
+        never 0 %) where the driver gave no sample for it: no per-process use at all, none since the
+        last call (NOT_FOUND), or none for that process (an MPS client the driver does not sample)."""
         procs = self._b.call(f"list GPU {index}'s processes", self._nv.nvmlDeviceGetComputeRunningProcesses, h)
         if not procs:
             return []
@@ -178,23 +180,22 @@ class NvmlSampler:
             got = self._b.call(
                 f"read GPU {index}'s per-process use", self._nv.nvmlDeviceGetProcessUtilization, h, since
             )
-        except nv.GpuDriverError as exc:
-            got = [] if exc.code == nv.NOT_FOUND else None
+        except nv.GpuDriverError:  # not offered, or nothing since ``since`` (NOT_FOUND): every client unknown
+            got = None
         sm: dict[int, float] = {}
         # The driver's buffer holds several samples per process since ``since``: the highest is kept,
         # so a client that ran at all in the window reads as having run (never reclaimed on an average).
-        if got is not None:
-            for s in got:
-                sm[int(s.pid)] = max(sm.get(int(s.pid), 0.0), _percent(s.smUtil))
-                self._proc_seen[index] = max(self._proc_seen.get(index, 0), int(s.timeStamp))
+        for s in got or []:
+            sm[int(s.pid)] = max(sm.get(int(s.pid), 0.0), _percent(s.smUtil))
+            self._proc_seen[index] = max(self._proc_seen.get(index, 0), int(s.timeStamp))
         return [
             DeviceSample(
                 device_uuid=uuid,
                 kind="process",
                 pid=int(p.pid),
-                sm_percent=None if got is None else sm.get(int(p.pid), 0.0),
+                sm_percent=sm.get(int(p.pid)),
                 memory_used_mib=int(p.usedGpuMemory or 0) >> 20,
-                source="process-utilization" if got is not None else "none",
+                source="process-utilization" if int(p.pid) in sm else "none",
             )
             for p in procs
         ]

@@ -17,7 +17,7 @@ from calque.configfile import load_model
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
-from calque.quantities import Percent
+from calque.quantities import Mebibytes, Percent
 from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
 CONFIG_VERSION = 1
@@ -60,12 +60,23 @@ class Policy(CalqueModel):
         return {g: lim for g in groups if g in self.groups and (lim := self.groups[g].max_sessions) is not None}
 
 
-class IdlePolicy(CalqueModel):
-    """Idle reclaim: a session whose slice stays below ``below`` for ``for`` is ended (reason ``idle``).
+def _signal_name(v: str, what: str) -> str:
+    import signal
 
-    Idle is measured, not guessed: no process of the holder on the slice is idle; with processes, the
-    driver's activity (``calque.gpu`` utilisation samples) below the threshold is idle, and unknown
-    activity (no GPM: A100 MIG) is never idle. ``extend`` does not reset the clock; activity does.
+    if not v.startswith("SIG") or not isinstance(getattr(signal, v, None), signal.Signals):
+        raise ValueError(f"{what} {v!r} is not a signal name; use e.g. SIGUSR1 or SIGHUP")
+    return v
+
+
+class IdlePolicy(CalqueModel):
+    """Idle reclaim: a session whose slice shows no activity for ``for`` is ended (reason ``idle``).
+
+    Idle is measured, never guessed (``session/daemon/activity.py``): the utilisation is read first,
+    and the slice is active when any reading says so: its engines at or above ``below``, device memory
+    in use on it (at or above ``memory_from``, by anyone's processes), its holder's own clients' use
+    (MPS), or a reading the driver did not give (unknown is active). ``extend`` does not reset the
+    clock; activity does. Before the end the holder is told (``warn``) and, with
+    ``checkpoint_signal``, the session's processes get that signal ``checkpoint_before`` the SIGTERM.
     """
 
     model_config = ConfigDict(populate_by_name=True)
@@ -73,12 +84,33 @@ class IdlePolicy(CalqueModel):
     below: Percent = Field(5.0, description="activity under this is idle: 5% or 0.05 (SM or graphics, the larger)")
     for_: Seconds = Field(1800.0, gt=0, alias="for", description="idle this long and the session is ended")
     warn: Seconds = Field(600.0, ge=0, description="the holder is told this long before (0: no notice)")
+    memory_from: Mebibytes | None = Field(
+        64,
+        ge=0,
+        description="device memory in use on the slice at or above this (MiB, or 4GiB) counts as activity: a "
+        "process's CUDA context or a loaded model keeps the slice; null: memory never counts",
+    )
+    checkpoint_signal: str | None = Field(
+        None,
+        description="sent to the session's processes checkpoint_before the SIGTERM of an idle end (e.g. SIGUSR1; "
+        "a process with no handler for it dies of it); off when unset",
+    )
+    checkpoint_before: Seconds = Field(60.0, gt=0, description="how long before the SIGTERM the checkpoint signal goes")
     exempt_groups: list[str] = Field(default_factory=list, description="members' sessions are never reclaimed")
+
+    @field_validator("checkpoint_signal")
+    @classmethod
+    def _checkpoint_signal(cls, v: str | None) -> str | None:
+        return None if v is None else _signal_name(v, "idle.checkpoint_signal")
 
     @model_validator(mode="after")
     def _warn_within(self) -> IdlePolicy:
         if self.warn >= self.for_:
             raise ValueError(f"idle.warn ({self.warn:g} s) must be shorter than idle.for ({self.for_:g} s)")
+        if self.checkpoint_signal is not None and self.checkpoint_before >= self.for_:
+            raise ValueError(
+                f"idle.checkpoint_before ({self.checkpoint_before:g} s) must be shorter than idle.for ({self.for_:g} s)"
+            )
         return self
 
 
@@ -142,7 +174,9 @@ class SessionConfig(VersionedModel):
         5.0, gt=0, description="seconds between re-checks of capability node owners and modes (holders and free slices)"
     )
     idle_expiry: Seconds | None = Field(
-        None, description="older spelling of idle: {below: 0%, for: <this>, warn: 0} (no process this long)"
+        None,
+        description="older spelling of idle: {below: 0%, for: <this>, warn: 0} (no process, memory in use or "
+        "activity on the slice this long)",
     )
     idle: IdlePolicy | None = Field(None, description="idle reclaim by measured utilisation (off when unset)")
     policy: Policy = Field(default_factory=Policy)
@@ -214,11 +248,7 @@ class SessionConfig(VersionedModel):
     @field_validator("notice_signal")
     @classmethod
     def _signal(cls, v: str) -> str:
-        import signal
-
-        if not v.startswith("SIG") or not isinstance(getattr(signal, v, None), signal.Signals):
-            raise ValueError(f"notice_signal {v!r} is not a signal name; use e.g. SIGUSR1 or SIGHUP")
-        return v
+        return _signal_name(v, "notice_signal")
 
 
 def load_config(path: Path | None) -> SessionConfig:

@@ -9,7 +9,8 @@ killed; processes outside it still holding one of its nodes open are ended by th
 next tick (``guard.py``). Reclaims run on a fixed
 pool of threads started with the daemon (starting a thread can fail under load; queueing cannot),
 and one that fails is retried on a later tick. With ``idle`` (or the older ``idle_expiry``) a session
-whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it); one that reaches the
+whose slice stays idle that long ends too, reason ``idle`` (``idle.py`` judges it, and sends the
+checkpoint signal before; the end's audit line says what was read and when both signals went); one that reaches the
 deadline a drain set (``drains.py``) ends the same way, reason ``drained``. "On the slice" is
 what the GPU backend reports for the slice's device, restricted to processes the holder owns.
 """
@@ -21,6 +22,7 @@ import queue
 import signal
 import threading
 import time
+from typing import Any
 
 from calque.session.daemon.cleanup import Cleanup, signal_pids
 from calque.session.daemon.drains import drain_covering
@@ -32,13 +34,17 @@ from calque.session.daemon.inventory import processes_on
 from calque.session.daemon.mpsdaemons import MpsWatch
 from calque.session.daemon.nodes import end_session, reassert_nodes
 from calque.session.daemon.notices import notify_terminals
-from calque.session.daemon.rows import Held
+from calque.session.daemon.rows import Held, ts
 
 log = logging.getLogger("calque.session")
 
 MAX_SLEEP_S = 0.25
 RECLAIMERS = 8
 RETRY_AFTER_S = 1.0
+
+
+def iso(epoch: float) -> str:
+    return ts(epoch).isoformat()
 
 
 class Enforcer:
@@ -58,7 +64,7 @@ class Enforcer:
         self._retry_at: dict[str, float] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="session-timers", daemon=True)
-        self._reclaims: queue.Queue[tuple[Held, str, str] | None] = queue.Queue()
+        self._reclaims: queue.Queue[tuple[Held, str, str, dict[str, Any]] | None] = queue.Queue()
         self._reclaimers = [
             threading.Thread(target=self._reclaim_loop, name=f"session-reclaim-{i}", daemon=True)
             for i in range(RECLAIMERS)
@@ -134,8 +140,10 @@ class Enforcer:
             except Exception:  # the nodes' re-check and the guard below still run
                 log.exception("idle reclaim tick failed; retrying")
                 ending, idle_due = [], now + 1.0
-            for h in ending:
-                self._start_reclaim(h, "idle", "idle")
+            for h in ending:  # the audit line says what was read and when the checkpoint signal went
+                cp = self.idle.checkpoint_at(h.session.id)
+                read = {"read": self.idle.why(h.session.id), "checkpoint_at": None if cp is None else iso(cp)}
+                self._start_reclaim(h, "idle", "idle", read)
             next_due = min(next_due, idle_due)
         if reassert:
             reassert_nodes(self.host)
@@ -171,12 +179,12 @@ class Enforcer:
         self.host.registry.mark_notice(h.session.id, sent)
         self.host.audit.record("notice", h, by_uid=0, reason=f"{left} s left", pids=signalled, terminals=ttys)
 
-    def _start_reclaim(self, h: Held, reason: str, event: str) -> None:
+    def _start_reclaim(self, h: Held, reason: str, event: str, audit: dict[str, Any] | None = None) -> None:
         with self._lock:
             if h.session.id in self._reclaiming or time.monotonic() < self._retry_at.get(h.session.id, 0.0):
                 return
             self._reclaiming.add(h.session.id)
-        self._reclaims.put((h, reason, event))
+        self._reclaims.put((h, reason, event, audit or {}))
 
     def _reclaim_loop(self) -> None:
         while True:
@@ -185,12 +193,15 @@ class Enforcer:
                 return
             self._expire(*item)
 
-    def _expire(self, h: Held, reason: str, event: str) -> None:
+    def _expire(self, h: Held, reason: str, event: str, audit: dict[str, Any]) -> None:
         sid = h.session.id
         failed = False
         try:
-            self.cleanup.terminate(h)  # the slice's processes and the cgroup's: SIGTERM, the grace, SIGKILL
-            ended = end_session(self.host, h.session.id, reason, event, 0)  # type: ignore[arg-type]
+            sigterm_at = time.time()
+            hit = self.cleanup.terminate(h)  # the slice's processes and the cgroup's: SIGTERM, the grace, SIGKILL
+            # The end's audit line says when SIGTERM went and to whom (after a checkpoint signal, that lead).
+            audit = {**audit, "sigterm_at": iso(sigterm_at), "terminated": hit}
+            ended = end_session(self.host, h.session.id, reason, event, 0, **audit)  # type: ignore[arg-type]
             self.cleanup.finish(ended or h)
         except Exception:
             failed = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from calque.models.session import EndReason
 from calque.session.daemon import holders, isolation
@@ -65,9 +66,11 @@ def end_session(
     by_uid: int,
     note: str | None = None,
     owner: int | None = None,
+    **audit: Any,
 ) -> Held | None:
     """End a live session (only if ``owner``'s, when given, checked in the same transaction): the
-    registry row, then its nodes back to root, then the audit line. None when nothing was live."""
+    registry row, then its nodes back to root, then the audit line (with ``audit``'s fields). None
+    when nothing was live."""
     ended = host.registry.end(sid, reason, time.time(), owner=owner)
     if ended is None:
         return None
@@ -76,7 +79,7 @@ def end_session(
             isolation.revoke(host.root, ended.slice)
     except (OSError, ValueError) as exc:
         log.error("cannot take back capability nodes of %s: %s", ended.slice.id, exc)
-    host.audit.record(event, ended, by_uid=by_uid, reason=note or reason)
+    host.audit.record(event, ended, by_uid=by_uid, reason=note or reason, **audit)
     host.changed()
     return ended
 
