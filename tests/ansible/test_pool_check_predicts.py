@@ -15,6 +15,7 @@ import pytest
 import yaml
 from calque.aws.acquire.scaling import backlog_target
 from calque.aws.clients import client
+from calque.models.pool_names import pool_names
 from test_pool_group_playbook import GROUP_TASK, SANDBOX_GROUP, in_group, play
 
 SPEC_TASK = "Staged calque runtime and worker user-data"
@@ -41,16 +42,53 @@ def predicted_then_real(tmp_path: Path, **extra: Any) -> tuple[dict[str, dict[st
     return check, real
 
 
+def made_from_nothing(tmp_path: Path, first: dict[str, dict[str, Any]]) -> None:
+    """What pool.yml's first run made: template, group, queue, the workers' IAM, scaling, spec and runtime."""
+    group = first[GROUP_TASK]
+    assert group["changed"] and group["template_version"] == 1 and len(group["instances"]) == 2
+    names = pool_names("sandbox/embedder")
+    assert client("ec2").describe_launch_templates(LaunchTemplateNames=[names.template])["LaunchTemplates"]
+    asg = client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[names.group])["AutoScalingGroups"]
+    assert asg and {t["Key"]: t["Value"] for t in asg[0]["Tags"]}["calque:pool"] == "sandbox/embedder"
+    queue_url = client("sqs").get_queue_url(QueueName=names.queue)["QueueUrl"]
+    assert client("sqs").list_queue_tags(QueueUrl=queue_url)["Tags"]["calque:pool"] == "sandbox/embedder"
+    # the workers' own role, its one inline policy and its instance profile, on the group's template
+    iam = client("iam")
+    assert iam.list_role_policies(RoleName=names.role)["PolicyNames"] == [names.policy]
+    profile = iam.get_instance_profile(InstanceProfileName=names.instance_profile)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [names.role]
+    # scaling on the queue: target tracking on backlog per instance, the wake and idle steps, the drain hook
+    autoscaling = client("autoscaling")
+    policies = autoscaling.describe_policies(AutoScalingGroupName=names.group)["ScalingPolicies"]
+    kinds = sorted((p["PolicyName"].rsplit("-", 1)[-1], p["PolicyType"]) for p in policies)
+    assert kinds == [("backlog", "TargetTrackingScaling"), ("idle", "StepScaling"), ("wake", "StepScaling")]
+    hooks = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=names.group)["LifecycleHooks"]
+    assert [h["LifecycleTransition"] for h in hooks] == ["autoscaling:EC2_INSTANCE_TERMINATING"]
+    # the spec the workers read names the pool, its queue and the staged script
+    spec = (tmp_path / "spec" / "pool.yml").read_text()
+    assert "pool: sandbox/embedder" in spec and f"queue_name: {names.queue}" in spec
+    assert f"workload: s3://calque-sandbox-runs/calque/pools/{names.queue}/" in spec
+    # the runtime: this calque's wheel staged in the bucket, its presigned URL and sha256 in the user-data
+    info = first[SPEC_TASK]["runtime"]
+    assert info["uploaded"] is True and info["key"] == "calque/runtime/calque-0.1.0-py3-none-any.whl"
+    head = client("s3").head_object(Bucket="calque-sandbox-runs", Key=info["key"])
+    assert head["Metadata"]["calque-sha256"] == info["sha256"]
+    user_data = first[SPEC_TASK]["user_data"]
+    assert f"RUNTIME_SHA256={info['sha256']}\n" in user_data and "RUNTIME_URL='http://127.0.0.1:" in user_data
+
+
 @pytest.mark.slow
 def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(moto: str, tmp_path: Path) -> None:
-    """One pool through its life, each change checked before it is made: unchanged, a refused and then a
-    consented roll to a new spec, an unhealthy instance replaced, a scale-out that needs no terminate
-    consent, a scale-in that does. (This test took over test_pool_group_playbook.py's spec-change and
+    """One pool through its life, each change checked before it is made: made from nothing (everything
+    test_pool_playbook.py's from-nothing test asserted, whose three runs were these first three), unchanged,
+    a refused and then a consented roll to a new spec, an unhealthy instance replaced, a scale-out that needs
+    no terminate consent, a scale-in that does. (This test took over test_pool_group_playbook.py's spec-change and
     count tests, whose steps it repeated with a pool.yml run of its own each: every assertion of both
     is here, in this order of runs.)"""
     no_terminate = {"calque_i_understand_this_terminates_instances": False}
     rc, first = play(tmp_path, "pool.yml", **no_terminate)  # making a pool needs no terminate consent
     assert rc == 0, first
+    made_from_nothing(tmp_path, first)
     staged = first[SPEC_TASK]["runtime"]
     assert staged["wheelhouse_key"] and staged["wheelhouse_sha256"]  # the default path: a wheelhouse is staged
     instances = in_group()

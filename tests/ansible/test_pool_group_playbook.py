@@ -58,36 +58,8 @@ def in_group(pool: str = "sandbox/embedder") -> list[str]:
 
 
 # Raising and lowering the count, and a spec change that rolls: test_pool_check_predicts.py, in one pool's life
-# with check mode before each change (its runs were these tests' runs).
-
-
-@pytest.mark.slow
-def test_two_labs_pools_of_one_model_coexist_and_tearing_one_down_leaves_the_other(moto: str, tmp_path: Path) -> None:
-    labs = {
-        lab: {
-            "calque_pool_name": f"{lab}/embedder",
-            "calque_pool_bucket": f"{lab}-calque-runs",
-            "calque_pool_spec_path": str(tmp_path / lab / "pool.yml"),
-        }
-        for lab in ("lab-a", "lab-b")
-    }
-    for lab, extra in labs.items():
-        rc, _ = play(tmp_path, "pool.yml", **extra)
-        assert rc == 0, lab
-    b_instances = in_group("lab-b/embedder")
-    assert len(in_group("lab-a/embedder")) == 2 and len(b_instances) == 2
-    rc, _ = play(tmp_path, "teardown.yml", calque_teardown_queue=True, calque_teardown_bucket=True, **labs["lab-a"])
-    assert rc == 0
-    assert in_group("lab-a/embedder") == [] and in_group("lab-b/embedder") == b_instances
-    sqs = client("sqs")
-    queues = sorted(u.rsplit("/", 1)[-1] for u in sqs.list_queues().get("QueueUrls", []))
-    b = pool_names("lab-b/embedder")
-    assert queues == [b.queue, b.dlq]
-    assert [x["Name"] for x in client("s3").list_buckets()["Buckets"]] == ["lab-b-calque-runs"]
-    ec2 = client("ec2")
-    assert [t["LaunchTemplateName"] for t in ec2.describe_launch_templates()["LaunchTemplates"]] == [b.template]
-    roles = sorted(r["RoleName"] for r in client("iam").list_roles()["Roles"] if r["RoleName"].startswith("calque-"))
-    assert roles == [b.role]
+# with check mode before each change (its runs were these tests' runs). Two labs' pools of one model side by
+# side, and tearing one down: test_pool_teardown.py.
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""``playbooks/teardown.yml`` over an inventory of two labs' pools: one pool per run unless told otherwise."""
+"""``playbooks/teardown.yml`` over an inventory of two labs' pools of one model: one pool per run unless told
+otherwise, and tearing one lab's down (queue, bucket, template, role) leaves the other's whole."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from calque.aws.clients import client
+from calque.models.pool_names import pool_names
 from test_pool_group_playbook import REPO, in_group, play
 
 TEARDOWN_GUARD = "Refuse to tear down more than one pool unless told to"
@@ -50,9 +53,18 @@ def test_teardown_refuses_two_pools_without_a_limit_or_calque_teardown_all_pools
     assert list(tasks) == [TEARDOWN_GUARD]  # the first task failed: nothing after it ran
     assert in_group("lab-a/embedder") == a and in_group("lab-b/embedder") == b
 
-    # -l lab-a: one pool, torn down; lab B's untouched
-    rc, _ = play(tmp_path, "teardown.yml", "-l", "lab-a", inventory=inventory)
+    # -l lab-a, with its queue and bucket: one pool, torn down with everything of its own; lab B's untouched
+    everything = {"calque_teardown_queue": True, "calque_teardown_bucket": True}
+    rc, _ = play(tmp_path, "teardown.yml", "-l", "lab-a", inventory=inventory, **everything)
     assert rc == 0 and in_group("lab-a/embedder") == [] and in_group("lab-b/embedder") == b
+    left = pool_names("lab-b/embedder")
+    queues = sorted(u.rsplit("/", 1)[-1] for u in client("sqs").list_queues().get("QueueUrls", []))
+    assert queues == [left.queue, left.dlq]
+    assert [x["Name"] for x in client("s3").list_buckets()["Buckets"]] == ["lab-b-calque-runs"]
+    templates = client("ec2").describe_launch_templates()["LaunchTemplates"]
+    assert [t["LaunchTemplateName"] for t in templates] == [left.template]
+    roles = sorted(r["RoleName"] for r in client("iam").list_roles()["Roles"] if r["RoleName"].startswith("calque-"))
+    assert roles == [left.role]
 
     # calque_teardown_all_pools: every pool the run names (here lab B's, the one left)
     play(tmp_path, "pool.yml", "-l", "lab-a", inventory=inventory, calque_pool_runtime_wheelhouse=False)

@@ -219,6 +219,7 @@ def controller_policy(arns: PoolArns) -> dict[str, Any]:
                     "iam:CreateRole",
                     "iam:DeleteRole",
                     "iam:DeleteRolePolicy",
+                    "iam:DetachRolePolicy",
                     "iam:GetRole",
                     "iam:GetRolePolicy",
                     "iam:ListAttachedRolePolicies",

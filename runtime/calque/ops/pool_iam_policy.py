@@ -1,8 +1,7 @@
 """A pool's IAM documents as an operation that never changes anything (``calque.aws.iam_policy``).
 
-``calque.gpu.pool_iam_policy`` returns them to ``playbooks/tasks/pool_iam.yml``, which hands them to
-amazon.aws's ``iam_role``, ``iam_policy`` and ``iam_instance_profile``; ``calque pool iam-policy``
-prints the same documents.
+``calque.gpu.pool_iam_policy`` returns them and ``calque pool iam-policy`` prints them;
+``calque.ops.pool_iam`` makes the role from the same documents.
 """
 
 from __future__ import annotations

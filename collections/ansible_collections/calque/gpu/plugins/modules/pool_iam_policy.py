@@ -21,8 +21,7 @@ description:
     attributes and the URL, send), its own keys in the bucket (get, put, delete, and a listing
     limited to those keys) and its own Auto Scaling group (scale-in protection and the lifecycle
     action, for the group tagged C(calque:pool=<pool>)), nothing else.
-  - Facts only, no AWS call; C(playbooks/tasks/pool_iam.yml) hands the documents to
-    M(amazon.aws.iam_role), M(amazon.aws.iam_policy) and M(amazon.aws.iam_instance_profile).
+  - Facts only, no AWS call; M(calque.gpu.pool_iam) makes the role, policy and profile from the same documents.
   - A thin face over the C(calque.ops.pool_iam_policy) operation (C(calque.aws.iam_policy)); the CLI's
     C(calque pool iam-policy) prints the same documents.
 author: calque developers (@calque)

@@ -1,4 +1,4 @@
-"""``playbooks/tasks/pool_iam.yml`` and its teardown through real ansible-playbook runs against moto IAM."""
+"""``calque.gpu.pool_iam`` through real ansible-playbook runs against moto IAM: made, unchanged, checked, removed."""
 
 from __future__ import annotations
 
@@ -10,23 +10,18 @@ import pytest
 from calque.aws.clients import client
 from calque.aws.iam_policy import pool_iam_documents
 from calque.models.pool_names import pool_names
-from support.ansible import REPO, PlaybookRun, run_playbook
+from support.ansible import PlaybookRun, run_playbook
 
 pytestmark = pytest.mark.slow
 
-TASKS = REPO / "playbooks" / "tasks"
 BUCKET = "lab-calque-runs"
+TASK = "pool_iam"
 
 
-def _run(tmp_path: Path, moto: str, pool: str, file: str = "pool_iam.yml", check: bool = False) -> PlaybookRun:
-    play_vars: dict[str, Any] = {
-        "calque_pool_name": pool,
-        "calque_pool_bucket": BUCKET,
-        "calque_aws_region": "us-east-1",
-    }
-    include = {"name": f"include {file}", "ansible.builtin.include_tasks": str(TASKS / file)}
+def _run(tmp_path: Path, moto: str, pool: str, state: str = "present", check: bool = False) -> PlaybookRun:
+    task = {"name": TASK, "calque.gpu.pool_iam": {"pool": pool, "bucket": BUCKET, "state": state}}
     defaults = {"group/calque.gpu.aws": {"region": "us-east-1", "endpoint_url": moto}}
-    return run_playbook(tmp_path, [include], check=check, play_vars=play_vars, module_defaults=defaults)
+    return run_playbook(tmp_path, [task], check=check, diff=check, module_defaults=defaults)
 
 
 def _role(name: str) -> dict[str, Any] | None:
@@ -38,7 +33,7 @@ def _role(name: str) -> dict[str, Any] | None:
     return role
 
 
-def test_pool_iam_tasks_create_the_role_policy_and_profile_then_change_nothing(moto: str, tmp_path: Path) -> None:
+def test_pool_iam_creates_the_role_policy_and_profile_then_changes_nothing(moto: str, tmp_path: Path) -> None:
     first = _run(tmp_path, moto, "lab-a/embedder")
     assert first.rc == 0, first.stdout + first.stderr
     docs = pool_iam_documents("lab-a/embedder", bucket=BUCKET, region="us-east-1", account="123456789012")
@@ -52,24 +47,56 @@ def test_pool_iam_tasks_create_the_role_policy_and_profile_then_change_nothing(m
     assert iam.list_attached_role_policies(RoleName=docs.role_name)["AttachedPolicies"] == []
     profile = iam.get_instance_profile(InstanceProfileName=docs.instance_profile_name)["InstanceProfile"]
     assert [r["RoleName"] for r in profile["Roles"]] == [docs.role_name]
-    assert first.task("The pool's IAM names and documents")["worker_policy"] == docs.worker_policy
+    made = first.task(TASK)
+    assert made["worker_policy"] == docs.worker_policy and made["profile_exists"] is True
 
     second = _run(tmp_path, moto, "lab-a/embedder")
     assert second.rc == 0, second.stdout + second.stderr
     assert second.changed == 0, [r["task"] for r in second.results if r["result"].get("changed")]
 
 
-def test_check_mode_from_nothing_creates_nothing(moto: str, tmp_path: Path) -> None:
+def test_what_widens_the_role_is_taken_back_and_check_mode_says_so_first(moto: str, tmp_path: Path) -> None:
+    """A managed policy attached by hand, a second inline policy and a loosened trust: the next run restores
+    the rendered role, and check mode before it names each call and makes none."""
+    assert _run(tmp_path, moto, "lab-a/embedder").rc == 0
+    names, iam = pool_names("lab-a/embedder"), client("iam")
+    admin = iam.create_policy(
+        PolicyName="by-hand",
+        PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        ),
+    )["Policy"]["Arn"]
+    iam.attach_role_policy(RoleName=names.role, PolicyArn=admin)
+    iam.put_role_policy(
+        RoleName=names.role,
+        PolicyName="extra",
+        PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        ),
+    )
+    check = _run(tmp_path, moto, "lab-a/embedder", check=True)
+    assert check.rc == 0, check.stdout
+    planned = check.task(TASK)
+    assert planned["changed"] is True
+    assert iam.list_attached_role_policies(RoleName=names.role)["AttachedPolicies"] != []  # check changed nothing
+    real = _run(tmp_path, moto, "lab-a/embedder")
+    assert real.rc == 0 and real.task(TASK)["changed"] is True
+    assert iam.list_attached_role_policies(RoleName=names.role)["AttachedPolicies"] == []
+    assert iam.list_role_policies(RoleName=names.role)["PolicyNames"] == [names.policy]
+
+
+def test_check_mode_from_nothing_creates_nothing_and_says_the_profile_is_not_there(moto: str, tmp_path: Path) -> None:
     run = _run(tmp_path, moto, "lab-a/embedder", check=True)
     assert run.rc == 0, run.stdout + run.stderr
-    assert run.task("Workers' role (EC2 may assume it)")["changed"] is True
+    planned = run.task(TASK)
+    assert planned["changed"] is True and planned["profile_exists"] is False
     assert _role(pool_names("lab-a/embedder").role) is None
 
 
-def test_teardown_of_one_lab_leaves_the_other_labs_role_whole(moto: str, tmp_path: Path) -> None:
+def test_removing_one_labs_role_leaves_the_other_labs_role_whole(moto: str, tmp_path: Path) -> None:
     for pool in ("lab-a/embedder", "lab-b/embedder"):
         assert _run(tmp_path, moto, pool).rc == 0
-    down = _run(tmp_path, moto, "lab-a/embedder", "pool_iam_teardown.yml")
+    down = _run(tmp_path, moto, "lab-a/embedder", "absent")
     assert down.rc == 0, down.stdout + down.stderr
     a, b = pool_names("lab-a/embedder"), pool_names("lab-b/embedder")
     assert _role(a.role) is None
@@ -77,7 +104,7 @@ def test_teardown_of_one_lab_leaves_the_other_labs_role_whole(moto: str, tmp_pat
     assert names == [b.instance_profile]
     assert _role(b.role) is not None
     assert client("iam").list_role_policies(RoleName=b.role)["PolicyNames"] == [b.policy]
-    again = _run(tmp_path, moto, "lab-a/embedder", "pool_iam_teardown.yml")
+    again = _run(tmp_path, moto, "lab-a/embedder", "absent")
     assert again.rc == 0 and again.changed == 0, again.stdout
 
 
@@ -87,10 +114,10 @@ def test_a_role_tagged_for_another_pool_is_neither_adopted_nor_deleted(moto: str
     client("iam").create_role(
         RoleName=name, AssumeRolePolicyDocument=trust, Tags=[{"Key": "calque:pool", "Value": "lab-z/x"}]
     )
-    for file in ("pool_iam.yml", "pool_iam_teardown.yml"):
-        run = _run(tmp_path, moto, "lab-a/embedder", file)
+    for state in ("present", "absent"):
+        run = _run(tmp_path, moto, "lab-a/embedder", state)
         assert run.rc != 0
-        assert "tagged calque:pool for another pool" in run.stdout, run.stdout
+        assert "tagged calque:pool='lab-z/x', not 'lab-a/embedder'" in run.task(TASK)["msg"], run.stdout
     role = _role(name)
     assert role is not None and json.dumps(role["AssumeRolePolicyDocument"]) == trust
     assert client("iam").list_role_policies(RoleName=name)["PolicyNames"] == []
