@@ -28,7 +28,7 @@ description:
     the holder and the session's end; check mode warns that the real run will be refused.
   - A host with no session service (no O(session_config), nothing at the socket) has no session to protect
     (the module says so when the plan destroys instances). A host whose session daemon is configured but does
-    not answer (stopped or crashed) may hold sessions nobody can list: a plan that destroys instances there is
+    not answer (stopped or crashed) may hold sessions nobody can list, so a plan that destroys instances there is
     refused without O(force=true), naming C(calque-session.service) and how to start it.
   - A MIG mode change takes effect at a GPU reset. The reset runs only with O(allow_reset=true) and when
     nothing holds the GPU; persistence mode (C(nvidia-persistenced)) and the C(nvidia_drm) module hold

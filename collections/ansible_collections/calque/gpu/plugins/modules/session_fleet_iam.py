@@ -16,7 +16,7 @@ description:
   - Makes, or removes, the IAM role an elastic session-host class's hosts run under, its one inline
     policy and its instance profile, named from the class (the documents
     M(calque.gpu.session_fleet_iam_policy) renders, for the account of the credentials in use).
-  - The role ends up exactly as rendered (the same rule as M(calque.gpu.pool_iam)): it trusts EC2, it has
+  - The role ends up exactly as rendered, by the same rule as M(calque.gpu.pool_iam). It trusts EC2, it has
     the one inline policy (the munge key's one place, the hosts' registration, the class's own group), no
     managed policy or other inline policy, the C(calque:pool) tag, and a profile holding this role alone.
   - A role tagged C(calque:pool) for another pool or class is refused, neither adopted nor deleted.
