@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from calque.models.institution import NUDGE_PREFIX
 from calque.session import munge
+from calque.session.broker.nudges import NudgeGate
 from support.waits import HANG_S
 
 from .conftest import User, wait_for
 from .institution import Broker, institution
+from .munged import Munged
 
 pytestmark = pytest.mark.skipif(shutil.which("munged") is None, reason="munge is not installed")
 
@@ -270,3 +272,18 @@ def test_forged_replayed_and_flooding_nudges_change_nothing(make_user: Callable[
 
         nudge(signed(x))  # a fresh one of x's: the freed slice is seen
         assert wait_for(lambda: not busy(x))
+
+
+def test_a_flood_of_valid_nudges_is_taken_at_the_hosts_rate(munged: Munged) -> None:
+    """Fresh nudges each signed by hostA's service user: the broker takes at most its rate of them (and
+    a burst of one second's worth); every one past it is dropped, so a flood costs no list beyond that."""
+    gate = NudgeGate(lambda: {"hostA": "root"}, munge_socket=munged.socket, per_host_per_second=5.0)
+    creds = [munge.encode(NUDGE_PREFIX + b"hostA", socket=munged.socket).encode() for _ in range(60)]
+    started = time.monotonic()
+    taken = sum(gate.check(c, "127.0.0.1") == "hostA" for c in creds)
+    elapsed = time.monotonic() - started
+    assert 1 <= taken <= 5 + 5.0 * elapsed + 1, (taken, elapsed)
+    assert gate.dropped["over hostA's rate"] == 60 - taken
+    assert gate.check(NUDGE_PREFIX + b"hostA", "127.0.0.1") is None  # not a credential at all
+    assert gate.check(munge.encode(NUDGE_PREFIX + b"hostQ", socket=munged.socket).encode(), "x") is None
+    assert gate.dropped["names no host of the institution"] == 1
