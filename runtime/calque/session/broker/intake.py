@@ -5,10 +5,11 @@ per-user limits). Nobody is known before the request is read, so nothing here co
 - each connection has one deadline for its whole request (``request_timeout`` from its accept), not
   one per ``recv``, so a client sending a byte a second is closed after it like an idle one;
 - unread connections share one small budget (``max_unread``), and one source (a TCP peer's address,
-  a unix caller's uid) may hold at most ``max_unread_per_source`` of it. A source over its part, or a
-  full budget, closes that source's (or the largest source's) oldest unread connection, never the
-  new one: 200 idle connections from a login host cost their owner its own oldest, and another user
-  on that host, whose request comes at once, is read.
+  a unix caller's uid) may hold at most ``max_unread_per_source`` of it. A source over its part closes
+  its own oldest unread connection (once that one is older than ``FRESH_S``: a burst of fresh ones
+  may borrow from the shared budget), and a full budget the largest source's oldest, never the new
+  one: 200 idle connections from a login host cost their owner its own oldest, and another user on
+  that host, whose request comes at once, is read.
 
 Whoever is closed here reads a sentence first (one answer line, unsealed: it grants nothing), and the
 socket is drained before it closes, so the client sees the sentence, not a reset.
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("calque.broker")
+
+FRESH_S = 0.5  # a connection this young is never closed for its source's part (only for the whole budget)
 
 
 @dataclass(eq=False)
@@ -133,8 +136,9 @@ class Intake:
 
     def _admit(self, u: Unread) -> None:
         per = self._by_source.get(u.source)
-        if per is not None and len(per) >= self.max_unread_per_source:
-            self._refuse(next(iter(per.values())), self._crowded(u.source))
+        oldest = next(iter(per.values())) if per else None
+        if per is not None and oldest is not None and len(per) >= self.max_unread_per_source and self._stale(oldest):
+            self._refuse(oldest, self._crowded(u.source))
         elif self._count >= self.max_unread:
             largest = max(self._by_source, key=lambda s: len(self._by_source[s]))
             self._refuse(next(iter(self._by_source[largest].values())), self._crowded(largest))
@@ -146,6 +150,11 @@ class Intake:
             self._drop(u)
             return
         self._read(u)  # a client sends its request as it connects: read now, before anything newer can crowd it
+
+    def _stale(self, u: Unread) -> bool:
+        """Unread for longer than an honest client takes to send: a burst of one user's fresh
+        connections may go past its source's part (up to the shared budget), an idle crowd may not."""
+        return time.monotonic() - (u.deadline - self.deadline_s) >= min(FRESH_S, self.deadline_s / 2)
 
     def _crowded(self, source: str) -> str:
         return (
