@@ -276,8 +276,10 @@ def test_forged_replayed_and_flooding_nudges_change_nothing(make_user: Callable[
 
 def test_a_flood_of_valid_nudges_is_taken_at_the_hosts_rate(munged: Munged) -> None:
     """Fresh nudges each signed by hostA's service user: the broker takes at most its rate of them (and
-    a burst of one second's worth); every one past it is dropped, so a flood costs no list beyond that."""
-    gate = NudgeGate(lambda: {"hostA": "root"}, munge_socket=munged.socket, per_host_per_second=5.0)
+    a burst of one second's worth); every one past it is dropped, so a flood costs no list beyond that.
+    A host that registers later (elastic) is believed from then on."""
+    hosts = {"hostA": "root"}  # the broker's hosts now: an elastic host joins as it registers
+    gate = NudgeGate(lambda: hosts, munge_socket=munged.socket, per_host_per_second=5.0)
     creds = [munge.encode(NUDGE_PREFIX + b"hostA", socket=munged.socket).encode() for _ in range(60)]
     started = time.monotonic()
     taken = sum(gate.check(c, "127.0.0.1") == "hostA" for c in creds)
@@ -287,3 +289,5 @@ def test_a_flood_of_valid_nudges_is_taken_at_the_hosts_rate(munged: Munged) -> N
     assert gate.check(NUDGE_PREFIX + b"hostA", "127.0.0.1") is None  # not a credential at all
     assert gate.check(munge.encode(NUDGE_PREFIX + b"hostQ", socket=munged.socket).encode(), "x") is None
     assert gate.dropped["names no host of the institution"] == 1
+    hosts["hostE"] = "root"  # registered: its nudges are taken from now on, with no restart
+    assert gate.check(munge.encode(NUDGE_PREFIX + b"hostE", socket=munged.socket).encode(), "x") == "hostE"
