@@ -26,6 +26,7 @@ from calque.gpu.sim import SimGpu
 from support.waits import HANG_S
 
 from .conftest import CLI, VENV_PY, Host, User, _user_python
+from .munged import MUNGED, Munged, start_munged, stop_munged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +57,12 @@ class Broker:
     port: int
     config: dict[str, Any] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    # The institution's munged (None where munge is not installed): the hosts sign their nudges with it
+    # and the broker decodes them; a test's own munged for the broker takes its key (``munge_key``).
+    munged: Munged | None = None
+
+    def munge_key(self) -> bytes | None:
+        return self.munged.key.read_bytes() if self.munged is not None else None
 
     @property
     def socket(self) -> Path:
@@ -77,6 +84,8 @@ class Broker:
             "poll_every": 2.0,
             "queue": {"max_queued_per_user": 20, "claim_window": "5s"},
         }
+        if self.munged is not None:  # where the hosts' signed nudges are decoded
+            cfg["munge_socket"] = str(self.munged.socket)
         cfg.update(self.config)
         path = self.dir / "broker.yaml"
         path.write_text(yaml.safe_dump(cfg))
@@ -171,7 +180,7 @@ class Broker:
         return entries
 
 
-def make_host(root: Path, name: str, slices: int, probe: User, port: int) -> Host:
+def make_host(root: Path, name: str, slices: int, probe: User, port: int, munged: Munged | None = None) -> Host:
     """A host of ``slices`` 1g.5gb MIG slices on an A100; ``-N``: an L4 with N MPS slots instead."""
     d = root / name
     d.mkdir(mode=0o755)
@@ -183,6 +192,8 @@ def make_host(root: Path, name: str, slices: int, probe: User, port: int) -> Hos
     python, env = _user_python(probe)
     h = Host(dir=d, sim=sim, migs=migs, python=python, env=env)
     h.config.update({"host_name": name, "broker_nudge": f"127.0.0.1:{port}"})
+    if munged is not None:  # its nudges signed by the institution's munged
+        h.config["munge_socket"] = str(munged.socket)
     if slices < 0:
         h.config["mps"] = [{"gpu": 0, "slots": -slices, "active_thread_percentage": 50, "pinned_mem_limit_mib": 8192}]
     return h
@@ -195,9 +206,13 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
     root.chmod(0o755)
     probe = make_user()
     port = free_port()
-    hosts = {name: make_host(root, name, n, probe, port) for name, n in slices.items()}
+    munged = None
+    if MUNGED is not None:
+        (root / "munge-institution").mkdir()
+        munged = start_munged(root / "munge-institution")
+    hosts = {name: make_host(root, name, n, probe, port, munged) for name, n in slices.items()}
     python, env = _user_python(probe)
-    b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port)
+    b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port, munged=munged)
     b.dir.mkdir(mode=0o755)
     try:
         for h in hosts.values():
@@ -207,6 +222,8 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
         b.stop()
         for h in hosts.values():
             h.stop()
+        if munged is not None:
+            stop_munged(munged)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -215,11 +232,9 @@ def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None) -> Iterat
     """The broker reaching its hosts over TCP with munge instead of their sockets: the broker and the
     hosts each have a munged (one key), ``institution.yaml`` names every host at a loopback port, plus
     hostZ where nothing listens; the hosts are restarted listening, the broker configured (not started)."""
-    from .munged import start_munged, stop_munged
-
     (broker.dir / "munge").mkdir()
     (broker.dir / "munge-hosts").mkdir()
-    brokers_munged = start_munged(broker.dir / "munge")
+    brokers_munged = start_munged(broker.dir / "munge", key=broker.munge_key())
     hosts_munged = start_munged(broker.dir / "munge-hosts", key=brokers_munged.key.read_bytes())
     try:
         ports = {name: free_port() for name in broker.hosts}

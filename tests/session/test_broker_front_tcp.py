@@ -83,7 +83,7 @@ def test_anywhere_queue_and_checkin_over_tcp_and_every_forgery_refused_and_audit
     with institution(make_user, {"hostA": 1, "hostB": 1}) as broker:
         (broker.dir / "munge").mkdir()
         (broker.dir / "munge-researchers").mkdir()
-        brokers = start_munged(broker.dir / "munge")
+        brokers = start_munged(broker.dir / "munge", key=broker.munge_key())  # the hosts' nudges decode
         researchers = start_munged(broker.dir / "munge-researchers", key=brokers.key.read_bytes())
         try:
             broker.write_institution(broker={"name": "front", "address": "127.0.0.1", "port": broker.port})

@@ -32,6 +32,7 @@ UserName = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=r"^[A
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 
 BINDING_PREFIX = b"calque-session-1:"  # what a credential's payload starts with (then the hex digest)
+NUDGE_PREFIX = b"calque-nudge-1:"  # a host daemon's nudge to the broker: its credential's payload, then the host
 
 
 class InstitutionHost(CalqueModel):

@@ -85,10 +85,32 @@ class BrokerConfig(VersionedModel):
         300.0, gt=0, description="seconds between rounds of each lab's month against its budget (and its mail)"
     )
     host_timeout: Seconds = Field(5.0, gt=0, description="seconds one call to a host daemon may take")
-    request_timeout: Seconds = Field(5.0, gt=0, description="seconds a client has to send its request")
+    host_answer_within: Seconds = Field(
+        1.0,
+        gt=0,
+        description="a host that has not answered a call within this is marked not answering (no grant goes there) "
+        "while the call goes on in the background, up to host_timeout",
+    )
+    request_timeout: Seconds = Field(
+        5.0, gt=0, description="seconds a client has from connecting to send its whole request"
+    )
     max_request_bytes: int = Field(64 * 1024, ge=256)
     max_connections: int = Field(1024, ge=1, le=65536, description="connections held at once (waiters hold one)")
-    max_connections_per_uid: int = Field(64, ge=1, le=4096)
+    max_connections_per_uid: int = Field(
+        64, ge=1, le=4096, description="connections one authenticated user may hold (counted once a request is read)"
+    )
+    max_unread: int = Field(
+        256, ge=2, le=65536, description="connections whose request is not read yet (nobody known), all together"
+    )
+    max_unread_per_source: int = Field(
+        32,
+        ge=1,
+        le=65536,
+        description="of those, from one address (TCP) or uid (unix socket): one more closes that source's oldest",
+    )
+    nudges_per_host_per_second: float = Field(
+        20.0, gt=0, le=10000, description="signed nudges taken from one host per second (the rest are dropped)"
+    )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="serve Prometheus metrics (the queue by lab, its waits) on <port>"
     )

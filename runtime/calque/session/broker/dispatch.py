@@ -2,9 +2,11 @@
 grants a crash left half done, pass on grants nobody claimed, and give free slices to the queue in
 its fair order.
 
-It runs in one thread and makes one host call at a time, so two grants never race for one slice in
-the broker (the hosts refuse a double assignment anyway: a slice's one live session is a unique
-index of their registry).
+It runs in one thread and never calls a host itself: each list, grant and give-back runs on a thread
+of its own (``hostcalls.py``), at most one list and one change in flight per host, so a host that
+hangs holds neither the loop nor a grant elsewhere, and two grants never race for one host's slices
+in the broker (the hosts refuse a double assignment anyway: a slice's one live session is a unique
+index of their registry). A call that ends wakes the loop.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import Waiting, order
 from calque.session.broker.grants import Granter
+from calque.session.broker.hostcalls import HostCalls
 from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
 from calque.session.broker.store import Row, Store
 
@@ -50,6 +54,7 @@ class Dispatcher:
         # (request, host) -> the host's cache version when it answered busy: not asked again until it changes
         self._busy_at: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+        self.calls = HostCalls(config.host_answer_within, on_done=self.wake.set)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-dispatch", daemon=True)
         self._pruned_at = 0.0  # monotonic
@@ -102,11 +107,14 @@ class Dispatcher:
         with self._lock:
             nudged, self._nudged = self._nudged, set()
         for name in sorted(nudged | set(self.cache.due(self.config.poll_every))):
-            if name in self.cache.links:
-                _, ended = self.cache.refresh(name)
-                now = time.time()
-                for sid in ended:
-                    self.store.session_ended(name, sid, now)
+            if name not in self.cache.links:
+                continue
+            started = self.calls.run(name, "list", partial(self._list, name))
+            if not started and name in nudged:  # a list already in flight may have read the host before the change
+                with self._lock:
+                    self._nudged.add(name)
+        for name, for_s in self.calls.silent().items():
+            self.cache.down(name, f"has not answered for {for_s:.1f} s")
         self._recover()
         self._expire(time.time())
         self._match(time.time())
@@ -115,18 +123,28 @@ class Dispatcher:
             self._pruned_at = time.monotonic()
             self.store.prune(time.time() - self.config.queue.fair_share_window)
 
+    def _list(self, name: str) -> None:
+        _, ended = self.cache.refresh(name)
+        now = time.time()
+        for sid in ended:
+            self.store.session_ended(name, sid, now)
+
     def _recover(self) -> None:
         """Grants a crash (or an unreachable host) left ``granting``: asked again of that host."""
         for row in self.store.in_state("granting"):
             if row.host is None or self.granter.busy_with(row.id) or not self.cache.view(row.host).reachable:
                 continue
-            attempt = self.granter.attempt(row, row.host)
-            if attempt.outcome == "granted":
-                if attempt.row is not None:
-                    self.on_grant(attempt.row)
-            elif attempt.outcome not in ("unreachable", "down"):  # down: still may hold what it made
-                self.granter.settle(attempt, row)
-            self.granter.notify(row.id)
+            self.calls.run(row.host, "change", partial(self._recover_one, row))
+
+    def _recover_one(self, row: Row) -> None:
+        assert row.host is not None
+        attempt = self.granter.attempt(row, row.host)
+        if attempt.outcome == "granted":
+            if attempt.row is not None:
+                self.on_grant(attempt.row)
+        elif attempt.outcome not in ("unreachable", "down"):  # down: still may hold what it made
+            self.granter.settle(attempt, row)
+        self.granter.notify(row.id)
 
     def _expire(self, now: float) -> None:
         for row in self.store.in_state("queued"):
@@ -134,8 +152,8 @@ class Dispatcher:
                 self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",))
                 self.granter.notify(row.id)
         for row in self.store.in_state("held"):
-            if row.held_until is not None and row.held_until <= now:
-                self._lapse(row)
+            if row.held_until is not None and row.held_until <= now and row.host is not None:
+                self.calls.run(row.host, "change", partial(self._lapse, row))
 
     def _lapse(self, row: Row) -> None:
         """A grant its client did not claim within the claim window: the session is given back on its
@@ -153,51 +171,53 @@ class Dispatcher:
         self.granter.notify(row.id)
 
     def _match(self, now: float) -> None:
+        """Pair free slices with the queue's head, one grant in flight per host (started, not awaited)."""
         queue = self.ordered(now)
         waiting = {w.id for w in queue}
-        self._busy_at = {k: v for k, v in self._busy_at.items() if k[0] in waiting}
+        with self._lock:
+            self._busy_at = {k: v for k, v in self._busy_at.items() if k[0] in waiting}
+            busy_at = dict(self._busy_at)
         if not queue:
             return
         for view in self.cache.views():
-            if not view.reachable:
+            if not view.reachable or self.calls.busy(view.name, "change"):
                 continue
-            free = [s for s in view.slices if offered(s)]  # a drained GPU's free slices go to nobody
             version = self.cache.version(view.name)
-            for sl in free:
+            for sl in (s for s in view.slices if offered(s)):  # a drained GPU's free slices go to nobody
                 pick = next(
                     (
                         w
                         for w in queue
-                        if w.matches(sl.slice.kind, sl.slice.profile)
-                        and self._busy_at.get((w.id, view.name)) != version
+                        if w.matches(sl.slice.kind, sl.slice.profile) and busy_at.get((w.id, view.name)) != version
                     ),
                     None,
                 )
                 if pick is None:
                     continue
-                row = self.store.begin_grant(pick.id, view.name)
                 queue.remove(pick)
+                row = self.store.begin_grant(pick.id, view.name)
                 if row is None:  # cancelled or timed out meanwhile
                     continue
-                attempt = self.granter.attempt(row, view.name, queued=True)  # from the queue: it waited
-                if attempt.outcome == "granted":
-                    if attempt.row is not None:
-                        self.on_grant(attempt.row)
-                    self.granter.notify(row.id)
-                    continue
-                self.granter.settle(attempt, row)
-                self.granter.notify(row.id)
-                if attempt.outcome == "busy":
-                    # The cache was stale, or the host refuses this user such a slot for now (MPS's
-                    # one user per daemon): list it again, and ask for this request only once it changed.
-                    self._busy_at[(row.id, view.name)] = version
-                    self.nudge(view.name)
-                    queue = self.ordered(now)
-                    break
-                if attempt.outcome in ("unreachable", "down"):
-                    break
+                self.calls.run(view.name, "change", partial(self._grant, row, view.name, version))
+                break  # this host's next grant once this one is answered (the call's end wakes the loop)
             if not queue:
                 return
+
+    def _grant(self, row: Row, host: str, version: int) -> None:
+        attempt = self.granter.attempt(row, host, queued=True)  # from the queue: it waited
+        if attempt.outcome == "granted":
+            if attempt.row is not None:
+                self.on_grant(attempt.row)
+            self.granter.notify(row.id)
+            return
+        self.granter.settle(attempt, row)
+        self.granter.notify(row.id)
+        if attempt.outcome == "busy":
+            # The cache was stale, or the host refuses this user such a slot for now (MPS's one user
+            # per daemon): list it again, and ask for this request only once it changed.
+            with self._lock:
+                self._busy_at[(row.id, host)] = version
+            self.nudge(host)
 
     def free_hosts(self, kind: str, profile: str | None, prefer: str | None) -> list[str]:
         """Reachable hosts with a free matching slice: ``prefer`` (the user's last host) first, then

@@ -8,6 +8,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
@@ -24,6 +25,7 @@ from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.nudges import NudgeGate
 from calque.session.broker.server import BrokerServer, Identify, Seal
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -84,8 +86,14 @@ class Broker:
         return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name)
 
     def start(self) -> None:
-        for name in self.cache.names:  # a first look at every host before anyone is answered
-            self.cache.refresh(name)
+        # A first look at every host before anyone is answered, all at once: a host that hangs is
+        # left to the loop (its list goes on in the background) after one host_timeout at most.
+        looks = [threading.Thread(target=self.cache.refresh, args=(n,), daemon=True) for n in self.cache.names]
+        for t in looks:
+            t.start()
+        deadline = time.monotonic() + self.config.host_timeout
+        for t in looks:
+            t.join(max(0.0, deadline - time.monotonic()))
         self.dispatcher.start()
         if self.fleet is not None:
             self.fleet.start()
@@ -93,7 +101,17 @@ class Broker:
             self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
         if self.config.tcp_addr is not None:
-            self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port)
+            cache = self.cache
+
+            def service_users() -> dict[str, str]:  # read at each nudge: an elastic host counts once registered
+                return {name: getattr(link, "service_user", "root") for name, link in cache.links.items()}
+
+            gate = NudgeGate(
+                service_users,
+                munge_socket=self.config.munge_socket,
+                per_host_per_second=self.config.nudges_per_host_per_second,
+            )
+            self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port, gate)
             audit = self.audit = BrokerAudit(self.config.audit_log)
             name, munge_socket = self.name, self.config.munge_socket
 

@@ -1,8 +1,12 @@
 """The broker's sockets: a unix socket on its own host (SO_PEERCRED names the caller), TCP for
 researchers on other hosts (each request carries a munge credential: ``tcp.py``), and a UDP port (the
-same number) for the host daemons' nudges. A thread per connection: a waiting client holds one for
-as long as it waits, so the count is bounded (``max_connections``, ``max_connections_per_uid``: a
-TCP peer's address stands for its uid until its request is read) and one beyond is refused at once.
+same number) for the host daemons' nudges (``nudges.py``: signed, rate-limited per host).
+
+Every accepted connection is read by the intake (``intake.py``: one thread, one deadline per whole
+request, a small budget for unread connections no single source can exhaust). Only a whole request
+is identified, and only then counted against its user: ``max_connections_per_uid`` connections per
+authenticated uid (a waiting client holds one for as long as it waits), ``max_connections`` in all.
+One beyond is answered with a sentence, never dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from calque.errors import CalqueError, format_validation_error
+from calque.errors import CalqueError, RefusedError, format_validation_error
 from calque.models.broker import (
     BROKER_REQUESTS,
     AnywhereArgs,
@@ -34,6 +38,8 @@ from calque.models.broker import (
 from calque.models.session import LedgerArgs, SessionErrorBody, SessionResponse, error_kind
 from calque.session.broker.callers import Caller, caller
 from calque.session.broker.config import BrokerConfig
+from calque.session.broker.intake import Intake, Unread
+from calque.session.broker.nudges import NUDGE_MAX_BYTES, NudgeGate
 from calque.session.broker.service import BrokerService
 from calque.session.files import prepare_socket
 
@@ -62,23 +68,6 @@ def closed(sock: socket.socket) -> bool:
         return True
 
 
-def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes | None:
-    sock.settimeout(timeout)
-    buf = bytearray()
-    while b"\n" not in buf:
-        try:
-            chunk = sock.recv(65536)
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        buf += chunk
-        if len(buf) > max_bytes + 1:
-            return None
-    line = bytes(buf[: buf.index(b"\n")])
-    return line if len(line) <= max_bytes else None
-
-
 Identify = Callable[[bytes], tuple[int, int, bytes]]
 Seal = Callable[[bytes], bytes]  # an answer line -> the line after it that proves who answered (TCP)
 
@@ -94,14 +83,22 @@ class BrokerServer:
         self.service = service
         self.labs = dict(labs)
         self.stopping = threading.Event()
-        # open connections per key: a unix caller's uid, a TCP peer's address (known before its request)
-        self._open: collections.Counter[int | str] = collections.Counter()
+        self._open: collections.Counter[int] = collections.Counter()  # connections being served, per uid
         self._total = 0
         self._lock = threading.Condition()  # notified as each connection ends: stop() waits on it
         self._threads: list[threading.Thread] = []
         self.unix: socket.socket | None = None
         self.udp: socket.socket | None = None
         self.tcp: socket.socket | None = None
+        self.nudges: NudgeGate | None = None  # set by the process with the UDP port (``bind_nudges``)
+        self.intake = Intake(
+            deadline_s=config.request_timeout,
+            max_bytes=config.max_request_bytes,
+            max_unread=config.max_unread,
+            max_unread_per_source=config.max_unread_per_source,
+            refusal=lambda sentence: answer(False, kind="refused", message=sentence),
+            on_line=self._line,
+        )
 
     # -- listening ----------------------------------------------------------------------------------
 
@@ -112,6 +109,7 @@ class BrokerServer:
         os.chmod(path, 0o666)  # anyone may ask; SO_PEERCRED says who is asking
         sock.listen(512)
         self.unix = sock
+        self.intake.start()
         self._spawn(self._accept_unix, "broker-unix")
 
     def bind_tcp(self, addr: str, port: int, identify: Callable[[str], tuple[Identify, Seal]]) -> None:
@@ -123,8 +121,10 @@ class BrokerServer:
         self.tcp = sock
         self._spawn(lambda: self._accept_tcp(identify), "broker-tcp")
 
-    def bind_nudges(self, addr: str, port: int) -> None:
-        """The UDP port host daemons nudge (a nudge only makes the broker list that host)."""
+    def bind_nudges(self, addr: str, port: int, gate: NudgeGate) -> None:
+        """The UDP port host daemons nudge (a nudge only makes the broker list that host), each one
+        checked by ``gate`` (its sender's credential, its host's rate)."""
+        self.nudges = gate
         sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind((addr, port))
         sock.settimeout(0.5)
@@ -143,6 +143,7 @@ class BrokerServer:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
+        self.intake.stop()
         # Connections still being served read the store the broker closes next: let them see
         # ``stopping`` (a waiting one looks every WAIT_TICK_S) and end first, within a bound.
         deadline = time.monotonic() + STOP_GRACE_S
@@ -167,7 +168,7 @@ class BrokerServer:
             except OSError:
                 conn.close()
                 continue
-            self.admit(conn, uid, _peer(uid, gid))
+            self.intake.add(conn, f"uid {uid}", (_peer(uid, gid), None))
 
     def _accept_tcp(self, identify: Callable[[str], tuple[Identify, Seal]]) -> None:
         assert self.tcp is not None
@@ -179,49 +180,68 @@ class BrokerServer:
                     return
                 continue
             ident, seal = identify(f"{addr[0]}:{addr[1]}")
-            self.admit(conn, str(addr[0]), ident, seal)
+            self.intake.add(conn, str(addr[0]), (ident, seal))
 
     def _nudges(self) -> None:
-        assert self.udp is not None
-        names = set(self.service.cache.links)
+        assert self.udp is not None and self.nudges is not None
         while not self.stopping.is_set():
             try:
-                data, _ = self.udp.recvfrom(512)
+                data, addr = self.udp.recvfrom(NUDGE_MAX_BYTES)
             except TimeoutError:
                 continue
             except OSError:
                 if self.stopping.is_set():
                     return
                 continue
-            name = data.decode("utf-8", "replace").strip()
-            if name in names:  # anything else is not one of ours: dropped
+            name = self.nudges.check(data, str(addr[0]))
+            if name is not None:
                 self.service.dispatcher.nudge(name)
 
     # -- one connection -----------------------------------------------------------------------------
 
-    def admit(self, conn: socket.socket, uid: int | str, identify: Identify, seal: Seal | None = None) -> None:
-        """Serve ``conn`` on a thread of its own, or refuse it at once when over a bound."""
-        with self._lock:
-            crowded = (
-                self._total >= self.config.max_connections or self._open[uid] >= self.config.max_connections_per_uid
-            )
-            if not crowded:
-                self._open[uid] += 1
-                self._total += 1
-        if crowded:
-            with contextlib.suppress(OSError):
-                conn.sendall(answer(False, kind="refused", message="too many connections to the broker; retry later"))
-            conn.close()
-            return
-        threading.Thread(target=self._serve, args=(conn, uid, identify, seal), daemon=True).start()
+    def _line(self, unread: Unread, line: bytes) -> None:
+        """A whole request line (the intake's thread): served on a thread of its own."""
+        identify, seal = unread.context
+        threading.Thread(target=self._serve, args=(unread.conn, line, identify, seal), daemon=True).start()
 
-    def _serve(self, conn: socket.socket, uid: int | str, identify: Identify, seal: Seal | None) -> None:
+    def _enter(self, uid: int) -> str | None:
+        """Count a connection against ``uid``; the sentence refusing it when over a bound."""
+        with self._lock:
+            if self._open[uid] >= self.config.max_connections_per_uid:
+                return (
+                    f"you hold {self._open[uid]} connections to the broker already (at most "
+                    f"{self.config.max_connections_per_uid} per user; each waiting checkout holds one): "
+                    "end one, or retry later"
+                )
+            if self._total >= self.config.max_connections:
+                return f"the broker is serving {self._total} connections, its most; retry later"
+            self._open[uid] += 1
+            self._total += 1
+            return None
+
+    def _leave(self, uid: int) -> None:
+        with self._lock:
+            self._open[uid] -= 1
+            self._total -= 1
+            if self._open[uid] <= 0:
+                del self._open[uid]
+            self._lock.notify_all()
+
+    def _serve(self, conn: socket.socket, line: bytes, identify: Identify, seal: Seal | None) -> None:
+        entered: int | None = None
         try:
-            line = read_line(conn, self.config.max_request_bytes, self.config.request_timeout)
-            if line is None:
-                conn.sendall(answer(False, kind="protocol", message="no complete request (one JSON line) in time"))
-                return
-            reply = self._reply(conn, line, identify)
+            try:
+                uid, gid, body = identify(line)
+            except CalqueError as exc:
+                reply: bytes | None = answer(False, kind=_kind_of(exc), message=str(exc))
+            else:
+                crowded = self._enter(uid)
+                if crowded is None:
+                    entered = uid
+                    reply = self._reply(conn, uid, gid, body)
+                else:
+                    log.warning("refused uid %d: %s", uid, crowded)
+                    reply = answer(False, kind="refused", message=crowded)
             if reply is not None:
                 conn.settimeout(5)
                 conn.sendall(reply if seal is None else reply + seal(reply[:-1]))
@@ -231,16 +251,13 @@ class BrokerServer:
             log.exception("unexpected error serving a broker connection")
         finally:
             conn.close()
-            with self._lock:
-                self._open[uid] -= 1
-                self._total -= 1
-                if self._open[uid] <= 0:
-                    del self._open[uid]
-                self._lock.notify_all()
+            if entered is not None:
+                self._leave(entered)
 
-    def _reply(self, conn: socket.socket, line: bytes, identify: Identify) -> bytes | None:
+    def _reply(self, conn: socket.socket, uid: int, gid: int, body: bytes) -> bytes | None:
+        if self.stopping.is_set():
+            return answer(False, kind="busy", message="the broker is stopping; retry in a moment")
         try:
-            uid, gid, body = identify(line)
             req = BrokerRequest.model_validate_json(body)
             model = BROKER_REQUESTS[req.op]
             args = model.model_validate(req.args)
@@ -277,6 +294,8 @@ class BrokerServer:
             assert isinstance(args, LedgerArgs)
             return svc.usage(c, args)
         assert isinstance(args, NudgeArgs)
+        if not c.admin:  # a host's own nudge comes signed over UDP; anyone else's would cost a list each
+            raise RefusedError("only root and the broker's admins may nudge it")
         if args.host in svc.cache.links:
             svc.dispatcher.nudge(args.host)
         return {"nudged": args.host in svc.cache.links}

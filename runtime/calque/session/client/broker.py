@@ -47,8 +47,9 @@ def default_broker_socket() -> Path:
     return Path(os.environ.get(BROKER_SOCKET_ENV, str(DEFAULT_BROKER_SOCKET)))
 
 
-class Dropped(Exception):
-    """The broker's connection broke after the request was sent (a restart, a network drop)."""
+class Dropped(InfrastructureError):
+    """The broker's connection broke after the request was sent (a restart, a network drop): a waiting
+    checkout connects again; any other request ends with this sentence (exit 3), never a traceback."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,9 @@ class BrokerClient:
                 raw = read_answer_line(s, "the broker")
         except OSError as exc:
             if sent:
-                raise Dropped(str(exc.strerror or exc)) from exc
+                raise Dropped(
+                    f"the broker at {self.path} dropped the connection before answering: {exc.strerror or exc}"
+                ) from exc
             hint = "" if exc.errno not in (errno.ENOENT, errno.ECONNREFUSED) else "; is calque-broker.service running?"
             raise UnreachableError(f"cannot reach the broker at {self.path}: {exc.strerror or exc}{hint}") from exc
         return self._decode(raw)
@@ -187,7 +190,9 @@ class BrokerClient:
                 answer, sealed = read_sealed_answer(s, f"the broker at {to}")
         except OSError as exc:
             if sent:
-                raise Dropped(str(exc.strerror or exc)) from exc
+                raise Dropped(
+                    f"the broker at {to} dropped the connection before answering: {exc.strerror or exc}"
+                ) from exc
             raise UnreachableError(
                 f"cannot reach the broker at {to}: {exc.strerror or exc}; is calque-broker.service running there "
                 "with tcp_addr set?"

@@ -87,6 +87,7 @@ def _nudger(config: SessionConfig) -> Nudger | None:
             return None
         if broker is None:
             return None
-        return Nudger(config.host_name or socket.gethostname(), broker.address, broker.port)
+        return Nudger(config.host_name or socket.gethostname(), broker.address, broker.port, config.munge_socket)
     addr, _, port = config.broker_nudge.rpartition(":")
-    return Nudger(config.host_name or socket.gethostname(), addr.strip("[]"), int(port))  # as crosshost.py names it
+    name = config.host_name or socket.gethostname()
+    return Nudger(name, addr.strip("[]"), int(port), config.munge_socket)  # as crosshost.py names it
