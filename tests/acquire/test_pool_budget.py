@@ -1,15 +1,21 @@
 """``pool.yml``'s spend gate against the lab's month (``calque.ops.pool_group`` with ``lab_budget``),
-on the moto server: every instance of the lab's pools this month counts, another lab's do not, and
-the lab's sessions (``lab_spent_elsewhere``) are added in the budget's unit."""
+on the moto server: every instance of the lab's pools this month counts (from the usage records its
+instances write where the group's ``calque:usage`` tag says), another lab's do not, and the lab's
+sessions (``lab_spent_elsewhere``) are added in the budget's unit."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from calque.aws.clients import client
+from calque.aws.queue import PoolQueue
+from calque.aws.store import RunStore
 from calque.errors import RefusedError
+from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
 from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.pool.worker.usage import InstanceUsage
 
 from .conftest import AL2023, Network
 from .test_pool_group import CONSENT
@@ -32,7 +38,12 @@ def _request(network: Network, pool: str, **kw: Any) -> PoolGroupRequest:
 
 def test_the_gate_counts_the_labs_month_and_refuses_once_it_is_spent(network: Network) -> None:
     op = PoolGroupOp(AwsSession())
-    assert op.run(_request(network, "lab-a/other")).result.desired == 2  # two running g6.xlarge of lab-a
+    client("s3").create_bucket(Bucket="lab-a-other")
+    made = op.run(_request(network, "lab-a/other", bucket="lab-a-other")).result
+    assert made.desired == 2  # two running g6.xlarge of lab-a, each recording its time up from now
+    store = RunStore(client("s3"), "lab-a-other", "calque", PoolQueue(None, "m", pool_names("lab-a/other").queue).name)
+    for iid in made.instances:
+        InstanceUsage(store, "lab-a/other", iid, "g6.xlarge", "warm-up").beat()
 
     def gate(pool: str, budget: dict[str, Any], elsewhere: float = 0.0) -> Any:
         return op.plan(_request(network, pool, gate_only=True, lab_budget=budget, lab_spent_elsewhere=elsewhere))

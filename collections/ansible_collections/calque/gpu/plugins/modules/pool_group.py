@@ -106,8 +106,9 @@ options:
   lab_budget:
     description:
       - The monthly budget of the pool's lab (the first segment of O(pool)), as C(calque_labs) gives it.
-      - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, plus
-        O(lab_spent_elsewhere)) reaches it, the gate refuses, naming the budget and who can raise it.
+      - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, from the
+        usage records the instances wrote, plus O(lab_spent_elsewhere)) reaches it, the gate refuses, naming the
+        budget and who can raise it.
     type: dict
     suboptions:
       gpu_hours:
@@ -128,6 +129,15 @@ options:
     description: The lab's other spend this month (its sessions, from C(calque report --institution --by lab)), in the budget's unit.
     type: float
     default: 0.0
+  bucket:
+    description:
+      - The pool's bucket. Its instances write their usage records under O(prefix) there; the group is tagged
+        C(calque:usage) with that place so the ledger and the lab's gate find them after the instances are gone.
+    type: str
+  prefix:
+    description: The pool's key prefix in O(bucket).
+    type: str
+    default: calque
   i_understand_this_spends_money:
     description: Must be V(true) to create a group with instances or raise its count.
     type: bool
@@ -355,6 +365,8 @@ def main():
             ),
         ),
         lab_spent_elsewhere=dict(type="float", default=0.0),
+        bucket=dict(type="str"),
+        prefix=dict(type="str", default="calque"),
         i_understand_this_spends_money=dict(type="bool", default=False),
         i_understand_this_terminates_instances=dict(type="bool", default=False),
         gate_only=dict(type="bool", default=False),
