@@ -1,13 +1,16 @@
 """``pool.yml``'s spend gate against the lab's month (``calque.ops.pool_group`` with ``lab_budget``),
 on the moto server: every instance of the lab's pools this month counts (from the usage records its
 instances write where the group's ``calque:usage`` tag says), another lab's do not, and the lab's
-sessions (``lab_spent_elsewhere``) are added in the budget's unit."""
+sessions come only through the broker: a lab whose pools it holds for the month is refused
+(``lab_spent_elsewhere`` is deprecated and ignored)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from calque.aws.acquire.budget_hold import hold_pool, release_pool
 from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
@@ -49,11 +52,17 @@ def test_the_gate_counts_the_labs_month_and_refuses_once_it_is_spent(network: Ne
         return op.plan(_request(network, pool, gate_only=True, lab_budget=budget, lab_spent_elsewhere=elsewhere))
 
     raiser = "Research Computing <rc@example.edu>"
-    assert gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}, 50.0).spend  # under: the gate passes
-    with pytest.raises(RefusedError, match=r"refusing to launch pool lab-a/embedder: lab lab-a has used 100\.00 of"):
-        gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}, 100.0)
+    assert gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}, 500.0).spend  # deprecated: ignored
     with pytest.raises(RefusedError, match="Research Computing"):
         gate("lab-a/embedder", {"usd": 1e-9, "raised_by": raiser})  # lab-a/other's instances alone spend it
-    assert gate("lab-b/x", {"usd": 1e-9})  # lab-a's instances are not lab-b's
     with pytest.raises(RefusedError, match="GPU-hours budget"):
-        gate("lab-a/embedder", {"gpu_hours": 10}, 10.0)
+        gate("lab-a/embedder", {"gpu_hours": 1e-9})
+    assert gate("lab-b/x", {"usd": 1e-9})  # lab-a's instances are not lab-b's
+
+    # the broker holds lab-a/other (lab-a's sessions and pools together are over): no new lab-a capacity
+    month = time.strftime("%Y-%m", time.gmtime())
+    assert hold_pool(client("autoscaling"), "lab-a/other", month).action == "held"
+    with pytest.raises(RefusedError, match=r"sessions and pools together \(the broker holds lab-a/other"):
+        gate("lab-a/embedder", {"usd": 100, "raised_by": raiser})
+    assert release_pool(client("autoscaling"), "lab-a/other").action == "released"
+    assert gate("lab-a/embedder", {"usd": 100, "raised_by": raiser}).spend

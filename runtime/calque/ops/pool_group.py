@@ -66,7 +66,7 @@ class PoolGroupRequest(LaunchOptions):
     warm: WarmPoolSettings | None = Field(None, description="an EC2 warm pool of bootstrapped instances")
     schedule: list[ScheduleEntry] = Field(default_factory=list, description="windows of a raised minimum")
     lab_budget: LabBudget | None = Field(None, description="the lab's monthly budget (calque_labs): spent, refused")
-    lab_spent_elsewhere: float = Field(0.0, ge=0, description="the lab's sessions this month, in the budget's unit")
+    lab_spent_elsewhere: float = Field(0.0, ge=0, description="deprecated and ignored: the broker's ledger counts them")
     bucket: str | None = None  # the pool's bucket and prefix: where its instances write usage records
     prefix: str = "calque"
 
@@ -182,7 +182,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             check_spend_limit(spend)  # before anything else: a refused pool reads and makes nothing
         ec2, asg = self.aws.client("ec2"), self.aws.client("autoscaling")
         if spend is not None and request.lab_budget is not None:  # the lab's month: its pools and its sessions
-            check_lab_budget(asg, self.aws.client("s3"), request.pool, request.lab_budget, request.lab_spent_elsewhere)
+            check_lab_budget(asg, self.aws.client("s3"), request.pool, request.lab_budget)
         before = grp.describe_group(asg, ec2, names.group, request.pool)
         template = None if request.gate_only else tpl.describe_template(ec2, names.template, request.pool)
         plan = PoolGroupPlan(request, names, before, template)

@@ -107,8 +107,8 @@ options:
     description:
       - The monthly budget of the pool's lab (the first segment of O(pool)), as C(calque_labs) gives it.
       - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, from the
-        usage records the instances wrote, plus O(lab_spent_elsewhere)) reaches it, the gate refuses, naming the
-        budget and who can raise it.
+        usage records the instances wrote) reaches it, or while the broker holds any of the lab's pools for the
+        month (its sessions and pools together are over), the gate refuses, naming the budget and who can raise it.
     type: dict
     suboptions:
       gpu_hours:
@@ -126,7 +126,10 @@ options:
         type: str
         default: your institution's GPU administrators
   lab_spent_elsewhere:
-    description: The lab's other spend this month (its sessions, from C(calque report --institution --by lab)), in the budget's unit.
+    description:
+      - Deprecated and ignored. The lab's sessions are no longer typed in here - the broker's ledger sums them with
+        the lab's pools, and holds the pools of a lab over its budget (C(calque:budget-hold)); this gate refuses
+        while it does.
     type: float
     default: 0.0
   bucket:
@@ -364,7 +367,9 @@ def main():
                 raised_by=dict(type="str", default="your institution's GPU administrators"),
             ),
         ),
-        lab_spent_elsewhere=dict(type="float", default=0.0),
+        lab_spent_elsewhere=dict(
+            type="float", default=0.0, removed_in_version="2.0.0", removed_from_collection="calque.gpu"
+        ),
         bucket=dict(type="str"),
         prefix=dict(type="str", default="calque"),
         i_understand_this_spends_money=dict(type="bool", default=False),
