@@ -8,8 +8,8 @@ the instances' own writer puts them in the bucket):
 - a lab over its budget through its pool alone has its next checkout and its ``extend`` refused on
   the daemon, with one sentence;
 - a lab over its budget through its sessions alone has its pool held at its running claims (the
-  instances a busy worker protects), then at zero, by the broker's round, not by ``pool.yml``; an
-  admin's override (audited on the host) releases it.
+  instances a busy worker protects), then at zero, by the broker's round, not by ``pool.yml``; its
+  workers take no new claim meanwhile; an admin's override (audited on the host) releases it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,10 +29,14 @@ import yaml
 from acquire.scaling_fixtures import group_instances, make_group
 from calque.aws.acquire.group import tag_group, usage_tag
 from calque.aws.clients import client
+from calque.aws.imds import Imds
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
+from calque.models import QueueSettings
 from calque.models.institution import Institution
 from calque.models.pool_names import pool_names
+from calque.pool.worker.instance import AsgInstance
+from calque.pool.worker.intake import Receiver
 from calque.pool.worker.usage import InstanceUsage
 from calque.session.broker.config import PoolLedgerSettings
 from calque.session.broker.ledger import BrokerLedger
@@ -116,7 +121,7 @@ def test_a_lab_over_budget_through_its_pool_alone_is_refused_checkout_and_extend
 
 
 def test_a_lab_over_budget_through_its_sessions_alone_has_its_pool_held_at_its_running_claims(
-    lab_host: Callable[[list[dict[str, Any]]], Lab],
+    lab_host: Callable[[list[dict[str, Any]]], Lab], tmp_path: Path
 ) -> None:
     lab = lab_host([{"name": "lab-b", "groups": [LAB_B], "budget": {"gpu_hours": 0.0001}}])
     bob = lab.users[1]
@@ -134,6 +139,11 @@ def test_a_lab_over_budget_through_its_sessions_alone_has_its_pool_held_at_its_r
 
     assert shape() == (0, 1, 1)  # held at its one running claim: nothing new starts, the busy one serves on
     assert busy in [i["InstanceId"] for i in group_instances(group)]
+    queue = PoolQueue(client("sqs"), "lab-b-trainer")
+    queue.ensure(QueueSettings(visibility_timeout=30, receive_wait=0, max_receive_count=5, encryption=False))
+    client("sqs").send_message(QueueUrl=queue.url(), MessageBody="{}")  # the backlog's next claim
+    assert _receiver(queue, AsgInstance(asg, Imds("http://127.0.0.1:9"), busy, group, tmp_path)).receive(0) == []
+    assert queue.depth().visible == 1  # the busy worker takes no new claim while its pool is held
     asg.set_instance_protection(InstanceIds=[busy], AutoScalingGroupName=group, ProtectedFromScaleIn=False)
     lab.ledger.check_budgets()  # the claim finished: the next round lowers it to zero
     assert shape() == (0, 0, 0)
@@ -142,7 +152,16 @@ def test_a_lab_over_budget_through_its_sessions_alone_has_its_pool_held_at_its_r
     assert grant.returncode == 0, grant.stderr
     (spend,) = lab.ledger.check_budgets()  # the broker counts the host's override: released as it was
     assert spend.state != "over" and shape()[:2] == (0, 4)
+    fresh = AsgInstance(asg, Imds("http://127.0.0.1:9"), busy, group, tmp_path)  # a worker's next read
+    assert len(_receiver(queue, fresh).receive(0)) == 1  # released: it serves the backlog again
     assert [e["lab"] for e in lab.host.audit_events() if e.get("event") == "budget_override"] == ["lab-b"]
+
+
+def _receiver(queue: PoolQueue, guard: AsgInstance) -> Receiver:
+    """The worker's receiver as its loop builds it on an Auto Scaling instance (paused by the guard's hold)."""
+    stopped = threading.Event()
+    stopped.set()  # a paused receive returns at once instead of waiting out its pause
+    return Receiver(queue, hold=lambda _: None, prepare=lambda _: None, stop=stopped, wait_s=0, paused=guard.held)
 
 
 def _wait_state(ledger: BrokerLedger, state: str) -> bool:

@@ -149,6 +149,9 @@ class RecordedInstance:
     def terminating(self) -> bool:
         return self.guard.terminating()
 
+    def held(self) -> bool:
+        return self.guard.held()
+
     def leave(self, worker_id: str, *, drained: bool) -> None:
         self.usage.finish("terminated" if drained else None)
         self.guard.leave(worker_id, drained=drained)
