@@ -45,10 +45,11 @@ def _free_port() -> int:
 def moto_endpoint() -> Iterator[str]:
     """A real moto server on a free loopback port, shared by the run."""
     from moto.server import ThreadedMotoServer
-    from support import fake_instance_refresh, fake_lifecycle_action
+    from support import fake_instance_refresh, fake_lifecycle_action, fake_scaling_activities
 
     fake_instance_refresh.install()  # moto 5.2 has no instance refresh: a strict fake, named as one
     fake_lifecycle_action.install()  # nor lifecycle actions (warm instances waiting on a hook)
+    fake_scaling_activities.install()  # nor an activity history
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -67,10 +68,11 @@ def moto(moto_endpoint: str) -> Iterator[str]:
     req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
     # A reset of a big state on a loaded 2-core machine has taken over 10 s (twice in full runs).
     urllib.request.urlopen(req, timeout=60).read()
-    from support import fake_instance_refresh, fake_lifecycle_action
+    from support import fake_instance_refresh, fake_lifecycle_action, fake_scaling_activities
 
     fake_instance_refresh.reset()
     fake_lifecycle_action.reset()
+    fake_scaling_activities.reset()
     os.environ["AWS_ENDPOINT_URL"] = moto_endpoint
     yield moto_endpoint
 

@@ -1,6 +1,7 @@
 """The ledger of a scripted day equals the hand-computed one: sessions on two hosts (real registries,
 real simulated GPUs, real Unix users in two labs' groups) and a pool's claims on moto (Summaries in
-S3, its Auto Scaling group's instance in EC2), through the code ``calque report`` runs.
+S3, its instance's usage record beside them, written by the worker's own writer), through the code
+``calque report`` runs.
 
 Hand computation (rates: data/ec2-rates.yaml, data/modal-gpu-prices.yaml):
   teach (RTX PRO 6000, 1g.24gb = 1/4 GPU; EC2 g7e.2xlarge $3.36/GPU-h; Modal RTX-PRO-6000 $0.000842/s)
@@ -15,6 +16,7 @@ Hand computation (rates: data/ec2-rates.yaml, data/modal-gpu-prices.yaml):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +28,12 @@ from calque.aws.clients import client
 from calque.aws.store import RunStore
 from calque.gpu.sim import SimGpu
 from calque.ledger.events import Window
-from calque.ledger.pools import group_instances, pool_summaries, pool_usage, spec_usage
+from calque.ledger.instance_records import instance_spans, read_records
+from calque.ledger.pools import pool_summaries, pool_usage, spec_usage
 from calque.ledger.report import build_report, render_csv
 from calque.models import PoolSpec, Summary
 from calque.models.pool_names import pool_names
+from calque.pool.worker.usage import InstanceUsage
 from calque.session.config import load_config
 from calque.session.daemon import ledger
 from calque.session.daemon.host import Host
@@ -81,7 +85,8 @@ def labs(make_user: Callable[..., User], tmp_path: Path) -> Iterator[tuple[User,
 
 
 def _pool_on_moto(moto_endpoint: str) -> tuple[RunStore, Any, float]:
-    """The pool's group with one g6e.xlarge (moto launches it now) and its bucket; the launch time."""
+    """The pool's group with one g6e.xlarge (moto launches it now), its bucket and the usage record its
+    worker writes from its start (now, live); the start."""
     names = pool_names(POOL)
     ec2, asg, s3 = client("ec2"), client("autoscaling"), client("s3")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -94,8 +99,10 @@ def _pool_on_moto(moto_endpoint: str) -> tuple[RunStore, Any, float]:
     )  # fmt: skip
     s3.create_bucket(Bucket="lab-a-pool")
     store = RunStore(s3, "lab-a-pool", "calque", names.queue)
-    (inst,) = group_instances(ec2, POOL)
-    return store, ec2, inst.started
+    (inst,) = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[names.group])["AutoScalingGroups"][0]["Instances"]
+    usage = InstanceUsage(store, POOL, inst["InstanceId"], "g6e.xlarge", "worker-0")
+    usage.beat()
+    return store, ec2, usage.record.started_at.timestamp()
 
 
 def _summary(run: str, claim: str, start: float, seconds: float) -> Summary:
@@ -112,7 +119,7 @@ def test_the_ledger_of_a_scripted_day_equals_the_hand_computed_one(
     labs: tuple[User, User, Path], moto_endpoint: str, tmp_path: Path
 ) -> None:
     alice, bob, inst = labs
-    store, ec2, launched = _pool_on_moto(moto_endpoint)
+    store, _ec2, launched = _pool_on_moto(moto_endpoint)
     since, until = launched - 10 * H, launched + 8 * H  # the pool's instance is up for the last 8 h
     t0 = since + H
     summaries = [_summary("r1", f"c{i}", t, 1200) for i, t in enumerate((t0 + 9.5 * H, t0 + 11 * H, t0 + 14 * H))]
@@ -136,8 +143,9 @@ def test_the_ledger_of_a_scripted_day_equals_the_hand_computed_one(
         research.close()
     window = Window(since, until)
     spec = PoolSpec(model="embedder", pool=POOL, workload="embedder.py", bucket="lab-a-pool", prefix="calque")
-    pool_events = spec_usage(spec, window)  # what `calque report --pool-spec` reads: S3 and EC2 on moto
-    assert pool_events == pool_usage(POOL, pool_summaries(store), group_instances(ec2, POOL), window)
+    pool_events = spec_usage(spec, window).events  # what `calque report --pool-spec` reads: S3 on moto
+    spans = instance_spans(read_records(store), time.time())  # its record is live now: to the window's end
+    assert pool_events == pool_usage(POOL, pool_summaries(store), spans, window)
     pools = [(POOL, datetime.fromtimestamp(until, timezone.utc), pool_events)]
 
     def rows(by: str) -> dict[str, tuple[float, float, float]]:

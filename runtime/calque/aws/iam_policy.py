@@ -45,8 +45,9 @@ WORKER_QUEUE_ACTIONS = (
 WORKER_OBJECT_ACTIONS = ("s3:DeleteObject", "s3:GetObject", "s3:PutObject")
 # SetInstanceProtection while a claim is held; CompleteLifecycleAction after a termination hook's @exit.
 WORKER_GROUP_ACTIONS = ("autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceProtection")
-# a worker finds its instance's group by asking (calque.pool.worker.instance); AWS scopes no Describe call
-WORKER_UNSCOPED_READS = ("autoscaling:DescribeAutoScalingInstances",)
+# a worker finds its instance's group by asking, and reads its budget hold (calque.pool.worker.instance);
+# AWS scopes no Describe call
+WORKER_UNSCOPED_READS = ("autoscaling:DescribeAutoScalingInstances", "autoscaling:DescribeAutoScalingGroups")
 
 _ACCOUNT = re.compile(r"\d{12}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")

@@ -3,7 +3,8 @@ pool or profile; ``calque budget``: the labs' months against their budgets, and 
 
 One host's usage comes from its daemon (``--socket``), the institution's through the broker
 (``--institution``: every host's last answer, a host that is down marked stale), a pool's from AWS
-(``--pool-spec``: its workers' Summaries and its group's instances).
+(``--pool-spec``: its workers' Summaries and its instances' usage records, checked against its group's
+activity history; ``--reconcile`` adds Cost Explorer's bill for its ``calque:pool`` tag).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from calque.cli.session import socket_option
 from calque.cli.session_front import broker_socket_option
 
 if TYPE_CHECKING:
-    from calque.models.ledger import HostLedger, LabSpend, LedgerKey, UsageEvent
+    from calque.ledger.pools import PoolLedger
+    from calque.models.ledger import HostLedger, LabSpend, LedgerKey, Reconciliation
     from calque.session.client.connection import SessionClient
 
 BY = ("lab", "user", "pool", "profile", "host", "source")
@@ -40,9 +42,14 @@ BY = ("lab", "user", "pool", "profile", "host", "source")
     "pool_specs",
     multiple=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Add a named pool's usage (its Summaries in S3 and its group's instances); repeatable.",
+    help="Add a named pool's usage (its Summaries and its instances' usage records in S3); repeatable.",
 )
 @click.option("--no-sessions", is_flag=True, help="Pools only: ask no session daemon.")
+@click.option(
+    "--reconcile",
+    is_flag=True,
+    help="Beside each --pool-spec pool, Cost Explorer's bill for its calque:pool tag over the same whole days.",
+)
 def report(
     by: str,
     since: str,
@@ -53,6 +60,7 @@ def report(
     broker_socket: Path,
     pool_specs: tuple[Path, ...],
     no_sessions: bool,
+    reconcile: bool,
 ) -> None:
     """GPU-hours, $ at EC2 rates, $ at Modal's per-second price and their ratio (yours only unless you are an admin)."""
     from calque.durations import parse_duration
@@ -60,6 +68,8 @@ def report(
 
     if as_json and as_csv:
         raise click.UsageError("pass --json or --csv, not both")
+    if reconcile and not pool_specs:
+        raise click.UsageError("--reconcile compares pools: name them with --pool-spec")
     until = time.time()
     start = until - parse_duration(since, what="--since")
     hosts: list[HostLedger] = []
@@ -67,8 +77,14 @@ def report(
         hosts = _institution(broker_socket, since)
     elif not no_sessions:
         hosts = [_client(socket_path).ledger(since)]
-    pools = [_pool(p, start, until) for p in pool_specs]
+    pools, warnings, reconciled = [], [], []
+    for p in pool_specs:
+        name, taken_at, ledger, rec = _pool(p, start, until, reconcile)
+        pools.append((name, taken_at, ledger.events))
+        warnings += ledger.disagreements
+        reconciled += [rec] if rec is not None else []
     r = build_report(cast("LedgerKey", by), _utc(start), _utc(until), hosts, pools)
+    r = r.model_copy(update={"warnings": warnings, "reconciled": reconciled})
     if as_csv:
         click.echo(render_csv(r), nl=False)
     else:
@@ -93,13 +109,18 @@ def _institution(broker_socket: Path, since: str) -> list[HostLedger]:
     return [HostLedger.model_validate(h) for h in answer]
 
 
-def _pool(path: Path, start: float, until: float) -> tuple[str, datetime, list[UsageEvent]]:
+def _pool(
+    path: Path, start: float, until: float, reconcile: bool
+) -> tuple[str, datetime, PoolLedger, Reconciliation | None]:
     from calque.ledger.events import Window
     from calque.ledger.pools import spec_usage
+    from calque.ledger.reconcile import reconcile_spec
     from calque.pool.spec import load_spec
 
     spec = load_spec(path)
-    return spec.pool or spec.model, _utc(until), spec_usage(spec, Window(start, until))
+    ledger = spec_usage(spec, Window(start, until))
+    rec = reconcile_spec(spec, Window(start, until)) if reconcile else None
+    return spec.pool or spec.model, _utc(until), ledger, rec
 
 
 @click.group()

@@ -30,6 +30,16 @@ def lab_spend(lab: Lab, events: Iterable[UsageEvent], now: datetime, extra: floa
     return budget_state(lab, sum(e.gpu_seconds for e in mine) / 3600.0, sum(e.ec2_usd or 0.0 for e in mine), now, extra)
 
 
+def lab_month(
+    lab: Lab, sessions: Iterable[UsageEvent], pools: Iterable[UsageEvent], now: datetime, extra: float = 0.0
+) -> LabSpend:
+    """The one figure of ``lab``'s month: its sessions on every host plus its pools (both already this
+    month's events), against its budget. The broker computes it; each host's checkout and extend gates
+    hold their own sessions plus the rest as the broker last said it (``budget_elsewhere``), and the
+    pools are held on it (``session/broker/pool_budgets.py``)."""
+    return lab_spend(lab, [*sessions, *pools], now, extra)
+
+
 def budget_state(lab: Lab, gpu_hours: float, usd: float, now: datetime, extra: float = 0.0) -> LabSpend:
     """``lab``'s month given what it used (GPU-hours and EC2 dollars), against its budget plus ``extra``."""
     spend = LabSpend(lab=lab.name, month=month_of(now), gpu_hours=round(gpu_hours, 6), ec2_usd=round(usd, 6))

@@ -1,8 +1,10 @@
 """A pool's usage: its instances' seconds, split into busy (claims) and warm-idle.
 
 Busy seconds are the claims' own (``Summary.claim_seconds``, written by the workers, inside the
-window by the claim's start and end); instance-seconds come from the group's instance lifecycle as
-EC2 reports it (launch time; for a terminated instance, the time in its state-transition reason).
+window by the claim's start and end); instance-seconds come from the instances' own usage records
+(``ledger/instance_records.py``: written at boot, by each worker and on the termination hook, kept
+in the pool's bucket), never from what EC2 still lists, which forgets a terminated instance within
+about an hour.
 Per instance type, warm-idle = instance-seconds - busy seconds (never below 0): an instance up and
 serving nothing is paid on EC2 and would cost nothing on Modal. One worker per instance is assumed
 (a cloud pool's shape): claims of several workers on one instance would count its seconds twice.
@@ -10,30 +12,16 @@ serving nothing is paid on EC2 and would cost nothing on Modal. One worker per i
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from dataclasses import dataclass, field
 
-from calque.aws.errors import aws_errors
 from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.ledger.events import Window, pool_event
+from calque.ledger.instance_records import InstanceSpan, disagreements, instance_spans, read_records, scaling_activities
 from calque.models import PoolSpec, Summary
 from calque.models.ledger import UsageEvent
-from calque.models.pool_names import pool_names
-
-_REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
-
-
-@dataclass(frozen=True)
-class InstanceSpan:
-    instance_id: str
-    instance_type: str
-    started: float
-    ended: float | None  # None: still running
-    spot_usd_per_hour: float | None = None
 
 
 def pool_usage(
@@ -77,37 +65,6 @@ def pool_usage(
     return events
 
 
-def _ended(inst: dict[str, Any]) -> float | None:
-    if inst.get("State", {}).get("Name") not in ("terminated", "shutting-down", "stopped"):
-        return None
-    m = _REASON_TIME.search(inst.get("StateTransitionReason") or "")
-    if m is None:
-        return float(inst["LaunchTime"].timestamp())  # no end time to read: counted as nothing, never as all
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-
-
-def group_instances(ec2: Any, pool: str) -> list[InstanceSpan]:
-    """Every instance EC2 still lists for the pool's Auto Scaling group, running or ended."""
-    group = pool_names(pool).group
-    out: list[InstanceSpan] = []
-    with aws_errors(f"list the instances of group {group}"):
-        pages = ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": "tag:aws:autoscaling:groupName", "Values": [group]}]
-        )
-        for page in pages:
-            for res in page.get("Reservations", []):
-                for inst in res.get("Instances", []):
-                    out.append(
-                        InstanceSpan(
-                            instance_id=inst["InstanceId"],
-                            instance_type=inst["InstanceType"],
-                            started=float(inst["LaunchTime"].timestamp()),
-                            ended=_ended(inst),
-                        )
-                    )
-    return out
-
-
 def pool_summaries(store: RunStore) -> list[Summary]:
     """Every Summary of every run of the pool's store."""
     keys = store.keys(f"s3://{store.bucket}/{store.base}/runs/")
@@ -118,16 +75,41 @@ def pool_summaries(store: RunStore) -> list[Summary]:
     return out
 
 
-def spec_usage(spec: PoolSpec, window: Window) -> list[UsageEvent]:
-    """A named pool's usage in ``window``, read from AWS: its Summaries (S3) and its group's instances (EC2)."""
+@dataclass(frozen=True)
+class PoolLedger:
+    """A pool's usage in a window and where its group's history disagrees with its records."""
+
+    events: list[UsageEvent]
+    disagreements: list[str] = field(default_factory=list)
+
+
+def pool_store(spec: PoolSpec) -> RunStore:
     from calque.aws.clients import client
     from calque.aws.queue import PoolQueue
+
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
+    return RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
+
+
+def store_usage(pool: str, store: RunStore, window: Window, now: float | None = None) -> list[UsageEvent]:
+    """A pool's usage in ``window`` from its bucket alone: its Summaries and its instances' records."""
+    t = now if now is not None else time.time()
+    return pool_usage(pool, pool_summaries(store), instance_spans(read_records(store), t), window)
+
+
+def spec_usage(spec: PoolSpec, window: Window, *, cross_check: bool = True) -> PoolLedger:
+    """A named pool's usage in ``window`` from its bucket, checked against its group's activity history."""
+    from calque.aws.clients import client
 
     if spec.pool is None:
         raise UsageError(
             f"the pool spec of model {spec.model} names no pool (pool: lab-a/embedder); its lab is unknown"
         )
-    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
-    ec2 = client("ec2", region=spec.region, endpoint_url=spec.endpoint_url)
-    store = RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
-    return pool_usage(spec.pool, pool_summaries(store), group_instances(ec2, spec.pool), window)
+    store = pool_store(spec)
+    now = time.time()
+    spans = instance_spans(read_records(store), now)
+    events = pool_usage(spec.pool, pool_summaries(store), spans, window)
+    if not cross_check:
+        return PoolLedger(events)
+    asg = client("autoscaling", region=spec.region, endpoint_url=spec.endpoint_url)
+    return PoolLedger(events, disagreements(spec.pool, spans, scaling_activities(asg, spec.pool), window))

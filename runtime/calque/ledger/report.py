@@ -89,6 +89,19 @@ def render_table(r: LedgerReport) -> str:
             lines.append(
                 f"stale: {s.name} did not answer; its usage is from its last answer at {s.taken_at:%Y-%m-%d %H:%M:%S}Z"
             )
+    for w in r.warnings:
+        lines.append(f"disagreement: {w}")
+    for c in r.reconciled:
+        billed = (
+            "nothing (is the calque:pool cost allocation tag activated?)"
+            if c.billed_usd is None
+            else _money(c.billed_usd)
+        )
+        mark = " (estimated)" if c.estimated else ""
+        lines.append(
+            f"reconcile {c.pool} {c.start} to {c.end}: ledger {_money(c.ledger_usd)} (instance-seconds at EC2 rates); "
+            f"Cost Explorer {billed}{mark} (UnblendedCost, tag calque:pool)"
+        )
     if r.total.unpriced_events:
         lines.append(f"{r.total.unpriced_events} event(s) had no EC2 or no Modal price (counted in GPU-hours only)")
     return "\n".join(lines)

@@ -89,6 +89,17 @@ class SourceState(CalqueModel):
     stale: bool = False
 
 
+class Reconciliation(CalqueModel):
+    """A pool's whole days as the ledger prices them beside what Cost Explorer billed to its ``calque:pool`` tag."""
+
+    pool: str
+    start: str = Field(description="the first day, YYYY-MM-DD (UTC)")
+    end: str = Field(description="the day after the last, YYYY-MM-DD (Cost Explorer's exclusive end)")
+    ledger_usd: float = Field(description="the pool's instance-seconds at EC2 rates, from its usage records")
+    billed_usd: float | None = Field(description="Cost Explorer's UnblendedCost for the tag; None: it has nothing")
+    estimated: bool = Field(False, description="Cost Explorer marks some of these days estimated (not final)")
+
+
 class LedgerReport(CalqueModel):
     by: LedgerKey
     since: datetime
@@ -96,6 +107,10 @@ class LedgerReport(CalqueModel):
     rows: list[LedgerRow]
     total: LedgerRow
     sources: list[SourceState]
+    warnings: list[str] = Field(
+        default_factory=list, description="where a pool's group history disagrees with its usage records"
+    )
+    reconciled: list[Reconciliation] = Field(default_factory=list, description="calque report --reconcile")
 
 
 class LabSpend(CalqueModel):

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 POOL_TAG = "calque:pool"
 """Tag key on every resource of a pool; its value is the pool's name. calque refuses to adopt or
 delete a resource whose tag names another pool."""
+USAGE_TAG = "calque:usage"
+"""Tag key on a pool's Auto Scaling group: the ``s3://`` prefix of its instances' usage records, so
+the ledger finds them from the group (``ledger/gate.py``)."""
 
 MAX_POOL_NAME = 64
 _SEGMENT = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"

@@ -361,7 +361,7 @@ class LabUse(CalqueModel):
 
 
 class BudgetElsewhereArgs(RequestArgs):
-    """``budget_elsewhere``: what each lab used in ``month`` on the institution's other hosts (the broker's sum)."""
+    """``budget_elsewhere``: each lab's ``month`` on the institution's other hosts and its pools (the broker's sum)."""
 
     model_config = _DEFERRED
     month: str = Field(pattern=r"^\d{4}-\d{2}$")

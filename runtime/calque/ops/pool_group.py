@@ -1,15 +1,12 @@
 """A pool's instances as an operation: its launch template and Auto Scaling group, through Layer 0.
 
-``present`` makes or updates the template (a new version only when the config digest changes, or
-to renew expiring presigned URLs), the group (MixedInstancesPolicy, spot price-capacity-optimized,
-capacity rebalancing, MaxInstanceLifetime for TTLs of a day or more) and its size; replaces
-instances EC2 marked unhealthy; and rolls instances launched from an older config through an
-instance refresh. ``absent`` drains the group to zero, then deletes it and the template.
-
-The spend gate runs in ``plan``, before anything is read from or written to the group: the worst
-case is ``max_size`` x the dearest allowed type. ``gate_only`` stops there (pool.yml's first task,
-so a refused pool creates no bucket or queue). Check mode also validates what the real run needs:
-the AMI (SSM), the instance profile, subnets and security groups, and an EC2 DryRun launch.
+``present`` makes or updates the template (a new version only when the config digest changes, or to
+renew expiring presigned URLs), the group (MixedInstancesPolicy, spot price-capacity-optimized,
+capacity rebalancing, MaxInstanceLifetime for TTLs of a day or more, the ``calque:usage`` tag) and
+its size; replaces unhealthy instances; rolls older configs through an instance refresh. ``absent``
+drains the group to zero, then deletes it and the template. The spend gate runs in ``plan``, before
+the group is read or written: the worst case is ``max_size`` x the dearest type. ``gate_only`` stops
+there (pool.yml's first task). Check mode validates AMI, profile, subnets, groups and a DryRun launch.
 """
 
 from __future__ import annotations
@@ -69,7 +66,9 @@ class PoolGroupRequest(LaunchOptions):
     warm: WarmPoolSettings | None = Field(None, description="an EC2 warm pool of bootstrapped instances")
     schedule: list[ScheduleEntry] = Field(default_factory=list, description="windows of a raised minimum")
     lab_budget: LabBudget | None = Field(None, description="the lab's monthly budget (calque_labs): spent, refused")
-    lab_spent_elsewhere: float = Field(0.0, ge=0, description="the lab's sessions this month, in the budget's unit")
+    lab_spent_elsewhere: float = Field(0.0, ge=0, description="deprecated and ignored: the broker's ledger counts them")
+    bucket: str | None = None  # the pool's bucket and prefix: where its instances write usage records
+    prefix: str = "calque"
 
     @model_validator(mode="after")
     def _consistent(self) -> PoolGroupRequest:
@@ -183,7 +182,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             check_spend_limit(spend)  # before anything else: a refused pool reads and makes nothing
         ec2, asg = self.aws.client("ec2"), self.aws.client("autoscaling")
         if spend is not None and request.lab_budget is not None:  # the lab's month: its pools and its sessions
-            check_lab_budget(asg, ec2, request.pool, request.lab_budget, request.lab_spent_elsewhere)
+            check_lab_budget(asg, self.aws.client("s3"), request.pool, request.lab_budget)
         before = grp.describe_group(asg, ec2, names.group, request.pool)
         template = None if request.gate_only else tpl.describe_template(ec2, names.template, request.pool)
         plan = PoolGroupPlan(request, names, before, template)
@@ -345,6 +344,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
                 grp.update_group(asg, params)
             if plan.before.desired != plan.desired:
                 grp.set_desired(asg, n.group, plan.desired)
+        grp.tag_group(asg, n.group, grp.usage_tag(plan.request.pool, plan.request.bucket, plan.request.prefix))
         if plan.warmth is not None:
             apply_warmth(asg, plan.warmth)
         replaced = grp.replace(asg, plan.replace)

@@ -16,7 +16,9 @@ from botocore.exceptions import ClientError
 from calque.aws.acquire.launch_spec import TAG_MANAGED
 from calque.aws.acquire.template import TAG_CONFIG
 from calque.aws.errors import aws_errors, error_code
-from calque.models.pool_names import POOL_TAG, refuse_foreign
+from calque.aws.naming import pool_key_base
+from calque.models.instance_usage import UsagePlace, usage_prefix
+from calque.models.pool_names import POOL_TAG, USAGE_TAG, pool_names, refuse_foreign
 
 MIN_LIFETIME_S = 86400  # AWS's minimum MaxInstanceLifetime; shorter TTLs stay in the user-data
 REFRESHING = ("Pending", "InProgress", "Cancelling", "RollbackInProgress", "Baking")
@@ -194,6 +196,25 @@ def create_group(asg: Any, params: dict[str, Any], desired: int, tags: dict[str,
     tag_list = [{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in {**tags, TAG_MANAGED: "calque"}.items()]
     with aws_errors(f"create Auto Scaling group {params['AutoScalingGroupName']!r}"):
         asg.create_auto_scaling_group(**params, DesiredCapacity=desired, Tags=tag_list)
+
+
+def usage_tag(pool: str, bucket: str | None, prefix: str) -> dict[str, str]:
+    """Where the group's instances write their usage records, for the ledger to find (none: no bucket given)."""
+    if bucket is None:
+        return {}
+    return {USAGE_TAG: usage_prefix(UsagePlace(bucket, pool_key_base(prefix, pool_names(pool).queue)))}
+
+
+def tag_group(asg: Any, name: str, tags: dict[str, str]) -> None:
+    """Set ``tags`` on an existing group (and its future instances); nothing when there are none."""
+    if not tags:
+        return
+    rows = [
+        {"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": k, "Value": v, "PropagateAtLaunch": True}
+        for k, v in tags.items()
+    ]
+    with aws_errors(f"tag Auto Scaling group {name!r}"):
+        asg.create_or_update_tags(Tags=rows)
 
 
 def update_group(asg: Any, params: dict[str, Any]) -> None:

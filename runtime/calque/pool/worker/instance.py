@@ -23,17 +23,20 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import urllib.error
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from calque.aws.acquire.budget_hold import HOLD_TAG
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.errors import AWS_ERRORS, BotoCoreError, ClientError
 from calque.aws.imds import Imds
 
 log = logging.getLogger("calque.pool.worker.instance")
 TERMINATING = "Terminated"  # IMDS target-lifecycle-state of an instance on its way out
+HOLD_READ_S = 60.0  # how often a worker reads whether its group is held for the lab's budget
 # a failed call is logged, never fatal: protection is an optimisation and the hook times out on its own
 _AWS_ERRORS = AWS_ERRORS
 
@@ -48,6 +51,8 @@ class InstanceGuard(Protocol):
     def terminating(self) -> bool: ...
 
     def leave(self, worker_id: str, *, drained: bool) -> None: ...
+
+    def held(self) -> bool: ...
 
 
 class NoInstance:
@@ -64,6 +69,9 @@ class NoInstance:
 
     def leave(self, worker_id: str, *, drained: bool) -> None:
         return None
+
+    def held(self) -> bool:
+        return False
 
 
 def _safe(worker_id: str) -> str:
@@ -99,6 +107,7 @@ class AsgInstance:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self._protected: bool | None = None
         self._mine = threading.Lock()
+        self._held: tuple[float, bool] = (-HOLD_READ_S, False)  # (when read, held then)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -152,6 +161,24 @@ class AsgInstance:
 
     def terminating(self) -> bool:
         return self.imds.get("autoscaling/target-lifecycle-state") == TERMINATING
+
+    def held(self) -> bool:
+        """Whether the broker holds this group for the lab's budget this month (read once a minute): a held
+        instance takes no new claim, so its protection lifts and the hold's next round can end it."""
+        read_at, was = self._held
+        if time.monotonic() - read_at < HOLD_READ_S:
+            return was
+        try:
+            found = self.asg.describe_auto_scaling_groups(AutoScalingGroupNames=[self.group])["AutoScalingGroups"]
+        except _AWS_ERRORS as exc:  # unknown: serve on (the hold still lowers the group's capacity)
+            log.warning("cannot read the budget hold of %s: %s", self.group, exc)
+            return was
+        tags = {str(t["Key"]): str(t["Value"]) for g in found for t in g.get("Tags", [])}
+        held = tags.get(HOLD_TAG, "").split(" ")[0] == time.strftime("%Y-%m", time.gmtime())
+        if held != was:
+            log.warning("group %s %s for the lab's budget", self.group, "held: no new claims" if held else "released")
+        self._held = (time.monotonic(), held)
+        return held
 
     def leave(self, worker_id: str, *, drained: bool) -> None:
         """This worker has stopped; the last one out lifts protection and, when draining, completes the hook."""

@@ -30,6 +30,7 @@ from calque.pool.worker.lease import Lease, Role, State
 log = logging.getLogger("calque.pool.worker.loop")
 MAX_AHEAD = 10  # SQS's MaxNumberOfMessages
 PREPARERS = 4  # claims prepared at once (each: one HEAD, one GET)
+PAUSE_S = 5.0  # how often a worker of a held pool looks again
 _WEIGHT = 0.3  # of a new claim's drain time in its moving average
 _WINDOW = 8  # round trips remembered
 
@@ -75,17 +76,23 @@ class Receiver:
         prepare: Callable[[Lease], None],
         stop: threading.Event,
         wait_s: int,
+        paused: Callable[[], bool] = lambda: False,
     ) -> None:
         self.queue = pool_queue
         self._hold = hold
         self._prepare = prepare
         self._stop = stop
         self.wait_s = wait_s
+        self._paused = paused  # the lab's budget holds the pool: no new claim is taken
         self.ahead = Ahead()
         self.ready: queue_mod.Queue[Lease] = queue_mod.Queue(maxsize=MAX_AHEAD)
 
     def receive(self, wait_s: int, max_messages: int = 1) -> list[Lease]:
-        """Up to ``max_messages`` held leases (none after a failed receive, which waits a second)."""
+        """Up to ``max_messages`` held leases (none after a failed receive, which waits a second, and none
+        while the pool is held for its lab's budget, which waits ``PAUSE_S``)."""
+        if self._paused():
+            self._stop.wait(PAUSE_S)
+            return []
         try:
             msgs = self.queue.receive(wait_s, max_messages)
         except CalqueError as exc:

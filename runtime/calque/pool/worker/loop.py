@@ -124,7 +124,7 @@ class Worker:
         self.witness = witness  # told which items run, and that a stop is on purpose (calque.pool.worker.witness)
         self.checker = ClaimChecker(spec, supervisor, store, self._stop.wait, pool_queue.max_receive_count())
         self.receiver = Receiver(pool_queue, hold=self._hold, prepare=self.prepare, stop=self._stop,
-                                 wait_s=self.receive_wait)  # fmt: skip
+                                 wait_s=self.receive_wait, paused=self.instance.held)  # fmt: skip
         self.writer = ClaimWriter(
             pool_queue,
             store,

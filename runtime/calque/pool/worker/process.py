@@ -28,11 +28,12 @@ from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.pool_loads import load_prefix
 from calque.pool.bootstrap import materialize_workload, start_worker_process
-from calque.pool.worker.instance import InstanceGuard, NoInstance, discover
+from calque.pool.worker.instance import AsgInstance, InstanceGuard, NoInstance, discover
 from calque.pool.worker.loadguard import LoadGuard
 from calque.pool.worker.loop import Worker, WorkerReport
 from calque.pool.worker.metrics import Metrics, worker_labels
 from calque.pool.worker.slots import host_slot
+from calque.pool.worker.usage import InstanceUsage, RecordedInstance, boot_time
 from calque.pool.worker.warmup import skip_built
 from calque.pool.worker.witness import WitnessLine, witnessed
 from calque.warm import WarmSupervisor
@@ -71,6 +72,19 @@ def _instance_guard(spec: PoolSpec) -> InstanceGuard:
         imds,
         lambda: client("autoscaling", region=spec.region, endpoint_url=spec.endpoint_url),
     )
+
+
+def _recorded(
+    spec: PoolSpec, store: RunStore, instance: InstanceGuard, instance_type: str | None, index: int | None
+) -> InstanceGuard:
+    """The guard, keeping this worker's usage record of its Auto Scaling instance from now (none off one:
+    a laptop, a long-lived host with no group is no pool instance the ledger prices)."""
+    if not isinstance(instance, AsgInstance) or spec.pool is None or not instance_type:
+        return instance
+    writer = "worker" if index is None else f"worker-{index}"
+    # from the boot: the instance was up (and paid) while this worker loaded, whoever recorded it then
+    usage = InstanceUsage(store, spec.pool, instance.instance_id, instance_type, writer, boot_time())
+    return RecordedInstance(instance, usage.start())
 
 
 def run_worker(spec: PoolSpec, *, index: int | None = None) -> WorkerReport:
@@ -115,7 +129,7 @@ def _serve(spec: PoolSpec, index: int | None, worker_id: str, line: WitnessLine)
         )
     log.info("entered in %.3fs (enter count %d); serving", sup.enter_seconds, sup.enter_count)
     metrics = Metrics(worker_labels(spec.model, worker_id, spec.pool))
-    instance = _instance_guard(spec)
+    instance = _recorded(spec, store, _instance_guard(spec), instance_type, index)
     worker = Worker(
         spec,
         sup,

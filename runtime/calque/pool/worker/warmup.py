@@ -14,6 +14,10 @@ installed, and again as the worker unit's ``ExecStartPre`` on every boot:
 3. it completes the ``calque-ready`` hook: CONTINUE once ready, ABANDON when a step raised (AWS
    then terminates the instance rather than warm a broken one).
 
+At each boot it writes the boot's usage record (``pool/worker/usage.py``: from the kernel's boot
+time; ended ``stopped`` when the instance goes to stop in the warm pool, ``terminated`` on ABANDON;
+refreshed while it waits in a ``Warmed:Running`` pool).
+
 An instance launched straight into service (the warm pool empty) skips step 2: its worker's own
 start runs ``@build`` and every ``@enter`` once, as without a warm pool.
 
@@ -37,13 +41,17 @@ from typing import Any
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import BotoCoreError, ClientError, error_code
-from calque.aws.imds import metadata_client
+from calque.aws.imds import Imds, metadata_client
+from calque.aws.queue import PoolQueue
+from calque.aws.store import RunStore
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.base import CalqueModel
+from calque.models.instance_usage import RECORD_HEARTBEAT_S
 from calque.models.pool_names import pool_names
 from calque.models.warmth import ReadyMark
 from calque.pool.bootstrap import materialize_workload
+from calque.pool.worker.usage import InstanceUsage, boot_time
 from calque.warm.loader import Workload, load_workload, split_workload, workload_digest
 
 log = logging.getLogger("calque.pool.worker.warmup")
@@ -54,6 +62,7 @@ DEFAULT_WEIGHTS = "/var/lib/calque/cache"
 TTL_ENV = "CALQUE_TTL_MARK"
 DEFAULT_TTL_MARK = "/var/lib/calque/expires-epoch"  # the group's TTL boothook's deadline (template.py)
 WARMED = "Warmed:"  # the prefix of every warm-pool target state (Warmed:Stopped, Warmed:Running, ...)
+WARMED_RUNNING = "Warmed:Running"  # the one warm state whose instances stay up (and paid)
 
 
 class WarmUpReport(CalqueModel):
@@ -165,6 +174,20 @@ def _complete(spec: PoolSpec, instance_id: str, result: str) -> str:
     return result
 
 
+def _usage(spec: PoolSpec, imds: Imds | None, instance_id: str | None, state: str | None) -> InstanceUsage | None:
+    """This boot's usage record, from the kernel's boot time (EC2 bills from the boot, not from this step)."""
+    if imds is None or not instance_id or spec.pool is None:
+        return None
+    instance_type = spec.instance_type or imds.get("instance-type")
+    if not instance_type:
+        return None
+    s3 = client("s3", region=spec.region, endpoint_url=spec.endpoint_url)
+    store = RunStore(s3, spec.bucket, spec.prefix, PoolQueue(None, spec.model, spec.queue_name).name)
+    usage = InstanceUsage(store, spec.pool, instance_id, instance_type, "warm-up", boot_time(), state)
+    usage.beat()
+    return usage
+
+
 def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.0) -> WarmUpReport:
     """Steps 1-3 of the module's docstring, for this instance (off an instance: step 2 only)."""
     started = time.monotonic()
@@ -178,9 +201,14 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
             state = imds.get("autoscaling/target-lifecycle-state")
         except OSError as exc:  # URLError is an OSError: no metadata service, not an instance
             log.info("no instance metadata (%s): preparing only", exc)
+    usage = _usage(spec, imds, instance_id, state)
+    beaten = time.monotonic()
     while wait_in_service and imds is not None and state and state.startswith(WARMED):
         time.sleep(poll_s)  # systemd bounds this wait (the unit's start timeout)
         state = imds.get("autoscaling/target-lifecycle-state")
+        if usage is not None and time.monotonic() - beaten >= RECORD_HEARTBEAT_S:  # Warmed:Running is paid
+            usage.beat()
+            beaten = time.monotonic()
     report = WarmUpReport(instance_id=instance_id, target_state=state, prepared=False)
     if state and state.startswith(WARMED):  # the TTL counts from the start in service, not this first boot
         Path(os.environ.get(TTL_ENV) or DEFAULT_TTL_MARK).unlink(missing_ok=True)
@@ -193,6 +221,8 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
             prepare(spec)
             report.prepared = True
     except Exception:
+        if usage is not None:
+            usage.finish("terminated" if hooked else None)  # ABANDON: AWS terminates it
         if hooked:
             assert instance_id is not None
             try:
@@ -200,6 +230,9 @@ def warm_up(spec: PoolSpec, *, wait_in_service: bool = False, poll_s: float = 5.
             except (ClientError, BotoCoreError) as exc:
                 log.error("cannot abandon the lifecycle action (%s); its timeout abandons it", exc)
         raise
+    if usage is not None:  # before the hook: a warmed instance may stop the moment it is completed
+        stops = bool(state and state.startswith(WARMED) and state != WARMED_RUNNING)
+        usage.finish("stopped" if stops else None)
     if hooked:
         assert instance_id is not None
         try:

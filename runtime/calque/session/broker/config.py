@@ -50,6 +50,13 @@ class MailSettings(CalqueModel):
     before_end: list[Seconds] = Field(default_factory=lambda: [600.0, 60.0], description="mail this long before an end")
 
 
+class PoolLedgerSettings(CalqueModel):
+    """Where the broker reads the labs' pools (their groups, their instances' usage records) and holds them."""
+
+    region: str = Field(description="the AWS region of the pools' Auto Scaling groups")
+    endpoint_url: str | None = Field(None, description="an AWS endpoint (moto in tests and the sandbox)")
+
+
 class BrokerConfig(VersionedModel):
     version_label: ClassVar[str] = "broker config"
     upgrade_hint: ClassVar[str] = "upgrade calque on the front-door host, or write the file's older version"
@@ -79,6 +86,11 @@ class BrokerConfig(VersionedModel):
     mail: MailSettings | None = None
     fleet: DemandSettings | None = Field(
         None, description="elastic session-host classes: the demand published for them, their hosts' registrations"
+    )
+    pools: PoolLedgerSettings | None = Field(
+        None,
+        description="count the labs' pools in their months (from their usage records) and hold an over-budget "
+        "lab's groups at its running claims; off if unset (the months are sessions only)",
     )
     poll_every: Seconds = Field(5.0, gt=0, description="seconds between polls of each host (pushes come between)")
     ledger_every: Seconds = Field(

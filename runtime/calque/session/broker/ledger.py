@@ -5,8 +5,11 @@ The broker asks each host's daemon for its ledger (as itself: every user's event
 for a non-admin) and keeps each host's last full answer. A host that does not answer is reported from
 that copy, marked stale, its events kept to the caller's own for a non-admin; a host that never
 answered is listed stale with no events, never left out. Every ``ledger_every`` seconds the broker
-takes the month to date of every host (a fresh copy of each), sums each budgeted lab and mails it once
-a month per state (``notice``, ``over``); the hosts refuse over-budget checkouts themselves.
+takes the month to date of every host (a fresh copy of each) and, where ``broker.yaml`` names the
+pools' region (``pools``), of every lab's pools from their usage records; sums each budgeted lab (one
+figure: ``ledger/budgets.py``'s ``lab_month``), mails it once a month per state (``notice``,
+``over``), tells each host the rest of the figure (its checkout and extend gates add it to their own
+sessions) and holds an over-budget lab's pools at their running claims (``pool_budgets.py``).
 """
 
 from __future__ import annotations
@@ -21,23 +24,32 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from calque.errors import CalqueError
-from calque.ledger.budgets import lab_spend, month_of, month_start, refusal
+from calque.ledger.budgets import lab_month, month_of, month_start, refusal
 from calque.models.institution import Lab
-from calque.models.ledger import HostLedger, LabSpend
+from calque.models.ledger import HostLedger, LabSpend, UsageEvent
 from calque.session.broker.callers import Caller
 from calque.session.broker.hosts import HostLink, call_id
 from calque.session.broker.store import Store
 
 if TYPE_CHECKING:
     from calque.session.broker.mail import Mailer
+    from calque.session.broker.pool_budgets import PoolBudgets
 
 log = logging.getLogger("calque.broker")
 EPOCH = datetime.fromtimestamp(0, tz=timezone.utc)
 
 
 class BrokerLedger:
-    def __init__(self, store: Store, links: Mapping[str, HostLink], labs: list[Lab], mailer: Mailer | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        links: Mapping[str, HostLink],
+        labs: list[Lab],
+        mailer: Mailer | None,
+        pools: PoolBudgets | None = None,
+    ) -> None:
         self.store = store
+        self.pools = pools  # None: the months are sessions only
         self.links = dict(links)
         self.labs = [lab for lab in labs if lab.budget is not None]
         self.mailer = mailer  # None: notices are only logged
@@ -82,20 +94,22 @@ class BrokerLedger:
         t = datetime.fromtimestamp(now if now is not None else time.time(), tz=timezone.utc)
         since = max(1.0, t.timestamp() - month_start(t).timestamp())
         hosts = self.collect(f"{since:.0f}")
+        pools = self.pools.events(t.timestamp()) if self.pools is not None else []
         events = [e for h in hosts for e in h.events]
         out = []
         for lab in self.labs:
             extra = max((b.extra for h in hosts for b in h.budgets if b.lab == lab.name), default=0.0)
-            out.append(lab_spend(lab, events, t, extra))
+            out.append(lab_month(lab, events, pools, t, extra))
         for h in hosts:
             if not h.stale:
-                self._tell(h.host, t, [x for x in hosts if x.host != h.host])
+                self._tell(h.host, t, [x for x in hosts if x.host != h.host], pools)
         return out
 
-    def _tell(self, name: str, t: datetime, others: list[HostLedger]) -> None:
+    def _tell(self, name: str, t: datetime, others: list[HostLedger], pools: list[UsageEvent]) -> None:
+        """The labs' months on the other hosts and in their pools: what this host's gates add to its own."""
         labs = {}
         for lab in self.labs:
-            mine = [e for h in others for e in h.events if e.lab == lab.name]
+            mine = [e for h in others for e in h.events if e.lab == lab.name] + [e for e in pools if e.lab == lab.name]
             gpu_h = sum(e.gpu_seconds for e in mine) / 3600.0
             labs[lab.name] = {"gpu_hours": gpu_h, "usd": sum(e.ec2_usd or 0.0 for e in mine)}
         try:
@@ -107,6 +121,8 @@ class BrokerLedger:
         """Mail each lab that reached its notice share or its budget, once a month per state."""
         at = now if now is not None else time.time()
         spends = self.last = self.spends(at)
+        if self.pools is not None:  # the pool side of the one budget, between playbook runs
+            self.pools.enforce(spends)
         for s in spends:
             if s.state not in ("notice", "over") or not self.store.first_budget_notice(s.lab, s.month, s.state, at):
                 continue

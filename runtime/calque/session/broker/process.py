@@ -78,7 +78,12 @@ class Broker:
             mailer = Mailer(config.mail)
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
         service = BrokerService(store, cache, granter, dispatcher)
-        service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer)
+        pools = None
+        if config.pools is not None:
+            from calque.session.broker.pool_budgets import PoolBudgets
+
+            pools = PoolBudgets(config.pools)
+        service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer, pools)
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own

@@ -1,7 +1,8 @@
 """This host's part of the ledger: its sessions as priced usage events (``ledger`` op: a user's own,
 every user's for root, the admin group and the institution's broker), its labs' month-to-date use
-against their budgets (the checkout gate: this host's sessions plus what the broker last said the lab
-used on the other hosts, ``budget_elsewhere``), and an admin's audited override.
+against their budgets (the checkout and extend gates: this host's sessions plus what the broker last
+said the lab used on the other hosts and in its pools, ``budget_elsewhere``), and an admin's audited
+override.
 
 Each session is read from the usage table (ended) and the sessions table (live, up to now), weighted
 by its slice's share of the GPU. A user's lab is the institution's lab naming one of their Unix
@@ -210,8 +211,9 @@ def spend_of(host: Host, lab: Lab, now: float | None = None, *, with_elsewhere: 
 
 
 def budget_gate(host: Host, c: Caller, request_id: str | None) -> None:
-    """Refuse a checkout by a member of a lab that has spent its month's budget (``refused``: exit 4).
-    A retried request (its id already has a session) is answered with it, as without a budget."""
+    """Refuse a checkout (or an extension: ``request_id`` None) by a member of a lab that has spent its
+    month's budget (``refused``: exit 4), with one sentence for both. A retried checkout (its id already
+    has a session) is answered with it, as without a budget."""
     inst = institution(host)
     lab = inst.lab_of(c.groups) if inst.labs else None
     if lab is None or lab.budget is None:

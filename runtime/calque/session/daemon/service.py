@@ -33,6 +33,7 @@ from calque.session.daemon.checkout import checkout, fmt_time, view
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities
+from calque.session.daemon.ledger import budget_gate
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
@@ -106,6 +107,8 @@ class Service:
         held = self._own(c, args, "extend")
         if held.expires <= time.time():
             raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
+        if not c.admin:  # the checkout's gate and sentence: a lab at 100 % keeps nothing alive by extending
+            budget_gate(self.host, c, None)
         by = parse_duration(args.by, what="by")  # positive: checked by ExtendArgs
         lim = self.identities.limits(c)
         assert lim.max_ttl is not None

@@ -106,8 +106,9 @@ options:
   lab_budget:
     description:
       - The monthly budget of the pool's lab (the first segment of O(pool)), as C(calque_labs) gives it.
-      - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, plus
-        O(lab_spent_elsewhere)) reaches it, the gate refuses, naming the budget and who can raise it.
+      - Once the lab's month to date (every instance of its pools' groups this month at its type's rate, from the
+        usage records the instances wrote) reaches it, or while the broker holds any of the lab's pools for the
+        month (its sessions and pools together are over), the gate refuses, naming the budget and who can raise it.
     type: dict
     suboptions:
       gpu_hours:
@@ -125,9 +126,21 @@ options:
         type: str
         default: your institution's GPU administrators
   lab_spent_elsewhere:
-    description: The lab's other spend this month (its sessions, from C(calque report --institution --by lab)), in the budget's unit.
+    description:
+      - Deprecated and ignored. The lab's sessions are no longer typed in here - the broker's ledger sums them with
+        the lab's pools, and holds the pools of a lab over its budget (C(calque:budget-hold)); this gate refuses
+        while it does.
     type: float
     default: 0.0
+  bucket:
+    description:
+      - The pool's bucket. Its instances write their usage records under O(prefix) there; the group is tagged
+        C(calque:usage) with that place so the ledger and the lab's gate find them after the instances are gone.
+    type: str
+  prefix:
+    description: The pool's key prefix in O(bucket).
+    type: str
+    default: calque
   i_understand_this_spends_money:
     description: Must be V(true) to create a group with instances or raise its count.
     type: bool
@@ -354,7 +367,11 @@ def main():
                 raised_by=dict(type="str", default="your institution's GPU administrators"),
             ),
         ),
-        lab_spent_elsewhere=dict(type="float", default=0.0),
+        lab_spent_elsewhere=dict(
+            type="float", default=0.0, removed_in_version="2.0.0", removed_from_collection="calque.gpu"
+        ),
+        bucket=dict(type="str"),
+        prefix=dict(type="str", default="calque"),
         i_understand_this_spends_money=dict(type="bool", default=False),
         i_understand_this_terminates_instances=dict(type="bool", default=False),
         gate_only=dict(type="bool", default=False),
