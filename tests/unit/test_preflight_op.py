@@ -137,3 +137,15 @@ def test_the_institution_is_read_as_the_daemons_read_it_and_needs_a_munge_key() 
     }
     good = {"hosts": [{"name": "t1", "address": "10.0.0.1", "offers": ["1g.24gb"]}], "broker": {"address": "10.0.0.9"}}
     assert run({"calque_session_service_institution": good, "calque_munge_key_file": "/vault/munge.key"}) == {}
+
+
+def test_a_mail_section_in_the_settings_is_checked_before_any_host_is_touched() -> None:
+    good = {"calque_session_service_settings": {"mail": {"relay": "smtp.example.edu", "domain": "example.edu"}}}
+    assert _run({"a": {"variables": good}}) == []
+    for mail, says in (({"port": 0}, "port=0: Input should be greater"), ({"labs": {}}, "labs")):
+        bad = {"calque_session_service_settings": {"mail": {"relay": "smtp.example.edu", **mail}}}
+        found = {v: m for v, m, _, _ in _run({"a": {"variables": bad}})}
+        assert (
+            list(found) == ["calque_session_service_settings.mail"]
+            and says in found["calque_session_service_settings.mail"]
+        ), found

@@ -17,6 +17,7 @@ from calque.configfile import load_model
 from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
+from calque.models.mail import MailRelay
 from calque.quantities import Mebibytes, Percent
 from calque.session.paths import DEFAULT_CONFIG, DEFAULT_SOCKET
 
@@ -179,6 +180,11 @@ class SessionConfig(VersionedModel):
         "activity on the slice this long)",
     )
     idle: IdlePolicy | None = Field(None, description="idle reclaim by measured utilisation (off when unset)")
+    mail: MailRelay | None = Field(
+        None,
+        description="mail the idle reclaim's warning to the holder through this SMTP relay (as the broker's mail: "
+        "relay, port, sender, domain, users); terminals only when unset",
+    )
     policy: Policy = Field(default_factory=Policy)
     spot: bool = Field(
         False, description="this host is a spot instance (the session_service role: calque_session_service_spot)"

@@ -16,6 +16,7 @@ from pydantic import Field
 from calque.configfile import load_model
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
 from calque.models.fleet import DemandSettings
+from calque.models.mail import MailSettings
 
 BROKER_CONFIG_VERSION = 1
 DEFAULT_BROKER_CONFIG = Path("/etc/calque/broker.yaml")
@@ -36,18 +37,6 @@ class QueueRules(CalqueModel):
     )
     assumed_ttl: Seconds = Field(3600, gt=0, description="a request without --ttl counts this long in fair share")
     default_share: float = Field(1.0, gt=0, description="the share of users in no lab's groups (lab 'default')")
-
-
-class MailSettings(CalqueModel):
-    """Optional mail notices through an SMTP relay (no authentication: a relay inside the institution)."""
-
-    relay: str = Field(description="the relay's host name or address")
-    port: int = Field(25, ge=1, le=65535)
-    sender: str = Field("calque@localhost", description="the From: address")
-    domain: str | None = Field(None, description="a user's address is USER@DOMAIN unless listed in users")
-    users: dict[str, str] = Field(default_factory=dict, description="user name to address")
-    labs: dict[str, str] = Field(default_factory=dict, description="lab name to a list address (copied on notices)")
-    before_end: list[Seconds] = Field(default_factory=lambda: [600.0, 60.0], description="mail this long before an end")
 
 
 class PoolLedgerSettings(CalqueModel):
@@ -83,7 +72,9 @@ class BrokerConfig(VersionedModel):
         default_factory=dict,
         description="session hosts whose daemon's unix socket is on this machine: name -> socket (the local path)",
     )
-    mail: MailSettings | None = None
+    mail: MailSettings | None = Field(
+        None, description="mail notices (a grant to a waiter, an end near, a lab's budget) through an SMTP relay"
+    )
     fleet: DemandSettings | None = Field(
         None, description="elastic session-host classes: the demand published for them, their hosts' registrations"
     )

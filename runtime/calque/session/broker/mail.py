@@ -1,18 +1,16 @@
 """Mail notices through the institution's SMTP relay: a queued request granted, (from the host
 cache's deadlines) a session about to end, and a lab near or over its budget (``ledger.py``). Sent
-from a thread of their own, so a slow relay never delays a grant; a relay that refuses is logged,
-never retried into a storm."""
+by ``calque.session.mail`` (a thread per message, so a slow relay never delays a grant; a relay that
+refuses is logged, never retried into a storm)."""
 
 from __future__ import annotations
 
 import logging
-import smtplib
-import threading
-from email.message import EmailMessage
 
-from calque.session.broker.config import MailSettings
+from calque.models.mail import MailSettings
 from calque.session.broker.hosts import HostCache
 from calque.session.broker.store import Row, Store
+from calque.session.mail import MailSender
 
 log = logging.getLogger("calque.broker")
 
@@ -20,10 +18,10 @@ log = logging.getLogger("calque.broker")
 class Mailer:
     def __init__(self, settings: MailSettings) -> None:
         self.settings = settings
+        self.sender = MailSender(settings, log)
 
     def address(self, user: str) -> str | None:
-        s = self.settings
-        return s.users.get(user) or (f"{user}@{s.domain}" if s.domain else None)
+        return self.settings.address(user)
 
     def granted(self, row: Row) -> None:
         if not row.wait or row.state != "held":  # answered at once: its client has it on its terminal
@@ -83,18 +81,4 @@ class Mailer:
         self._post(to, None, subject, body)
 
     def _post(self, to: str, cc: str | None, subject: str, body: str) -> None:
-        msg = EmailMessage()
-        msg["From"] = self.settings.sender
-        msg["To"] = to
-        if cc:
-            msg["Cc"] = cc
-        msg["Subject"] = subject
-        msg.set_content(body)
-        threading.Thread(target=self._deliver, args=(msg,), name="broker-mail", daemon=True).start()
-
-    def _deliver(self, msg: EmailMessage) -> None:
-        try:
-            with smtplib.SMTP(self.settings.relay, self.settings.port, timeout=10) as smtp:
-                smtp.send_message(msg)
-        except (OSError, smtplib.SMTPException) as exc:
-            log.warning("mail to %s through %s failed: %s", msg["To"], self.settings.relay, exc)
+        self.sender.post(to, subject, body, cc=cc)

@@ -5,14 +5,15 @@ seen active moves it to now, and nothing a client sends does (``extend`` moves t
 clock), so no holder can hold an idle slice by talking to the daemon. Whether a slice is active is
 ``activity.py``'s rule, on every reading of the driver (engines, memory, anyone's processes; unknown is
 active); a driver that cannot answer at all keeps every slice. Members of ``exempt_groups`` are never
-reclaimed. At ``for - warn`` of idleness the holder's terminals get a notice; with
-``checkpoint_signal``, at ``for - checkpoint_before`` the session's processes (the holder's on the
-slice and in the session's cgroup) get that signal and the terminals a line, and the end waits until
-``checkpoint_before`` after the signal went, whenever that was; at ``for`` the session ends with reason
-``idle`` in the audit trail and the usage row, as an expiry does. The clock and the notice are in the
-registry, so a daemon restart keeps both; but what the slice did while the daemon was down is unknown,
-and unknown is active: every session live at the start has its clock start again there, so it gets a
-whole idle period, a fresh notice and a fresh checkpoint signal before any reclaim.
+reclaimed. At ``for - warn`` of idleness the holder's terminals get a notice (and, with ``mail`` in
+session.yaml, her mailbox: ``idlemail.py``); with ``checkpoint_signal``, at ``for - checkpoint_before``
+the session's processes (the holder's on the slice and in the session's cgroup) get that signal and
+the terminals a line, and the end waits until ``checkpoint_before`` after the signal went, whenever
+that was; at ``for`` the session ends with reason ``idle`` in the audit trail and the usage row, as an
+expiry does. The clock and the notice are in the registry, so a daemon restart keeps both; but what
+the slice did while the daemon was down is unknown, and unknown is active: every session live at the
+start has its clock start again there, so it gets a whole idle period, a fresh notice and a fresh
+checkpoint signal before any reclaim.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from calque.session.daemon.activity import Reading, slice_reading
 from calque.session.daemon.cleanup import alive, signal_pids
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Identities
+from calque.session.daemon.idlemail import IdleMail
 from calque.session.daemon.inventory import pids_on
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.rows import Held, ts
@@ -56,6 +58,8 @@ class IdleWatch:
         self.host = host
         self.policy = policy
         self.identities = Identities(host.config)
+        mail = host.config.mail
+        self.mail = IdleMail(mail, host.audit, host.config.host_name) if mail is not None else None
         self._started = time.time()  # sessions idle since before this: the daemon was down, use unknown
         self._resumed = False
         self._sampled_at = 0.0
@@ -201,6 +205,14 @@ class IdleWatch:
         ttys = notify_terminals(h.session.uid, msg)
         self.host.registry.mark_idle_notice(h.session.id)
         self.host.audit.record("idle_notice", h, by_uid=0, reason=f"{left:.0f} s left unless active", terminals=ttys)
+        if self.mail is not None:  # after the notice is marked: a mail that fails is never sent twice
+            ends_at = h.last_active + self.policy.for_
+            try:
+                self.mail.warn(
+                    h, now - h.last_active, ends_at, now, self.why(h.session.id), self.policy.checkpoint_signal
+                )
+            except Exception:  # no thread to spare, the audit's disk: the reclaim goes on, unmailed
+                log.exception("the idle warning for %s was not mailed", h.session.id)
 
 
 def idle_watch(host: Host) -> IdleWatch | None:
