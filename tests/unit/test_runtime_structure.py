@@ -19,7 +19,6 @@ STILL_LONG = {
     "cli/session.py": 413,
     "gpu/mps.py": 403,
     "gpu/planner.py": 409,
-    "gpu/sim.py": 443,
     "models/session.py": 426,
     "ops/pool_group.py": 447,
     "pool/submitter/ramp.py": 423,
