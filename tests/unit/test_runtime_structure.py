@@ -19,7 +19,6 @@ STILL_LONG = {
     "cli/session.py": 413,
     "models/session.py": 426,
     "session/daemon/registry.py": 426,
-    "warm/supervisor.py": 426,
 }
 # The one import between sibling rooms: an elastic host asks its own daemon, through the client every
 # caller of the daemon uses, whether a session is live (the client is the daemon's public face).
