@@ -92,7 +92,8 @@ def make_pool() -> None:
     from calque.models.pool_loads import slot_uri
     from calque.models.pool_names import pool_names
     from calque.ops.base import AwsSession
-    from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+    from calque.ops.pool_group import PoolGroupOp
+    from calque.ops.pool_group_models import PoolGroupRequest
     from calque.ops.pool_queue import PoolQueueOp, PoolQueueRequest
     from calque.ops.pool_scaling import PoolScalingOp, PoolScalingRequest
 

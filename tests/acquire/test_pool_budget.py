@@ -17,7 +17,8 @@ from calque.aws.store import RunStore
 from calque.errors import RefusedError
 from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
-from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.ops.pool_group import PoolGroupOp
+from calque.ops.pool_group_models import PoolGroupRequest
 from calque.pool.worker.usage import InstanceUsage
 
 from .conftest import AL2023, Network

@@ -13,7 +13,8 @@ from calque.aws.clients import client
 from calque.errors import RefusedError, UsageError
 from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
-from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.ops.pool_group import PoolGroupOp
+from calque.ops.pool_group_models import PoolGroupRequest
 
 from .conftest import AL2023, Network
 

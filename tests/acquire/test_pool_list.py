@@ -8,7 +8,8 @@ from typing import Any
 from calque.aws.acquire import Acquirer, Consent
 from calque.cli.main import cli
 from calque.ops.base import AwsSession
-from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.ops.pool_group import PoolGroupOp
+from calque.ops.pool_group_models import PoolGroupRequest
 from calque.ops.pool_queue import PoolQueueOp, PoolQueueRequest
 from click.testing import CliRunner
 

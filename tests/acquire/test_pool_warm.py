@@ -16,7 +16,8 @@ from calque.aws.clients import client
 from calque.cli.main import cli
 from calque.models.pool_names import pool_names
 from calque.ops.base import AwsSession
-from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.ops.pool_group import PoolGroupOp
+from calque.ops.pool_group_models import PoolGroupRequest
 from click.testing import CliRunner
 from pydantic import ValidationError
 

@@ -227,7 +227,7 @@ def test_a_signal_mid_rung_terminates_the_instance(ec2: Any, network: Network, t
 
 def test_on_aws_the_ramp_notices_its_instance_ended(ec2: Any, spec_for: Any, acquirer: Acquirer) -> None:
     from calque.errors import InfrastructureError
-    from calque.pool.submitter.ramp import InstanceWorker
+    from calque.pool.submitter.ramp_workers import InstanceWorker
 
     got = acquirer.apply(spec_for(name="ramp-ended", count=1), Consent(spend=True))
     worker = InstanceWorker(acquirer, "ramp-ended", got.instances[0].instance_id)

@@ -18,7 +18,8 @@ from calque.aws.naming import pool_queue_name
 from calque.cli.main import run
 from calque.models import PoolSpec
 from calque.ops.base import AwsSession
-from calque.ops.pool_group import PoolGroupOp, PoolGroupRequest
+from calque.ops.pool_group import PoolGroupOp
+from calque.ops.pool_group_models import PoolGroupRequest
 from calque.pool.bootstrap import stage_workload, worker_user_data
 from pool.conftest import make_pool  # noqa: F401  (the fixture: a queue, a bucket and real workers)
 

@@ -14,17 +14,13 @@ from calque.cli.output import emit, table
 from calque.errors import PartialFailure
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.mps import (
-    DEFAULT_LOG_ROOT,
-    DEFAULT_PIPE_ROOT,
-    MpsControl,
-    MpsStatus,
-)
+from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.selection import GpuSelection
 from calque.gpu.verify import VerifyReport
 from calque.gpu.verify import verify as verify_host
+from calque.models.mps import MpsStatus
 from calque.ops.mps import MpsDaemonsOp, MpsRequest
 from calque.ops.outcome import Outcome
 

@@ -9,7 +9,8 @@ sends the default client limits (``set_default_active_thread_percentage``,
 
 MPS gives no isolation between clients (memory, faults): every change requires the caller's
 explicit consent. Clients of different Unix users are serialised by the control daemon (one MPS
-server, of one user, at a time): see docs/gpu-mps.md and ``user_model``.
+server, of one user, at a time): see docs/gpu-mps.md and ``user_model``. What a daemon reports and
+what a start or stop plans are models (``calque.models.mps``).
 """
 
 from __future__ import annotations
@@ -21,20 +22,16 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, field_validator
 
 from calque.errors import InfrastructureError, RefusedError, UsageError
 from calque.gpu.backend import GpuBackend
-from calque.models.base import CalqueModel
+from calque.models.mps import MpsDaemon, MpsResult, MpsSettings, MpsStatus, MpsStep, MpsUserModel, pinned_bytes
 
 CONTROL_PROGRAM = "nvidia-cuda-mps-control"
 DEFAULT_PIPE_ROOT = Path("/run/calque/mps")
 DEFAULT_LOG_ROOT = Path("/var/log/calque/mps")
 _TIMEOUT_S = 15.0
 DEFAULT_PERCENTAGE = 100  # what a new control daemon reports before any limit is set
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 CONSENT_MESSAGE = (
     "MPS shares one GPU between processes with no memory or fault isolation: a client can read or crash "
@@ -47,80 +44,6 @@ def require_consent(consent: bool) -> None:
     """The MPS safety gate (exit code 4 without consent)."""
     if not consent:
         raise RefusedError(CONSENT_MESSAGE)
-
-
-def _bytes(limit: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)B?\s*", limit.upper())
-    if m is None:
-        raise UsageError(f"pinned memory limit {limit!r}: write a size like 4G, 512M or 1024 (bytes)")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
-
-
-class MpsSettings(CalqueModel):
-    """Default limits for every client of a daemon."""
-
-    active_thread_percentage: int | None = Field(None, ge=1, le=100)
-    pinned_memory_limit: str | None = Field(None, description="per-client pinned device memory, e.g. 8G")
-
-    @field_validator("pinned_memory_limit")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        if v is not None:
-            _bytes(v)
-        return v
-
-
-class MpsUserModel(CalqueModel):
-    """How the installed MPS treats clients of different Unix users."""
-
-    mode: Literal["serialised-per-user", "multi-user"]
-    evidence: str
-    slot_policy: str
-
-
-class MpsDaemon(CalqueModel):
-    """One control daemon and what it reports."""
-
-    target: str = Field(description="gpu<index> or mig-<uuid>")
-    gpu_index: int
-    device_uuid: str
-    pipe_dir: str
-    log_dir: str
-    running: bool
-    servers: list[int] = Field(default_factory=list, description="MPS server pids")
-    active_thread_percentage: int | None = None
-    pinned_memory_limit: str | None = None
-    compute_mode: str | None = None
-
-
-class MpsStatus(CalqueModel):
-    version: int = 1
-    daemons: list[MpsDaemon]
-    user_model: MpsUserModel | None = None
-
-
-class MpsResult(CalqueModel):
-    """What start or stop did (or, in check mode, would do)."""
-
-    version: int = 1
-    changed: bool
-    actions: list[str]
-    daemons: list[MpsDaemon]
-
-
-class MpsStep(CalqueModel):
-    """One daemon's part of a start or stop: its actions, and its state before and (predicted) after."""
-
-    target: str
-    gpu_index: int
-    device_uuid: str
-    before: MpsDaemon
-    after: MpsDaemon = Field(description="the daemon after the actions: what check mode predicts")
-    actions: list[str] = Field(default_factory=list)
-    compute_mode: str | None = Field(None, description="compute mode to set, if it changes")
-    launch: bool = False
-    quit: bool = False
-    commands: list[str] = Field(default_factory=list, description="limit commands for the control program")
 
 
 class MpsControl:
@@ -340,7 +263,7 @@ class MpsControl:
         lim = settings.pinned_memory_limit
         if lim is not None:
             have = d.pinned_memory_limit
-            if not d.running or have is None or _bytes(have) != _bytes(lim):
+            if not d.running or have is None or pinned_bytes(have) != pinned_bytes(lim):
                 cmds.append(f"set_default_device_pinned_mem_limit 0 {lim}")
         return cmds
 

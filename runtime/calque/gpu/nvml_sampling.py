@@ -9,19 +9,23 @@ supported (before Hopper; A100 MIG) a MIG device's activity is unknown; a whole 
 ``nvmlDeviceGetUtilizationRates``, which NVML does not offer on MIG devices. On a GPU not in MIG mode
 each compute process (an MPS client) gets its own sample from ``nvmlDeviceGetProcessUtilization``,
 or none (unknown) where the driver gave none for it.
-Only reads: nothing here changes a GPU (streaming, MIG and MPS are left as they are).
+Only reads: nothing here changes a GPU (streaming, MIG and MPS are left as they are). Every call goes
+through the adapter of ``nvml_calls.py``, which the reads (``nvml_reads.py``) open and hand over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calque.gpu import errors as nv
-from calque.gpu.nvml_types import NvmlDevices, text_of
+from calque.gpu.nvml_types import text_of
 from calque.models import DeviceSample
 from calque.models.gpu import SampleKind
+
+if TYPE_CHECKING:
+    from calque.gpu.nvml_calls import NvmlCalls
 
 FIRST_INTERVAL_S = 0.1
 _UNSUPPORTED = (nv.NOT_SUPPORTED, nv.FUNCTION_NOT_FOUND, nv.INVALID_ARGUMENT)
@@ -30,9 +34,9 @@ _UNSUPPORTED = (nv.NOT_SUPPORTED, nv.FUNCTION_NOT_FOUND, nv.INVALID_ARGUMENT)
 class NvmlSampler:
     """The GPM samples kept between calls, per (GPU index, GPU-instance id or None for the whole GPU)."""
 
-    def __init__(self, backend: NvmlDevices) -> None:
-        self._b = backend
-        self._nv = backend.lib
+    def __init__(self, calls: NvmlCalls) -> None:
+        self._b = calls
+        self._nv = calls.lib
         self._gpm: dict[int, bool] = {}
         self._last: dict[tuple[int, int | None], Any] = {}
         self._proc_seen: dict[int, int] = {}  # GPU index -> last process-sample timestamp (µs)

@@ -5,9 +5,8 @@ what check mode shows). Within a GPU it keeps the instances the target still con
 placements (as many as possible, never a busy one unless ``force``) and places the rest with a
 backtracking search over the card's grid, largest profiles first. A layout that cannot fit fails
 before anything changes, naming what is valid on that card. ``apply`` executes a plan; a satisfied
-plan does nothing. A MIG mode change needs a GPU reset: ``apply`` performs it only with
-``allow_reset`` and when nothing holds the GPU (persistence mode and the ``nvidia_drm`` module both
-hold it); where the platform cannot reset, it reports that a reboot is needed.
+plan does nothing. A MIG mode change needs a GPU reset, which ``apply`` (``mig_applier.py``)
+performs only with ``allow_reset`` and when nothing holds the GPU.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile
-from calque.gpu.errors import BusyInstancesError, GpuInUse, GpuNotSupported, LayoutError
+from calque.gpu.errors import BusyInstancesError, LayoutError
 from calque.gpu.layout import LayoutEntry, card_of
+from calque.gpu.mig_applier import apply_plan
 from calque.gpu.migmodels import (
     BusyInstance,
     GpuApplyResult,
@@ -306,7 +306,7 @@ class MigPlanner:
             kind="create_gi", gpu_index=i, profile=p.name, profile_id=p.profile_id, start=start, compute_slices=split
         )
 
-    # -- applying -----------------------------------------------------------------------------
+    # -- applying: calque.gpu.mig_applier -----------------------------------------------------
 
     def apply(
         self,
@@ -317,69 +317,7 @@ class MigPlanner:
         progress: Callable[[str], None] | None = None,
     ) -> MigApplyResult:
         """Execute ``plan``. Operations after a needed reset wait for it (``allow_reset``)."""
-        say = progress or (lambda _m: None)
-        results = []
-        for gp in plan.gpus:
-            res = GpuApplyResult(index=gp.index)
-            results.append(res)
-            pids = {pid for b in gp.busy_destroyed for pid in b.pids}
-            if pids:
-                victims = [p for p in self.backend.processes() if p.pid in pids]
-                stopper = stop_processes or getattr(self.backend, "stop_processes", None) or terminate_processes
-                say(f"GPU {gp.index}: stopping pids {sorted(pids)} (force)")
-                stopper(victims)
-            for op in gp.ops:
-                if op.kind == "reset":
-                    if not allow_reset:
-                        res.reset_required = True
-                        break
-                    say(op.describe())
-                    try:
-                        self.backend.reset_gpu(gp.index)
-                    except GpuNotSupported:
-                        res.reboot_required = True
-                        res.blocked = "this platform cannot reset the GPU: reboot the host to finish"
-                        break
-                    except GpuInUse as exc:
-                        res.reset_required = True
-                        res.blocked = (
-                            f"{exc}. Persistence mode (nvidia-smi -pm 0, stop nvidia-persistenced) and the nvidia_drm "
-                            "module (modprobe -r nvidia_drm) hold the GPU; or reboot the host"
-                        )
-                        break
-                    res.done.append(op)
-                    continue
-                say(op.describe())
-                self._run(op)
-                res.done.append(op)
-        return MigApplyResult(
-            config=plan.config,
-            changed=any(r.done for r in results),
-            gpus=results,
-            mig_devices=self.backend.mig_devices(),
-            reset_required=any(r.reset_required for r in results),
-            reboot_required=any(r.reboot_required for r in results),
-        )
-
-    def _run(self, op: MigOp) -> None:
-        b, i = self.backend, op.gpu_index
-        if op.kind == "destroy_ci":
-            assert op.gi_id is not None and op.ci_id is not None
-            b.destroy_compute_instance(i, op.gi_id, op.ci_id)
-        elif op.kind == "destroy_gi":
-            assert op.gi_id is not None
-            b.destroy_gpu_instance(i, op.gi_id)
-        elif op.kind == "set_mig_mode":
-            b.set_mig_mode(i, bool(op.enabled))
-        elif op.kind == "create_gi":
-            assert op.profile_id is not None and op.start is not None
-            gi = b.create_gpu_instance(i, op.profile_id, op.start)
-            for n in op.compute_slices:
-                b.create_compute_instance(i, gi.gi_id, n)
-        elif op.kind == "create_ci":
-            assert op.gi_id is not None
-            for n in op.compute_slices:
-                b.create_compute_instance(i, op.gi_id, n)
+        return apply_plan(self.backend, plan, allow_reset=allow_reset, stop_processes=stop_processes, progress=progress)
 
 
 def current_layout(backend: GpuBackend) -> MigState:

@@ -21,7 +21,8 @@ of ``python -m calque.pool.worker --spec FILE``), or the CLI ``calque pool worke
 The stand-in ``modal`` module is put in place only inside the process that loads a workload.
 """
 
+from calque.warm.drain_results import Drain
 from calque.warm.loader import Workload, WorkloadError, load_workload, workload_digest
-from calque.warm.supervisor import Drain, EnterError, WarmSupervisor
+from calque.warm.supervisor import EnterError, WarmSupervisor
 
 __all__ = ["Drain", "EnterError", "WarmSupervisor", "Workload", "WorkloadError", "load_workload", "workload_digest"]

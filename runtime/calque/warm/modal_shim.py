@@ -6,7 +6,8 @@ package, so the real Modal client keeps working for every other program on the m
 
 The decorators record what the script declared (lifecycle hooks, methods, batching, concurrency,
 parameters) on the decorated objects; ``calque.warm.loader`` reads those marks back. Things that
-only matter on Modal's own cloud (images, secrets, volumes, GPUs, schedules) are inert values.
+only matter on Modal's own cloud (images, secrets, volumes, GPUs, schedules) are inert values
+(``calque.warm.modal_inert``).
 Anything the worker cannot honour raises ``ShimError`` naming the construct, so the loader can
 refuse the script at load with the script's line instead of failing silently later.
 """
@@ -15,28 +16,34 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from calque.warm.calls import FunctionCall as FunctionCall  # modal.FunctionCall
-from calque.warm.calls import deployed, in_remote_thread
+from calque.warm.calls import in_remote_thread
 from calque.warm.dispatch import DISPATCH
 from calque.warm.dispatch import ShimError as ShimError  # modal-shaped errors the worker raises
+from calque.warm.modal_inert import CloudBucketMount as CloudBucketMount  # modal.<name>: cloud-only, inert
+from calque.warm.modal_inert import Cls as Cls
+from calque.warm.modal_inert import Cron as Cron
+from calque.warm.modal_inert import Dict as Dict
+from calque.warm.modal_inert import Function as Function
+from calque.warm.modal_inert import Image as Image
+from calque.warm.modal_inert import Mount as Mount
+from calque.warm.modal_inert import NetworkFileSystem as NetworkFileSystem
+from calque.warm.modal_inert import Period as Period
+from calque.warm.modal_inert import Queue as Queue
+from calque.warm.modal_inert import Retries as Retries
+from calque.warm.modal_inert import Secret as Secret
+from calque.warm.modal_inert import Volume as Volume
+from calque.warm.modal_inert import config as config
+from calque.warm.modal_inert import current_function_call_id as current_function_call_id
+from calque.warm.modal_inert import current_input_id as current_input_id
+from calque.warm.modal_inert import gpu as gpu
+from calque.warm.modal_inert import script_line
 
 __calque_shim__ = True
-
-
-def _caller_line() -> str:
-    """'file.py line N' of the first frame outside this module (the script's line)."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return "unknown line"
-    return f"{os.path.basename(frame.f_code.co_filename)} line {frame.f_lineno}"
 
 
 # -- options the decorators accept -------------------------------------------------------------
@@ -236,7 +243,7 @@ class App:
         if args:
             raise ShimError("@app.cls takes keyword arguments only: write @app.cls(...)")
         _check_kwargs("@app.cls", kwargs)
-        where = _caller_line()
+        where = script_line()
 
         def wrap(klass: type) -> type:
             if not inspect.isclass(klass):
@@ -295,148 +302,8 @@ def is_local() -> bool:
     return DISPATCH.client is not None and not in_remote_thread()
 
 
-# -- inert values -------------------------------------------------------------------------------
-
-
-class _ChainMeta(type):
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: cls()
-
-
-class Image(metaclass=_ChainMeta):
-    """``modal.Image``: every constructor and chain step returns an inert image."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: self
-
-    @contextlib.contextmanager
-    def imports(self) -> Iterator[None]:
-        # Inside a container Modal lets an ImportError here propagate; so does the worker, and the
-        # loader reports it with the module name and the script's line.
-        yield
-
-
-class _Inert(metaclass=_ChainMeta):
-    """A Modal object that is fine to reference (declare, pass to a decorator) but not to use."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        kind = type(self).__name__
-
-        def refuse(*_: Any, **__: Any) -> Any:
-            raise ShimError(f"modal.{kind}.{name}() is not available on a calque worker ({_caller_line()})")
-
-        return refuse
-
-    def __getitem__(self, key: Any) -> Any:
-        raise ShimError(f"modal.{type(self).__name__} is not available on a calque worker ({_caller_line()})")
-
-    __setitem__ = __getitem__
-
-
-class Secret(_Inert):
-    pass
-
-
-class Dict(_Inert):
-    pass
-
-
-class Queue(_Inert):
-    pass
-
-
-class Mount(_Inert):
-    pass
-
-
-class NetworkFileSystem(_Inert):
-    pass
-
-
-class CloudBucketMount(_Inert):
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-class Volume(_Inert):
-    """Volume.commit()/reload() are no-ops: a worker's files stay on the host's disk."""
-
-    def commit(self) -> None:
-        return None
-
-    def reload(self) -> None:
-        return None
-
-
-class Retries:
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-class Cron:
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-class Period:
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-class _Gpu:
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-
-class _GpuNamespace:
-    """``modal.gpu.A100(...)`` (older era): inert GPU requests."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Gpu
-
-
-gpu = _GpuNamespace()
-
-
-class Function(_Inert):
-    """``Function.from_name(app, name)``: a deployed pool's function under ``calque run``; not on a worker."""
-
-    from_name = staticmethod(lambda app_name, name, **_: deployed("Function", app_name, name) or Function())
-
-
-class Cls(_Inert):
-    from_name = staticmethod(lambda app_name, name, **_: deployed("Cls", app_name, name) or Cls())
-
-
-class _Config:
-    def get(self, key: str, default: Any = None) -> Any:
-        return default
-
-    def __getitem__(self, key: str) -> Any:
-        return None
-
-
-config = _Config()
-
-
-def current_input_id() -> str | None:
-    return None
-
-
-def current_function_call_id() -> str | None:
-    return None
-
-
 def __getattr__(name: str) -> Any:
     # Anything else of Modal's API: refuse at load, naming it and the script's line.
     if name.startswith("__"):
         raise AttributeError(name)
-    raise ShimError(f"modal.{name} is not supported by the calque worker ({_caller_line()})")
+    raise ShimError(f"modal.{name} is not supported by the calque worker ({script_line()})")

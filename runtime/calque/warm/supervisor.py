@@ -8,14 +8,14 @@ hooks run as tasks on one persistent event loop. ``@modal.batched`` methods rece
 A per-item timeout and a per-claim deadline bound the work; a failing item is recorded with its
 exception type, message and traceback and the claim goes on. Values cross as the claim's
 ``encoding`` says (``calque.models.values``); an argument that cannot be read or a value that cannot
-be carried fails its own item, never the claim or the worker.
+be carried fails its own item, never the claim or the worker. The threads are ``thread_pool.py``'s;
+what a drain produces is ``drain_results.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import queue as queue_mod
 import threading
 import time
 import traceback
@@ -24,109 +24,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
 from calque.errors import UsageError
-from calque.models import Item, ItemError, ItemResult, PoolSpec
-from calque.models.values import TYPED, decode, encode, type_name
+from calque.models import Item, ItemResult, PoolSpec
+from calque.models.values import TYPED, decode, encode
 from calque.warm.calls import mark_remote_thread
+from calque.warm.drain_results import Drain, item_error, plain_json
 from calque.warm.loader import MethodInfo, Workload, WorkloadError, load_workload
 from calque.warm.streaming import Sink, generator_runner
+from calque.warm.thread_pool import DaemonThreadPool
 
 _POLL_S = 0.05
 
 
-class _DaemonPool:
-    """A fixed pool of daemon threads running the script's sync code.
-
-    Unlike ``ThreadPoolExecutor`` (whose threads the interpreter joins at exit), an item stuck in
-    C code or a long sleep cannot keep a stopping worker alive past its bound.
-    """
-
-    def __init__(self, size: int, name: str) -> None:
-        self._work: queue_mod.SimpleQueue[tuple[cf.Future[Any], Any, tuple[Any, ...], dict[str, Any]] | None]
-        self._work = queue_mod.SimpleQueue()
-        self._size = size
-        for i in range(size):
-            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True).start()
-
-    def _loop(self) -> None:
-        mark_remote_thread()
-        while True:
-            job = self._work.get()
-            if job is None:
-                return
-            fut, fn, args, kwargs = job
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                fut.set_exception(exc)
-
-    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
-        fut: cf.Future[Any] = cf.Future()
-        self._work.put((fut, fn, args, kwargs))
-        return fut
-
-    def shutdown(self) -> None:
-        """Cancel queued work and let idle threads end; a busy thread ends when its call returns."""
-        while True:
-            try:
-                job = self._work.get_nowait()
-            except queue_mod.Empty:
-                break
-            if job is not None:
-                job[0].cancel()
-        for _ in range(self._size):
-            self._work.put(None)
-
-
 class EnterError(UsageError):
     """``@enter`` (or ``@build``) raised: the worker cannot serve this workload."""
-
-
-@dataclass
-class Drain:
-    """What one call of ``drain`` produced."""
-
-    results: list[ItemResult]
-    method_seconds: float
-    stopped: str | None = None  # "lost" | "shutdown" (results partial, discard) or "deadline"
-    error: str | None = None
-
-
-def failed_drain(items: Sequence[Item], reason: str) -> Drain:
-    """A claim that could not be drained at all: every item failed with ``reason``, the claim too."""
-    err = ItemError(type="calque.ClaimFailed", message=reason)
-    results = [ItemResult(index=it.index, ok=False, error=err, seconds=0.0) for it in items]
-    return Drain(results=results, method_seconds=0.0, error=reason)
-
-
-def _error_of(exc: BaseException, script: Workload | None = None) -> ItemError:
-    t = type(exc)
-    name = type_name(t)
-    if script is not None and t.__module__ == script.module_name:
-        # the script's own class, named relative to the script: the caller imported it under another
-        # module name (``calque.run.outcome`` finds it in its own copy of the script)
-        name = f"{script.path.name}::{t.__qualname__}"
-    try:
-        message = str(exc)
-    except Exception as err:  # an exception whose __str__ raises still fails only its item
-        message = f"<str() of the exception raised {type(err).__name__}>"
-    return ItemError(
-        type=name, message=message, traceback="".join(traceback.format_exception(t, exc, exc.__traceback__))
-    )
-
-
-def _jsonable(value: Any, where: str) -> Any:
-    """``calque pool submit``'s results: plain JSON (a tuple as a list), as before typed values existed."""
-    try:
-        return to_jsonable_python(value)
-    except Exception as exc:
-        raise TypeError(
-            f"{where}: the method returned a {type_name(type(value))}, which is not JSON-serialisable ({exc})"
-        ) from None
 
 
 @dataclass
@@ -150,7 +61,7 @@ class WarmSupervisor:
     enter_seconds: float = 0.0
     enter_count: int = 0
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
-    _pool: _DaemonPool | None = None
+    _pool: DaemonThreadPool | None = None
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -199,7 +110,7 @@ class WarmSupervisor:
             self._loop.run_forever()
 
         threading.Thread(target=serve_loop, name="calque-warm-loop", daemon=True).start()
-        self._pool = _DaemonPool(self.workload.max_inputs, "calque-warm")
+        self._pool = DaemonThreadPool(self.workload.max_inputs, "calque-warm")
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> cf.Future[Any]:
         if asyncio.iscoroutinefunction(fn):
@@ -341,7 +252,7 @@ class WarmSupervisor:
             return failed
         if info.is_generator:
             where = f"a value {info.name} yielded"
-            carry = (lambda v: encode(v, where)) if u.typed else (lambda v: _jsonable(v, where))
+            carry = (lambda v: encode(v, where)) if u.typed else (lambda v: plain_json(v, where))
             run, u.cut = generator_runner(info.fn, items[0], on_chunk, is_async=info.is_async, carry=carry)
             return self._call(run)
         if not u.batched:
@@ -378,13 +289,13 @@ class WarmSupervisor:
     def _ok(self, item: Item, value: Any, seconds: float, typed: bool, method: str) -> ItemResult:
         where = f"the value {method} returned"
         try:
-            carried = encode(value, where) if typed else _jsonable(value, where)
+            carried = encode(value, where) if typed else plain_json(value, where)
             return ItemResult(index=item.index, ok=True, value=carried, seconds=seconds)
         except Exception as exc:  # whatever the value is, it fails its own item only
             return self._failed(item, exc, seconds)
 
     def _failed(self, item: Item, exc: BaseException, seconds: float) -> ItemResult:
-        return ItemResult(index=item.index, ok=False, error=_error_of(exc, self.workload), seconds=seconds)
+        return ItemResult(index=item.index, ok=False, error=item_error(exc, self.workload), seconds=seconds)
 
     def _abandon(self, u: _Unit, info: MethodInfo) -> None:
         assert u.future is not None
@@ -395,7 +306,7 @@ class WarmSupervisor:
         # A sync call cannot be interrupted: leave its thread behind and serve on a fresh pool so
         # the next items do not queue behind it.
         old = self._pool
-        self._pool = _DaemonPool(self.workload.max_inputs, "calque-warm")
+        self._pool = DaemonThreadPool(self.workload.max_inputs, "calque-warm")
         if old is not None:
             old.shutdown()
 

@@ -57,7 +57,7 @@ from calque.pool.worker.summaries import SummaryMaker, now
 from calque.pool.worker.witness import NO_WITNESS, WitnessLine
 from calque.pool.worker.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
-from calque.warm.supervisor import failed_drain
+from calque.warm.drain_results import failed_drain
 
 __all__ = ["Lease", "Worker", "WorkerReport"]
 
