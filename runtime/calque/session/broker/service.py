@@ -47,10 +47,20 @@ class BrokerService:
         """A grant for ``c``; None when the client went away while waiting (the request stays queued)."""
         if not args.request_id:
             raise UsageError("checkout --anywhere needs a request_id (the client makes one)")
-        kind, profile = args.kind, args.profile
         row = self.store.get(args.request_id)
         if row is not None and row.uid != c.uid:
             raise RefusedError(f"request id {args.request_id} is another user's; let the client choose its own")
+        # Its client is here from before the request is queued (a slow direct try included): a request
+        # is never dropped for want of a client between its submit and its wait.
+        self.granter.presence.attach(args.request_id)
+        try:
+            return self._anywhere(c, args, row, alive)
+        finally:
+            self.granter.presence.detach(args.request_id)
+
+    def _anywhere(self, c: Caller, args: AnywhereArgs, row: Row | None, alive: Callable[[], bool]) -> Grant | None:
+        assert args.request_id is not None
+        kind, profile = args.kind, args.profile
         if row is None:
             self._check_offered(kind, profile)
             now = time.time()
