@@ -81,6 +81,7 @@ class Broker:
             "tcp_port": self.port,
             "local_hosts": {name: str(h.socket) for name, h in self.hosts.items()},
             "institution": str(self.dir / "institution.yaml"),
+            "audit_log": str(self.dir / "audit/broker-audit.jsonl"),
             "poll_every": 2.0,
             "queue": {"max_queued_per_user": 20, "claim_window": "5s"},
         }

@@ -4,6 +4,7 @@ aging), its bounds, and what survives a restart."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -175,3 +176,40 @@ def test_every_queued_request_the_queue_lists_has_its_position_though_requests_a
         assert sorted(e["position"] for e in queued) == list(range(1, len(queued) + 1))
     assert store.arrivals >= 3  # requests did arrive between and after the readings
     store.close()
+
+
+SCHEMA_1_REQUESTS = """
+CREATE TABLE requests(id TEXT PRIMARY KEY, seq INTEGER NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL,
+  lab TEXT NOT NULL, kind TEXT NOT NULL, profile TEXT, ttl REAL, consent INTEGER NOT NULL, wait INTEGER NOT NULL,
+  enqueued_at REAL NOT NULL, wait_until REAL, state TEXT NOT NULL, host TEXT, session_id TEXT, session_json TEXT,
+  granted_at REAL, ends_at REAL, held_until REAL, mailed_before REAL, note TEXT);
+INSERT INTO requests(id, seq, uid, user, lab, kind, consent, wait, enqueued_at, state, host)
+  VALUES ('req-old-0001', 1, 1001, 'u1001', 'a', 'mig', 0, 1, 5.0, 'granting', 'hostA');
+PRAGMA user_version=1;
+"""
+
+
+def test_a_schema_1_queue_keeps_its_requests_and_a_stranded_grant_ends_with_a_stray(tmp_path: Path) -> None:
+    """A queue file of the broker before ``granting_for``: opened as it is, its granting row bound to
+    its host; expired, it leaves a stray on that host and stops counting against the user's cap."""
+    path = tmp_path / "state/broker.db"
+    path.parent.mkdir(mode=0o700)
+    db = sqlite3.connect(str(path))
+    db.executescript(SCHEMA_1_REQUESTS)
+    db.close()
+    path.chmod(0o600)
+    s = Store(path)
+    (row,) = s.live()
+    assert (row.id, row.state, row.host, row.granting_at) == ("req-old-0001", "granting", "hostA", None)
+    with pytest.raises(TooManyQueued):
+        s.submit(_req("req-new-0001", 1001, "a", 6.0), max_queued=1)
+    assert s.expire_grant("req-old-0001", "host hostA did not answer").state == "expired"  # type: ignore[union-attr]
+    assert [(r.id, host) for r, host in s.strays()] == [("req-old-0001", "hostA")]
+    assert s.submit(_req("req-new-0001", 1001, "a", 6.0), max_queued=1).state == "queued"
+    assert s.prune(before=1e12) == 0  # a stray's request is kept until its host answered
+    s.settle_stray("req-old-0001")
+    assert s.prune(before=1e12) == 1
+    s.close()
+    db = sqlite3.connect(str(path))
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    db.close()

@@ -98,7 +98,9 @@ def _render_queue(entries: list[QueueEntry]) -> str:
         ]
         for e in entries
     ]
-    return table(["REQUEST", "USER", "LAB", "WANTS", "STATE", "POS", "ESTIMATE", "GRANT"], rows)
+    out = table(["REQUEST", "USER", "LAB", "WANTS", "STATE", "POS", "ESTIMATE", "GRANT"], rows)
+    # Requests that ended with nobody told (dropped, expired): why, under the table.
+    return "\n".join([out, *(f"{e.id} {e.state}: {e.note}" for e in entries if e.note)])
 
 
 def render_hosts(views: list[HostView]) -> str:
@@ -108,7 +110,7 @@ def render_hosts(views: list[HostView]) -> str:
             rows.append([v.name, "", "", "", "unreachable", "", "", ""])
             continue
         for st in v.slices:
-            state = "busy" if st.busy else "drained" if st.drained else "free"
+            state = "busy" if st.busy else "drained" if st.drained else "unavailable" if st.unavailable else "free"
             ref = f"{st.session_id}@{v.name}" if st.session_id else ""
             rows.append(
                 [

@@ -29,8 +29,12 @@ _DEFERRED = ConfigDict(defer_build=True)
 BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host", "ledger"]
 # queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
 # there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
-# its client to claim it; claimed: its client has it; the rest are ends.
-RequestState = Literal["queued", "granting", "held", "claimed", "lapsed", "cancelled", "timedout", "refused"]
+# its client to claim it; claimed: its client has it; the rest are ends: lapsed (held past the claim
+# window), cancelled, timedout (--wait-timeout), refused (no host could ever grant it), expired (its
+# host stayed silent past queue.granting_for), dropped (its client went away past the claim window).
+RequestState = Literal[
+    "queued", "granting", "held", "claimed", "lapsed", "cancelled", "timedout", "refused", "expired", "dropped"
+]
 LIVE_STATES: tuple[RequestState, ...] = ("queued", "granting", "held")
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{8,64}")
 RequestId = Annotated[StrictStr, Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -155,6 +159,7 @@ class QueueEntry(CalqueModel):
     estimate: datetime | None = Field(None, description="when a matching slice may free, from holders' deadlines")
     host: str | None = None
     session_id: str | None = None
+    note: str | None = Field(None, description="why it waits, or why it ended (a request that ended ungranted)")
 
 
 class HostView(CalqueModel):

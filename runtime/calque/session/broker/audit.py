@@ -1,7 +1,9 @@
 """The broker's audit trail: JSONL, one line per refused request from another host (a forged,
 expired or replayed credential, a body changed after signing, one made for another host, one naming
-another user), each written with one ``write`` (O_APPEND) and fsync'd before the refusal is answered:
-refusals are rare, and the trail is what an admin reads after an attack."""
+another user), per queued request it dropped (its client gone) or expired (its host silent), and per
+session it checked in that a host made for a request that had ended; each written with one
+``write`` (O_APPEND) and fsync'd before the refusal is answered: refusals are rare, and the trail is
+what an admin reads after an attack (or when a researcher asks where a request went)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,16 @@ class QueueRules(CalqueModel):
     )
     max_queued_per_user: int = Field(4, ge=1, le=1000, description="live queued requests one user may hold")
     claim_window: Seconds = Field(
-        60, gt=0, description="how long a grant is held for a client whose connection dropped, then passed on"
+        60,
+        gt=0,
+        description="how long a grant is held for a client whose connection dropped, then passed on; and how long "
+        "a queued request waits for its client to come back (same request id) before it is dropped",
+    )
+    granting_for: Seconds = Field(
+        600,
+        gt=0,
+        description="how long a grant on a host that does not answer is retried (same request id) before the "
+        "request expires; what the host made meanwhile is checked in when it answers again",
     )
     assumed_ttl: Seconds = Field(3600, gt=0, description="a request without --ttl counts this long in fair share")
     default_share: float = Field(1.0, gt=0, description="the share of users in no lab's groups (lab 'default')")

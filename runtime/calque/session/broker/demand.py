@@ -4,10 +4,12 @@ The broker never calls AWS for capacity: it says what it sees, and the class's A
 act (``calque.aws.acquire.fleet_scaling``). Every ``publish_every`` seconds one thread of its own:
 
 - counts, per class of ``broker.yaml``'s ``fleet``, the queued requests waiting longer than
-  ``wait_s`` that the class could serve (``serves``: its hosts' offers) and that no reachable host of
-  the class has a free slice for (``UnservedRequests``; a slice on a drained GPU or host, as the
-  host's list marks it, is no supply: nobody can check it out), and the class's reachable hosts with
-  no live session (``IdleHosts``; a drained host counts too, so scale-in may take it);
+  ``wait_s``, with a client waiting on them now, that the class could serve (``serves``: its hosts'
+  offers), less the grantable free slices of the class's reachable hosts, per kind and profile: each
+  free slice takes one waiter it matches, and the waiters left are ``UnservedRequests`` (a slice
+  on a drained GPU or host, or an MPS slot whose daemon is down, as the host's list marks it, is no
+  supply: nobody can check it out); and the class's reachable hosts with no live session
+  (``IdleHosts``; a drained host counts too, so scale-in may take it);
 - publishes them to CloudWatch (``calque/session``, dimension ``Class``) in one ``PutMetricData``:
   ``IdleHosts`` every period, ``UnservedRequests`` only while it is above zero (nothing waits that
   the class could take: nothing to say, and the scale-out alarm treats silence as "no");
@@ -20,6 +22,7 @@ its own lock) and a failed or slow AWS call costs this thread's period, never a 
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -41,6 +44,7 @@ from calque.models.fleet import (
     registration_path,
     serves,
 )
+from calque.models.session import SliceState
 from calque.session.broker.hosts import HostCache, HostLink, free_matching
 from calque.session.broker.store import Row, Store
 
@@ -58,13 +62,21 @@ class ClassDemand:
 
 
 def count_demand(
-    settings: DemandSettings, queued: Iterable[Row], views: Iterable[HostView], members: dict[str, str], now: float
+    settings: DemandSettings,
+    queued: Iterable[Row],
+    views: Iterable[HostView],
+    members: dict[str, str],
+    now: float,
+    present: Callable[[str], bool] = lambda request_id: True,
 ) -> list[ClassDemand]:
     """Each class's unserved requests and idle hosts, from the queue and the host cache as they are now.
 
-    ``members`` maps a host's name to its class (hosts of no class count for none). Supply is
-    ``free_matching``: free and not drained; idle is "no busy slice", drained or not."""
-    rows = [r for r in queued if now - r.enqueued_at >= settings.wait_s]
+    ``members`` maps a host's name to its class (hosts of no class count for none); a request no
+    client waits on now (``present``) is no demand. Supply is
+    ``free_matching``: free, not drained, not unavailable; each free slice serves one waiter (those
+    naming its profile first, then those taking any profile of its kind). Idle is "no busy slice",
+    drained or not."""
+    rows = [r for r in queued if now - r.enqueued_at >= settings.wait_s and present(r.id)]
     by_class: dict[str, list[HostView]] = {c: [] for c in settings.classes}
     for v in views:
         c = members.get(v.name)
@@ -73,14 +85,30 @@ def count_demand(
     out = []
     for name, cls in sorted(settings.classes.items()):
         hosts = [v for v in by_class[name] if v.reachable]
-        unserved = sum(
-            1
-            for r in rows
-            if serves(cls.offers, r.kind, r.profile) and not any(free_matching(v, r.kind, r.profile) for v in hosts)
+        wanting = [r for r in rows if serves(cls.offers, r.kind, r.profile)]
+        unserved = _unserved(
+            wanting, [s for v in hosts for s in free_matching(v, "mig", None) + free_matching(v, "mps", None)]
         )
         idle = sum(1 for v in hosts if not any(s.busy for s in v.slices))
         out.append(ClassDemand(name, unserved, idle, len(hosts)))
     return out
+
+
+def _unserved(wanting: list[Row], free: list[SliceState]) -> int:
+    """Waiters left when each free slice takes one it matches: the ones naming a profile first (a
+    waiter for any profile can take what they leave)."""
+    supply: collections.Counter[tuple[str, str]] = collections.Counter((s.slice.kind, s.slice.profile) for s in free)
+    left = 0
+    for r in sorted(wanting, key=lambda r: r.profile is None):
+        key = next(
+            (k for k, n in supply.items() if n > 0 and k[0] == r.kind and (r.profile is None or k[1] == r.profile)),
+            None,
+        )
+        if key is None:
+            left += 1
+        else:
+            supply[key] -= 1
+    return left
 
 
 def metric_data(demand: list[ClassDemand], at: datetime) -> list[dict[str, Any]]:
@@ -98,9 +126,17 @@ class FleetDemand:
     """The broker's publishing thread. ``cloudwatch``/``ssm`` are made on first use (calque.aws.clients)."""
 
     def __init__(
-        self, settings: DemandSettings, store: Store, cache: HostCache, link: LinkFactory, *, clients: Any = None
+        self,
+        settings: DemandSettings,
+        store: Store,
+        cache: HostCache,
+        link: LinkFactory,
+        *,
+        clients: Any = None,
+        present: Callable[[str], bool] = lambda request_id: True,
     ) -> None:
         self.settings, self.store, self.cache, self.link = settings, store, cache, link
+        self.present = present  # whether a client waits on a request now: one without is no demand
         self._clients: dict[str, Any] = dict(clients or {})
         self.members: dict[str, str] = {}  # registered host -> class
         self.last: list[ClassDemand] = []
@@ -138,7 +174,8 @@ class FleetDemand:
             except Exception:  # the hosts it knows are still counted and published
                 log.exception("reading the classes' registrations failed")
         t = time.time() if now is None else now
-        self.last = count_demand(self.settings, self.store.in_state("queued"), self.cache.views(), self.members, t)
+        queued = self.store.in_state("queued")
+        self.last = count_demand(self.settings, queued, self.cache.views(), self.members, t, self.present)
         data = metric_data(self.last, datetime.fromtimestamp(t, timezone.utc))
         if data:
             self._client("cloudwatch").put_metric_data(Namespace=DEMAND_NAMESPACE, MetricData=data)

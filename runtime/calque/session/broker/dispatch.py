@@ -1,6 +1,8 @@
 """The broker's one loop: list hosts (nudged ones at once, every host every ``poll_every``), finish
-grants a crash left half done, pass on grants nobody claimed, and give free slices to the queue in
-its fair order.
+grants a crash left half done, expire those whose host stayed silent past ``granting_for``, check in
+what a host made for a request that ended meanwhile (a stray), pass on grants nobody claimed, drop
+queued requests whose client has been gone past the claim window, and give free slices to the queue
+in its fair order (never to a request on a host that refused it, until that host's sessions change).
 
 It runs in one thread and never calls a host itself: each list, grant and give-back runs on a thread
 of its own (``hostcalls.py``), at most one list and one change in flight per host, so a host that
@@ -17,9 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
+from calque.errors import CalqueError, NothingFreeError, RefusedError, UsageError
+from calque.models.session import Session
 from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import Waiting, order
-from calque.session.broker.grants import Granter
+from calque.session.broker.grants import Granter, checkout_args
 from calque.session.broker.hostcalls import HostCalls
 from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
 from calque.session.broker.store import Row, Store
@@ -29,6 +33,7 @@ log = logging.getLogger("calque.broker")
 PRUNE_EVERY_S = 3600.0
 GrantHook = Callable[[Row], None]
 TickHook = Callable[[Store, HostCache, float], None]
+AuditHook = Callable[..., None]  # BrokerAudit.event: (event, **fields)
 
 
 class Dispatcher:
@@ -49,6 +54,7 @@ class Dispatcher:
         self.shares = dict(shares)
         self.on_grant = on_grant
         self.on_tick = on_tick
+        self.audit: AuditHook = lambda event, **fields: None  # the process's BrokerAudit, when it has one
         self.wake = threading.Event()
         self._nudged: set[str] = set()
         # (request, host) -> the host's cache version when it answered busy: not asked again until it changes
@@ -115,8 +121,13 @@ class Dispatcher:
                     self._nudged.add(name)
         for name, for_s in self.calls.silent().items():
             self.cache.down(name, f"has not answered for {for_s:.1f} s")
+        live = {r.id for r in self.store.live()}
+        self.granter.forget_except(live)
+        self.granter.presence.forget(live)
         self._recover()
         self._expire(time.time())
+        self._drop()
+        self._strays()
         self._match(time.time())
         self.on_tick(self.store, self.cache, time.time())
         if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
@@ -154,6 +165,62 @@ class Dispatcher:
         for row in self.store.in_state("held"):
             if row.held_until is not None and row.held_until <= now and row.host is not None:
                 self.calls.run(row.host, "change", partial(self._lapse, row))
+        bound = self.config.queue.granting_for
+        for row in self.store.in_state("granting"):
+            since = row.granting_at if row.granting_at is not None else row.enqueued_at
+            if now - since < bound or self.granter.busy_with(row.id):
+                continue
+            why = (
+                f"host {row.host} did not answer its checkout for {bound:g} s; whatever it made for this "
+                "request is checked in when it answers again"
+            )
+            if self.store.expire_grant(row.id, why) is not None:
+                log.warning("request %s of %s expired: %s", row.id, row.user, why)
+                self.audit("request_expired", request=row.id, user=row.user, uid=row.uid, host=row.host, why=why)
+                self.granter.notify(row.id)
+
+    def _drop(self) -> None:
+        """Queued requests whose client has been gone past the claim window: dropped, never demand."""
+        window = self.config.queue.claim_window
+        for row in self.store.in_state("queued"):
+            gone = self.granter.presence.absent_for(row.id)
+            if gone is None or gone < window:
+                continue
+            why = f"its client went away and did not come back within the claim window ({window:g} s)"
+            if self.store.drop(row.id, why) is not None:
+                log.info("request %s of %s dropped: %s", row.id, row.user, why)
+                self.audit("request_dropped", request=row.id, user=row.user, uid=row.uid, why=why)
+                self.granter.notify(row.id)
+
+    def _strays(self) -> None:
+        """Sessions a host may hold for requests that ended while it granted them: asked for again with
+        the same request id (the host's checkout finds its session by it) and checked in, each in the
+        host's ``change`` lane."""
+        for row, host in self.store.strays():
+            if host not in self.cache.links:  # the host left the institution: nothing to ask
+                self.store.settle_stray(row.id)
+            elif self.cache.view(host).reachable:
+                self.calls.run(host, "change", partial(self._stray, row, host))
+
+    def _stray(self, row: Row, host: str) -> None:
+        link = self.cache.links.get(host)
+        if link is None:
+            return
+        try:
+            made = Session.model_validate(
+                link.call("checkout", checkout_args(row), request_id=row.id, as_user=row.user)
+            )
+            if made.ended_at is None:  # else: already given back (a check-in raced this one)
+                link.call("checkin", {"id": made.id}, request_id=call_id(), as_user=row.user)
+                log.info("checked in session %s on %s, made for %s after it ended", made.id, host, row.id)
+                self.audit("stray_checked_in", request=row.id, user=row.user, host=host, session=made.id)
+                self.nudge(host)
+        except (NothingFreeError, RefusedError, UsageError) as exc:  # it holds nothing for the request
+            log.info("host %s holds no session for %s: %s", host, row.id, exc)
+        except (CalqueError, OSError, ValueError) as exc:
+            log.warning("could not check in what %s made for %s (asked again later): %s", host, row.id, exc)
+            return
+        self.store.settle_stray(row.id)
 
     def _lapse(self, row: Row) -> None:
         """A grant its client did not claim within the claim window: the session is given back on its
@@ -188,7 +255,9 @@ class Dispatcher:
                     (
                         w
                         for w in queue
-                        if w.matches(sl.slice.kind, sl.slice.profile) and busy_at.get((w.id, view.name)) != version
+                        if w.matches(sl.slice.kind, sl.slice.profile)
+                        and busy_at.get((w.id, view.name)) != version
+                        and not self.granter.refuses_now(w.id, view.name)
                     ),
                     None,
                 )

@@ -150,9 +150,11 @@ def matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]
 
 
 def free_matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
-    """The matching slices a checkout there could get: free, and not on a drained GPU (or host)."""
+    """The matching slices a checkout there could get: free, not on a drained GPU (or host), and not
+    an MPS slot whose control daemon does not answer."""
     return [s for s in matching(view, kind, profile) if offered(s)] if view.reachable else []
 
 
 def offered(s: SliceState) -> bool:
-    return not s.busy and s.drained is None
+    """Free and grantable: neither busy, drained nor ``unavailable`` (its MPS daemon down)."""
+    return not s.busy and s.drained is None and not s.unavailable

@@ -87,7 +87,7 @@ class Broker:
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
-            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link)
+            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link, present=granter.presence.present)
         return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name)
 
     def start(self) -> None:
@@ -105,6 +105,8 @@ class Broker:
         if self.service.ledger is not None:
             self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
+        audit = self.audit = BrokerAudit(self.config.audit_log)  # refused TCP requests; dropped, expired requests
+        self.dispatcher.audit = audit.event
         if self.config.tcp_addr is not None:
             cache = self.cache
 
@@ -117,7 +119,6 @@ class Broker:
                 per_host_per_second=self.config.nudges_per_host_per_second,
             )
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port, gate)
-            audit = self.audit = BrokerAudit(self.config.audit_log)
             name, munge_socket = self.name, self.config.munge_socket
 
             def identify(peer: str) -> tuple[Identify, Seal]:

@@ -24,10 +24,12 @@ from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.rows import ENDED_UNGRANTED
 from calque.session.broker.store import NewRequest, Row, Store
 from calque.timefmt import utc_text
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
+ENDED_SHOWN_S = 86400.0  # how long `queue` shows a request that ended with nobody told
 
 
 class BrokerService:
@@ -45,10 +47,20 @@ class BrokerService:
         """A grant for ``c``; None when the client went away while waiting (the request stays queued)."""
         if not args.request_id:
             raise UsageError("checkout --anywhere needs a request_id (the client makes one)")
-        kind, profile = args.kind, args.profile
         row = self.store.get(args.request_id)
         if row is not None and row.uid != c.uid:
             raise RefusedError(f"request id {args.request_id} is another user's; let the client choose its own")
+        # Its client is here from before the request is queued (a slow direct try included): a request
+        # is never dropped for want of a client between its submit and its wait.
+        self.granter.presence.attach(args.request_id)
+        try:
+            return self._anywhere(c, args, row, alive)
+        finally:
+            self.granter.presence.detach(args.request_id)
+
+    def _anywhere(self, c: Caller, args: AnywhereArgs, row: Row | None, alive: Callable[[], bool]) -> Grant | None:
+        assert args.request_id is not None
+        kind, profile = args.kind, args.profile
         if row is None:
             self._check_offered(kind, profile)
             now = time.time()
@@ -83,8 +95,9 @@ class BrokerService:
         return self._outcome(row, alive)
 
     def _direct(self, req: NewRequest, hosts: list[str]) -> Row:
-        """Try each host in turn (the row follows, committed before each call); a waiting request that
-        found all busy is left queued, a direct one refused."""
+        """Try each host in turn (the row follows, committed before each call), past busy ones and ones
+        that refuse this request; a waiting request none granted is left queued, a direct one answered
+        busy, and one that every host offering such a slice refused ends with their words."""
         row = self.store.submit(req, max_queued=self.rules.max_queued_per_user, state="granting", host=hosts[0])
         if row.state != "granting" or row.host != hosts[0]:
             return row  # an earlier send of this request: as it is
@@ -93,15 +106,15 @@ class BrokerService:
             if attempt.outcome == "granted" and attempt.row is not None:
                 self.dispatcher.on_grant(attempt.row)
                 return attempt.row
-            if attempt.outcome in ("busy", "down") and i + 1 < len(hosts):
+            if attempt.outcome == "busy":
                 self.dispatcher.nudge(host)
+            passed = attempt.outcome in ("busy", "down", "refused") and not self.granter.record(attempt, row)
+            if passed and i + 1 < len(hosts):
                 moved = self.store.retarget(row.id, hosts[i + 1])
                 if moved is None:
                     break
                 row = moved
                 continue
-            if attempt.outcome == "busy":
-                self.dispatcher.nudge(host)
             settled = self.granter.settle(attempt, row)
             return settled or row
         return self.store.get(row.id) or row
@@ -126,7 +139,7 @@ class BrokerService:
                 continue
             if row.state == "claimed" and row.session is not None:
                 return self._grant(row)  # a retried request that was granted: the same grant again
-            if row.state in ("refused", "cancelled", "timedout", "lapsed", "claimed"):
+            if row.state in ("refused", "cancelled", "timedout", "lapsed", "claimed", "expired", "dropped"):
                 return self._ended(row)
             if deadline is not None and time.time() >= deadline and row.state == "queued":
                 if self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",)) is not None:
@@ -149,8 +162,11 @@ class BrokerService:
         if row.state == "timedout":  # the loop's timer may get there before this thread does
             waited = time.time() - row.enqueued_at
             raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
-        if row.state == "refused" and "busy" in note:
-            raise NothingFreeError(self._busy_message(row.kind, row.profile, 0))
+        if row.state == "refused" and note.startswith("busy"):
+            refused = note.partition("; refused by ")[2]
+            raise NothingFreeError(
+                self._busy_message(row.kind, row.profile, 0) + (f"; refused by {refused}" if refused else "")
+            )
         raise RefusedError(f"request {row.id} is {row.state}" + (f": {note}" if note else ""))
 
     @staticmethod
@@ -167,7 +183,7 @@ class BrokerService:
 
     def _busy_message(self, kind: str, profile: str | None, queued: int) -> str:
         parts = []
-        any_drained = False
+        any_drained = any_down = False
         for v in self.cache.views():
             if not v.reachable:
                 parts.append(f"{v.name} does not answer")
@@ -180,10 +196,13 @@ class BrokerService:
             # Free slices the broker routes around: each drain once, saying who drained it and why.
             drained = {s.drained.describe() for s in matching(v, kind, profile) if s.drained and not s.busy}
             parts += [f"{v.name}: {d.replace('this host', v.name)}" for d in sorted(drained)]
-            any_drained = any_drained or bool(drained)
+            # MPS slots whose control daemon does not answer: offered to nobody, each reason once.
+            down = {s.why_not or "its MPS daemon does not answer" for s in matching(v, kind, profile) if s.unavailable}
+            parts += [f"{v.name}: not offered: {d}" for d in sorted(down)]
+            any_drained, any_down = any_drained or bool(drained), any_down or bool(down)
         ahead = f"; {queued} request(s) already queued for one" if queued else ""
         where = "; ".join(parts) or "no host listed yet"
-        what = "busy or drained" if any_drained else "busy"
+        what = "busy" + (" or drained" if any_drained else "") + (" or unavailable" if any_down else "")
         return f"every matching slice is {what}: {where}{ahead}; pass --wait to join the queue"
 
     # -- the queue ----------------------------------------------------------------------------------
@@ -196,7 +215,8 @@ class BrokerService:
         ordered = self.dispatcher.ordered(now, live)
         position = {w.id: i + 1 for i, w in enumerate(ordered)}
         out = []
-        for row in live:
+        # Requests that ended with nobody told (dropped: its client gone; expired: its host silent), a day.
+        for row in [*live, *self.store.ended_ungranted(now - ENDED_SHOWN_S)]:
             if not (args.all or row.uid == c.uid):
                 continue
             e = QueueEntry(
@@ -211,6 +231,7 @@ class BrokerService:
                 position=position.get(row.id),
                 host=row.host,
                 session_id=row.session_id,
+                note=row.note if row.state in ENDED_UNGRANTED else None,
             )
             if row.state == "queued":
                 e.estimate = self._estimate(row, ordered)
@@ -242,8 +263,10 @@ class BrokerService:
             raise RefusedError(f"request {args.id} is not yours; you can only cancel your own requests")
         done = self.store.cancel(args.id, None if c.admin else c.uid)
         if done is None:
-            raise UsageError(f"request {args.id} is {row.state}, not queued: only a queued request can be cancelled")
-        self.granter.notify(args.id)
+            raise UsageError(
+                f"request {args.id} is {row.state}: only a queued request, or one being granted, can be cancelled"
+            )
+        self.granter.notify(args.id)  # what a host made for a granting one is checked in once it answers
         return {"id": done.id, "state": done.state}
 
     def on_host(self, c: Caller, args: OnHostArgs) -> Any:

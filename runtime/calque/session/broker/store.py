@@ -7,6 +7,11 @@ goes to ``granting`` on one host before the call, and to ``held`` with the sessi
 killed between them finds the row ``granting`` on restart and asks that host, and only that host,
 again with the same request id: the host's checkout is idempotent by request id (its registry keeps
 one session per (uid, request id)), so a retried grant never takes a second slice.
+
+A ``granting`` row whose host stays silent past a bound ends ``expired``, and one cancelled while
+granting ends ``cancelled``; either leaves a *stray* (``strays``): the host may have made a session
+for that request id that nobody will claim, so the broker asks that host again, with the same id,
+when it answers, and checks in what it gets back.
 """
 
 from __future__ import annotations
@@ -16,117 +21,26 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError, RefusedError
-from calque.session.broker.fairness import Waiting
+from calque.session.broker.rows import (
+    ENDED_UNGRANTED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    NewRequest,
+    Row,
+    TooManyQueued,
+)
+from calque.session.broker.rows import row_of as _row
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
 
+__all__ = ["NewRequest", "Row", "Store", "TooManyQueued"]
 T = TypeVar("T")
-SCHEMA_VERSION = 1
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS requests(
-  id TEXT PRIMARY KEY,
-  seq INTEGER NOT NULL,
-  uid INTEGER NOT NULL,
-  user TEXT NOT NULL,
-  lab TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  profile TEXT,
-  ttl REAL,
-  consent INTEGER NOT NULL,
-  wait INTEGER NOT NULL,
-  enqueued_at REAL NOT NULL,
-  wait_until REAL,
-  state TEXT NOT NULL,
-  host TEXT,
-  session_id TEXT,
-  session_json TEXT,
-  granted_at REAL,
-  ends_at REAL,
-  held_until REAL,
-  mailed_before REAL,
-  note TEXT
-);
-CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
-CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
-CREATE INDEX IF NOT EXISTS granted_requests ON requests(ends_at) WHERE granted_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS last_host(uid INTEGER PRIMARY KEY, host TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS host_ledgers(host TEXT PRIMARY KEY, taken_at REAL NOT NULL, body TEXT NOT NULL)
-  WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS budget_notices(lab TEXT NOT NULL, month TEXT NOT NULL, state TEXT NOT NULL,
-  at REAL NOT NULL, PRIMARY KEY(lab, month, state)) WITHOUT ROWID;
-"""
-# host_ledgers: each host's last full ledger answer (what a report shows, marked stale, while the host
-# is down); budget_notices: each lab's notice and over-budget mail, once a month. Both additive.
-
-
-class TooManyQueued(RefusedError):
-    """The user already holds the configured number of live queued requests."""
-
-
-@dataclass(frozen=True)
-class Row:
-    """One request as the store has it."""
-
-    id: str
-    seq: int
-    uid: int
-    user: str
-    lab: str
-    kind: str
-    profile: str | None
-    ttl: float | None
-    consent: bool
-    wait: bool
-    enqueued_at: float
-    wait_until: float | None
-    state: str
-    host: str | None
-    session_id: str | None
-    session_json: str | None
-    granted_at: float | None
-    ends_at: float | None
-    held_until: float | None
-    mailed_before: float | None
-    note: str | None
-
-    @property
-    def waiting(self) -> Waiting:
-        return Waiting(
-            self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at
-        )
-
-    @property
-    def session(self) -> dict[str, Any] | None:
-        return json.loads(self.session_json) if self.session_json else None
-
-
-def _row(r: sqlite3.Row | None) -> Row | None:
-    if r is None:
-        return None
-    doc = {k: r[k] for k in r.keys()}  # noqa: SIM118 (a sqlite3.Row is no dict: no `in`)
-    doc["consent"], doc["wait"] = bool(doc["consent"]), bool(doc["wait"])
-    return Row(**doc)
-
-
-@dataclass(frozen=True)
-class NewRequest:
-    id: str
-    uid: int
-    user: str
-    lab: str
-    kind: str
-    profile: str | None
-    ttl: float | None
-    consent: bool
-    wait: bool
-    now: float
-    wait_until: float | None
 
 
 class Store:
@@ -157,6 +71,8 @@ class Store:
                 raise InfrastructureError(
                     f"{path} is a schema {version} queue, newer than this calque's; upgrade calque"
                 )
+            if version == 1:  # a schema 1 file: the one column it lacks (the strays table is made below)
+                db.execute("ALTER TABLE requests ADD COLUMN granting_at REAL")
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
@@ -222,7 +138,7 @@ class Store:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
             db.execute(
                 "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
-                " wait_until, state, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " wait_until, state, host, granting_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     req.id,
                     seq,
@@ -238,6 +154,7 @@ class Store:
                     req.wait_until,
                     state,
                     host,
+                    req.now if state == "granting" else None,
                 ),
             )
             new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
@@ -257,12 +174,16 @@ class Store:
     def begin_grant(self, request_id: str, host: str, *, from_state: str = "queued") -> Row | None:
         """Bind the request to ``host`` before its checkout there is asked for (committed first)."""
         return self._move(
-            request_id, "UPDATE requests SET state='granting', host=? WHERE state=? AND id=?", (host, from_state)
+            request_id,
+            "UPDATE requests SET state='granting', host=?, granting_at=? WHERE state=? AND id=?",
+            (host, time.time(), from_state),
         )
 
     def retarget(self, request_id: str, host: str) -> Row | None:
         """A direct try that ``host`` before answered busy (so holds nothing there) moves to ``host``."""
-        return self._move(request_id, "UPDATE requests SET host=? WHERE state='granting' AND id=?", (host,))
+        return self._move(
+            request_id, "UPDATE requests SET host=?, granting_at=? WHERE state='granting' AND id=?", (host, time.time())
+        )
 
     def granted(
         self,
@@ -318,11 +239,65 @@ class Store:
         )
 
     def cancel(self, request_id: str, uid: int | None) -> Row | None:
-        """Cancel a queued request, only ``uid``'s when given (in the transaction that cancels it)."""
-        sql = "UPDATE requests SET state='cancelled' WHERE state='queued' AND uid=? AND id=?"
-        if uid is None:
-            return self._move(request_id, sql.replace(" AND uid=?", ""), ())
-        return self._move(request_id, sql, (uid,))
+        """Cancel a queued or granting request, only ``uid``'s when given (in the transaction that
+        cancels it). A granting one leaves a stray on its host (what it may have made is checked in)."""
+        mine = "" if uid is None else " AND uid=?"
+        return self._end_live(
+            request_id, "cancelled", None, f"state IN ('queued', 'granting'){mine}", () if uid is None else (uid,)
+        )
+
+    def expire_grant(self, request_id: str, note: str) -> Row | None:
+        """A grant whose host stayed silent past the bound: ``expired``, a stray left on its host."""
+        return self._end_live(request_id, "expired", note, "state='granting'", ())
+
+    def drop(self, request_id: str, note: str) -> Row | None:
+        """A queued request whose client went away and did not come back within the claim window."""
+        return self.finish(request_id, "dropped", note, only=("queued",))
+
+    def _end_live(
+        self, request_id: str, state: str, note: str | None, where: str, params: tuple[Any, ...]
+    ) -> Row | None:
+        with self._tx() as db:
+            sql = f"UPDATE requests SET state=?, note=COALESCE(?, note), held_until=NULL WHERE {where} AND id=?"
+            before = _row(db.execute("SELECT * FROM requests WHERE id=?", (request_id,)).fetchone())
+            if db.execute(sql, (state, note, *params, request_id)).rowcount != 1:
+                return None
+            if before is not None and before.state == "granting" and before.host is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO strays(request_id, host, since) VALUES (?,?,?)",
+                    (request_id, before.host, time.time()),
+                )
+            return _row(db.execute("SELECT * FROM requests WHERE id=?", (request_id,)).fetchone())
+
+    def stray(self, request_id: str, host: str) -> None:
+        """``host`` may hold a session for ``request_id`` that its request no longer wants."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO strays(request_id, host, since) VALUES (?,?,?)", (request_id, host, time.time())
+            )
+
+    def strays(self) -> list[tuple[Row, str]]:
+        """Each stray's request (as it ended) and the host that may hold a session for it."""
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT r.*, s.host AS stray_host FROM strays s JOIN requests r ON r.id = s.request_id ORDER BY s.since"
+            ).fetchall()
+        )
+        out = []
+        for r in rows:
+            doc = {k: r[k] for k in r.keys() if k != "stray_host"}  # noqa: SIM118
+            doc["consent"], doc["wait"] = bool(doc["consent"]), bool(doc["wait"])
+            out.append((Row(**doc), str(r["stray_host"])))
+        return out
+
+    def settle_stray(self, request_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM strays WHERE request_id=?", (request_id,))
+
+    def ended_ungranted(self, since: float) -> list[Row]:
+        """Requests since ``since`` that ended without a grant: ``queue`` says why for a while."""
+        marks = ",".join("?" * len(ENDED_UNGRANTED))
+        return self._rows(f"state IN ({marks}) AND enqueued_at >= ?", (*ENDED_UNGRANTED, since))
 
     def extend_holds(self, until: float) -> None:
         """After a restart: a grant held for its client is held at least until ``until`` (its client
@@ -361,7 +336,7 @@ class Store:
         with self._tx() as db:
             n: int = db.execute(
                 "DELETE FROM requests WHERE state NOT IN ('queued', 'granting', 'held')"
-                " AND COALESCE(ends_at, enqueued_at) < ?",
+                " AND COALESCE(ends_at, enqueued_at) < ? AND id NOT IN (SELECT request_id FROM strays)",
                 (before,),
             ).rowcount
         return n
