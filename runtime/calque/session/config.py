@@ -231,6 +231,12 @@ class SessionConfig(VersionedModel):
         pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
         description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
     )
+    degraded_after: Seconds = Field(
+        30.0,
+        gt=0,
+        description="with a broker in institution.yaml: checkouts go through its queue while it asked this host "
+        "within this long; after that the host serves them directly (degraded mode, audited)",
+    )
 
     @model_validator(mode="after")
     def _one_idle_rule(self) -> SessionConfig:

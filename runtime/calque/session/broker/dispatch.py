@@ -188,7 +188,8 @@ class Dispatcher:
                     (
                         w
                         for w in queue
-                        if w.matches(sl.slice.kind, sl.slice.profile) and busy_at.get((w.id, view.name)) != version
+                        if w.matches(sl.slice.kind, sl.slice.profile, view.name)
+                        and busy_at.get((w.id, view.name)) != version
                     ),
                     None,
                 )

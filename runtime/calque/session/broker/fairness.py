@@ -24,9 +24,12 @@ class Waiting:
     profile: str | None
     ttl: float | None
     enqueued_at: float
+    host: str | None = None  # asked on a host of the institution: only that host's slices will do
 
-    def matches(self, kind: str, profile: str) -> bool:
-        """Whether a free slice of ``kind``/``profile`` would do for this request."""
+    def matches(self, kind: str, profile: str, host: str | None = None) -> bool:
+        """Whether a free slice of ``kind``/``profile`` (on ``host``) would do for this request."""
+        if self.host is not None and host is not None and host != self.host:
+            return False
         return self.kind == kind and (self.profile is None or self.profile == profile)
 
 

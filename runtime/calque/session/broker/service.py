@@ -50,7 +50,7 @@ class BrokerService:
         if row is not None and row.uid != c.uid:
             raise RefusedError(f"request id {args.request_id} is another user's; let the client choose its own")
         if row is None:
-            self._check_offered(kind, profile)
+            self._check_offered(kind, profile, args.host)
             now = time.time()
             ttl = positive_seconds(args.ttl, "--ttl") if args.ttl is not None else None
             wait_for = positive_seconds(args.wait_timeout, "--wait-timeout") if args.wait_timeout is not None else None
@@ -66,13 +66,16 @@ class BrokerService:
                 wait=args.wait,
                 now=now,
                 wait_until=now + wait_for if wait_for is not None else None,
+                only_host=args.host,
             )
             ahead = [
                 w
                 for w in self.store.in_state("queued")
                 if w.kind == kind and (w.profile in (None, profile) or profile is None)
             ]
-            hosts = [] if ahead else self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            free = self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            # A free slice goes to those already waiting for it first: a host any of them would take.
+            hosts = [h for h in free if args.host in (None, h) and not any(w.only_host in (None, h) for w in ahead)]
             if hosts:
                 row = self._direct(req, hosts)
             elif args.wait:
@@ -158,8 +161,10 @@ class BrokerService:
         assert row.host is not None and row.session is not None
         return Grant(request_id=row.id, host=row.host, session=Session.model_validate(row.session))
 
-    def _check_offered(self, kind: str, profile: str | None) -> None:
-        views = [v for v in self.cache.views() if v.seen_at is not None]
+    def _check_offered(self, kind: str, profile: str | None, host: str | None = None) -> None:
+        if host is not None and host not in self.cache.links:
+            raise UsageError(f"no host {host} in the institution; hosts: {', '.join(self.cache.names)}")
+        views = [v for v in self.cache.views() if v.seen_at is not None and host in (None, v.name)]
         if views and not any(matching(v, kind, profile) for v in views):
             have = sorted({f"{s.slice.profile} ({v.name})" for v in views for s in v.slices})
             what = f"{kind.upper()} slice" + (f" of profile {profile}" if profile else "")
@@ -209,7 +214,7 @@ class BrokerService:
                 state=row.state,
                 enqueued_at=datetime.fromtimestamp(row.enqueued_at, timezone.utc),
                 position=position.get(row.id),
-                host=row.host,
+                host=row.host or row.only_host,  # queued for one host: that host
                 session_id=row.session_id,
             )
             if row.state == "queued":

@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS host_ledgers(host TEXT PRIMARY KEY, taken_at REAL NOT
 CREATE TABLE IF NOT EXISTS budget_notices(lab TEXT NOT NULL, month TEXT NOT NULL, state TEXT NOT NULL,
   at REAL NOT NULL, PRIMARY KEY(lab, month, state)) WITHOUT ROWID;
 """
+# Columns added since: (name, declaration), added to an older file on open.
+ADDED_COLUMNS = (("only_host", "TEXT"),)  # a checkout on a host of the institution: that host or wait for it
 # host_ledgers: each host's last full ledger answer (what a report shows, marked stale, while the host
 # is down); budget_notices: each lab's notice and over-budget mail, once a month. Both additive.
 
@@ -94,12 +96,12 @@ class Row:
     held_until: float | None
     mailed_before: float | None
     note: str | None
+    only_host: str | None = None
 
     @property
     def waiting(self) -> Waiting:
-        return Waiting(
-            self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at
-        )
+        w = (self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at)
+        return Waiting(*w, host=self.only_host)
 
     @property
     def session(self) -> dict[str, Any] | None:
@@ -127,6 +129,7 @@ class NewRequest:
     wait: bool
     now: float
     wait_until: float | None
+    only_host: str | None = None
 
 
 class Store:
@@ -160,6 +163,10 @@ class Store:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            have = {r[1] for r in db.execute("PRAGMA table_info(requests)")}
+            for name, decl in ADDED_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE requests ADD COLUMN {name} {decl}")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -222,7 +229,7 @@ class Store:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
             db.execute(
                 "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
-                " wait_until, state, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " wait_until, state, host, only_host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     req.id,
                     seq,
@@ -238,6 +245,7 @@ class Store:
                     req.wait_until,
                     state,
                     host,
+                    req.only_host,
                 ),
             )
             new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())

@@ -111,7 +111,7 @@ def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
     return up, [down[g] for g in sorted(down)]
 
 
-def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
+def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door: str = "direct") -> Session:
     ttl = _ttl(host, c, ids, args)
     budget_gate(
         host, c, args.request_id
@@ -161,7 +161,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
         raise RequestError("busy", _busy_message(exc, down)) from exc
     if created:
         grant(host, held, fresh=True)
-        host.audit.record("checkout", held, pid=c.pid)
+        host.audit.record("checkout", held, pid=c.pid, door=door)  # door: broker, degraded, override ...
         host.timers_due.set()
         host.changed()
     elif held.session.ended_at is None:
