@@ -20,6 +20,7 @@ from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.ledger import budget_gate
 from calque.session.daemon.nodes import grant
+from calque.session.daemon.protection import protected
 from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
 
@@ -124,21 +125,22 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door
     expires = ts(now + ttl)
     lim = ids.limits(c)
     try:
-        held, created = host.registry.checkout(
-            cands,
-            session_id=sid,
-            uid=c.uid,
-            gid=c.gid,
-            user=c.user,
-            now=now,
-            ttl=ttl,
-            max_sessions=lim.max_sessions,
-            request_id=args.request_id,
-            env_for=lambda s: isolation.environment(s, sid, expires),
-            mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
-            group_limits=host.config.policy.group_limits(c.groups),
-            ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
-        )
+        with protected(host.config):  # a fleet host: scale-in protection before the grant
+            held, created = host.registry.checkout(
+                cands,
+                session_id=sid,
+                uid=c.uid,
+                gid=c.gid,
+                user=c.user,
+                now=now,
+                ttl=ttl,
+                max_sessions=lim.max_sessions,
+                request_id=args.request_id,
+                env_for=lambda s: isolation.environment(s, sid, expires),
+                mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
+                group_limits=host.config.policy.group_limits(c.groups),
+                ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
+            )
     except TooManySessions as exc:
         if exc.group is not None:
             raise RequestError(
