@@ -57,17 +57,24 @@ def checkout(h: Host, b: Broker, user: User, *extra: str) -> subprocess.Complete
 
 @contextmanager
 def queued_hosts(
-    make_user: Callable[..., User], bound: float, hosts: dict[str, int], **config: Any
+    make_user: Callable[..., User],
+    bound: float,
+    hosts: dict[str, int],
+    labs: list[dict[str, Any]] | None = None,
+    **config: Any,
 ) -> Iterator[Broker]:
-    """An institution whose hosts' institution.yaml names the broker; hosts restarted with a
-    ``degraded_after`` of ``bound`` seconds (and ``config``); the broker started, polling every half second."""
+    """An institution whose hosts' institution.yaml names the broker (and ``labs``); hosts restarted
+    with a ``degraded_after`` of ``bound`` seconds (and ``config``); the broker started, polling and
+    reading the hosts' sessions every half second."""
     with institution(make_user, hosts) as b:
-        b.write_institution(broker={"address": "127.0.0.1", "port": b.port, "service_user": "root"})
+        broker = {"address": "127.0.0.1", "port": b.port, "service_user": "root"}
+        b.write_institution(broker=broker, labs=labs or [])
         (b.dir / "institution.yaml").chmod(0o644)
         for h in b.hosts.values():
             h.stop()
             h.start(institution=str(b.dir / "institution.yaml"), degraded_after=bound, **config)
         b.config["poll_every"] = 0.5
+        b.config["queue"] = {"max_queued_per_user": 20, "claim_window": "5s", "usage_every": 0.5}
         b.start()
         yield b
 
@@ -169,3 +176,58 @@ def test_the_queue_order_holds_against_a_user_looping_checkouts_on_the_host(make
             waiting.kill()
         owners = [e["user"] for e in h.audit_events() if e.get("event") == "checkout"]
         assert owners == [holder.name, waiter.name]
+
+
+def _queued(b: Broker, user: User) -> list[dict[str, Any]]:
+    return [e for e in b.queue_all() if e["user"] == user.name and e["state"] == "queued"]
+
+
+def test_fair_share_counts_a_degraded_mode_session_and_lab_is_checked_against_groups(
+    make_user: Callable[..., User],
+) -> None:
+    vision, nlp = "cqv" + secrets.token_hex(3), "cqn" + secrets.token_hex(3)
+    v1, v2, both = make_user([vision]), make_user([vision]), make_user([vision, nlp])
+    labs = [{"name": "vision", "groups": [vision]}, {"name": "nlp", "groups": [nlp]}]
+    with queued_hosts(make_user, 3.0, {"hostA": 1}, labs=labs) as b:
+        h = b.hosts["hostA"]
+        # The broker is down long enough: v1 takes the only slice directly, in degraded mode.
+        b.kill9()
+        assert wait_for(lambda: door(h)["mode"] == "degraded")
+        [answer] = raw_checkouts(h, v1)
+        assert answer["ok"], answer
+        b.start()
+        assert wait_for(lambda: door(h)["mode"] == "queue")
+
+        # --lab names a lab of one's own groups, or is refused saying which are.
+        res = checkout(h, b, v2, "--lab", "nlp")
+        assert res.returncode == 4 and "none of lab nlp's groups" in res.stderr, res.stderr
+        res = checkout(h, b, both, "--lab", "robotics")
+        assert res.returncode == 4 and "no lab robotics" in res.stderr, res.stderr
+
+        env = {**h.env, "CALQUE_SESSION_SOCKET": str(h.socket), "CALQUE_BROKER_SOCKET": str(b.socket)}
+        base = [*h.python, "-c", CLI, "session", "checkout", "--profile", "1g.5gb", "--ttl", "1h", "--wait", "--json"]
+
+        def wait_as(user: User, *extra: str) -> subprocess.Popen[str]:
+            return subprocess.Popen(as_user(user, [*base, *extra]), env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, cwd=h.dir)  # fmt: skip
+
+        first = wait_as(v2)  # vision, and first in line
+        try:
+            assert wait_for(lambda: bool(_queued(b, v2)))
+            second = wait_as(both, "--lab", "nlp")  # later, for nlp (her default would be vision)
+            try:
+                assert wait_for(lambda: bool(_queued(b, both)))
+                assert _queued(b, both)[0]["lab"] == "nlp" and _queued(b, v2)[0]["lab"] == "vision"
+                # Vision's usage is v1's degraded-mode session, on hostA's own record: nlp goes first.
+                assert wait_for(lambda: _queued(b, both)[0]["position"] == 1), b.queue_all()
+                assert _queued(b, v2)[0]["position"] == 2
+                assert h.cli(v1, "session", "checkin").returncode == 0
+                out, err = second.communicate(timeout=HANG_S)
+                assert second.returncode == 0, err
+                assert json.loads(out)["user"] == both.name
+            finally:
+                second.kill()
+        finally:
+            first.kill()
+        billed = {(e.user, e.lab) for e in h.client().ledger("1h").events}
+        assert billed == {(v1.name, "vision"), (both.name, "nlp")}

@@ -145,7 +145,9 @@ def deregister(fleet_class: str, imds: str, region: str | None, endpoint_url: st
 @click.option("--once", is_flag=True, help="One look (protection set to match), then exit.")
 @click.option("--socket", "socket_path", default=None, help="The session daemon's socket (default: its own).")
 @click.option(
-    "--guard", type=click.Path(path_type=Path), default=None,
+    "--guard",
+    type=click.Path(path_type=Path),
+    default=None,
     help="The daemon's scale_in_guard directory: protect before its first session (answered at once).",
 )
 @imds_option

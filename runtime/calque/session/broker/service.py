@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +21,7 @@ from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, Qu
 from calque.models.session import LedgerArgs, Session
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
+from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
@@ -38,6 +39,7 @@ class BrokerService:
         self.dispatcher = dispatcher
         self.rules = dispatcher.config.queue
         self.ledger: BrokerLedger | None = None  # set by the process (process.py)
+        self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -58,7 +60,7 @@ class BrokerService:
                 id=args.request_id,
                 uid=c.uid,
                 user=c.user,
-                lab=c.lab,
+                lab=self._lab(c, args.lab),
                 kind=kind,
                 profile=profile,
                 ttl=ttl,
@@ -84,6 +86,13 @@ class BrokerService:
             else:
                 raise NothingFreeError(self._busy_message(kind, profile, len(ahead)))
         return self._outcome(row, alive)
+
+    def _lab(self, c: Caller, asked: str | None) -> str:
+        """The lab the request queues for and is billed to: ``--lab`` if the caller is in its groups."""
+        try:
+            return chosen_lab(c.groups, self.labs, asked) if asked is not None else c.lab
+        except ValueError as exc:
+            raise RefusedError(str(exc)) from exc
 
     def _direct(self, req: NewRequest, hosts: list[str]) -> Row:
         """Try each host in turn (the row follows, committed before each call); a waiting request that

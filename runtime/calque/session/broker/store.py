@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError, RefusedError
-from calque.session.broker.fairness import Waiting
+from calque.session.broker.fairness import Span, Waiting
 from calque.session.files import lock_path, open_private, private_directory, secure_existing
 
 T = TypeVar("T")
@@ -346,17 +346,15 @@ class Store:
                 (at, host, session_id),
             )
 
-    def usage(self, since: float, now: float) -> dict[str, float]:
-        """Seconds of slices granted through the broker per lab over [since, now] (a live session up to
-        now, an ended one up to its end as last seen)."""
-        rows = self._read(
-            lambda db: db.execute(
-                "SELECT lab, SUM(MAX(0.0, MIN(ends_at, :now) - MAX(granted_at, :since))) FROM requests"
-                " WHERE granted_at IS NOT NULL AND ends_at >= :since GROUP BY lab",
-                {"since": since, "now": now},
-            ).fetchall()
+    def grants(self, since: float, now: float) -> list[Span]:
+        """Slices granted through the broker over [since, now], clipped to it (a live session up to now,
+        an ended one up to its end as last seen): ``fairness.lab_usage`` adds the hosts' own records."""
+        sql = (
+            "SELECT lab, host, MAX(granted_at, :since), MIN(ends_at, :now) FROM requests"
+            " WHERE granted_at IS NOT NULL AND ends_at >= :since AND granted_at <= :now"
         )
-        return {r[0]: float(r[1] or 0.0) for r in rows}
+        rows = self._read(lambda db: db.execute(sql, {"since": since, "now": now}).fetchall())
+        return [Span(r[0], r[1], float(r[2]), float(r[3])) for r in rows if r[3] > r[2]]
 
     def mark_mailed(self, request_id: str, before: float) -> None:
         """The notice ``before`` seconds ahead of the session's end was mailed (each is sent once)."""

@@ -18,7 +18,7 @@ from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
-from calque.session.daemon.ledger import budget_gate
+from calque.session.daemon.ledger import billed_lab, budget_gate, record_lab
 from calque.session.daemon.nodes import grant
 from calque.session.daemon.protection import protected
 from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
@@ -114,9 +114,8 @@ def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
 
 def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door: str = "direct") -> Session:
     ttl = _ttl(host, c, ids, args)
-    budget_gate(
-        host, c, args.request_id
-    )  # a member of a lab over its month's budget is refused (institution.yaml's labs)
+    lab = billed_lab(host, c, args.lab)  # --lab, checked against the caller's groups; else the default
+    budget_gate(host, c, args.request_id, lab)  # a lab over its month's budget is refused (institution.yaml)
     # Slots whose daemon is down go to the registry as no candidate at all: a retried request still
     # gets its session, the caller's limits still apply, and the refusal below says why.
     cands, down = _offered(host, _candidates(host, args))
@@ -162,6 +161,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door
             raise RequestError("refused", "no MPS slot can be offered now: " + "; ".join(down)) from exc
         raise RequestError("busy", _busy_message(exc, down)) from exc
     if created:
+        record_lab(host, held.session.id, lab)
         grant(host, held, fresh=True)
         host.audit.record("checkout", held, pid=c.pid, door=door)  # door: broker, degraded, override ...
         host.timers_due.set()

@@ -36,7 +36,7 @@ from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.door import Door
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities
-from calque.session.daemon.ledger import budget_gate
+from calque.session.daemon.ledger import budget_gate, session_lab
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
@@ -146,7 +146,7 @@ class Service:
         if held.expires <= time.time():
             raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
         if not c.admin:  # the checkout's gate and sentence: a lab at 100 % keeps nothing alive by extending
-            budget_gate(self.host, c, None)
+            budget_gate(self.host, c, None, session_lab(self.host, held.session.id, c))
         by = parse_duration(args.by, what="by")  # positive: checked by ExtendArgs
         lim = self.identities.limits(c)
         assert lim.max_ttl is not None
