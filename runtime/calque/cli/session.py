@@ -185,9 +185,7 @@ def checkout(
     broker_socket: Path,
     **co: Any,
 ) -> None:
-    """Check a slice out; exit 5 naming what is busy until when if none is free.
-
-    On a host of an institution with a broker, through the broker's queue (this host's slices only)."""
+    """Check a slice out (through the broker's queue on an institution's host); exit 5 if none is free."""
     from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
