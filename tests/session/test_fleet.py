@@ -338,8 +338,10 @@ def test_a_fleet_host_is_protected_before_its_first_session_is_granted(
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        # The helper's first look: nothing live, not protected (and it says so to the daemon).
-        assert wait_for(lambda: (guard / "protected").exists())
+        # The helper's start: not protected (and it says so to the daemon).
+        if not wait_for(lambda: (guard / "protected").exists()):
+            helper.terminate()
+            raise AssertionError(f"the helper never wrote its guard: {helper.communicate(timeout=HANG_S)[0]}")
         assert not protected(iid)
         res = host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", "--json")
         assert res.returncode == 0, res.stderr

@@ -197,5 +197,6 @@ def protect(
         # Asks older than this helper were answered by the one before it; a checkout waiting now asks
         # again every few milliseconds.
         guarded = p.Guarded(g, handled=g.marked_at("wanted"))
+        g.set_protected(bool(host.protected))  # the group's word at the start, before the first look
     p.watch(host, live, terminating, leave, every=every, rounds=1 if once else None, guarded=guarded)
     click.echo(f"{iid} in {host.group}: {'protected' if host.protected else 'not protected'} from scale-in")
