@@ -2,7 +2,7 @@
 own registry and socket) and a real broker process over them, with a broker config of its own.
 
 The hosts are reached by the broker through their unix sockets (the local path, ``broker/local.py``);
-the broker is root, so a call for a user is made by a child that is that user.
+the broker is root, the daemons' default broker service user, so each call names the user it acts for.
 """
 
 from __future__ import annotations
@@ -253,6 +253,9 @@ def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None) -> Iterat
         inst.chmod(0o644)
         for name, h in broker.hosts.items():
             h.stop()
+            # institution.yaml names the broker: a plain checkout on a host goes through it, over TCP
+            # with the researcher's own munge credential (its munged: the hosts', with the same key).
+            h.env["CALQUE_MUNGE_SOCKET"] = str(hosts_munged.socket)
             h.start(
                 listen_tcp={"address": "127.0.0.1", "port": ports[name]},
                 institution=str(inst),

@@ -300,14 +300,14 @@ def test_a_grant_cut_by_kill_9_is_finished_on_its_host_with_the_same_request_id(
                 ).stdout.split()
                 return len(out) >= 3 and int(out[2]) >= 1
 
-            def sent() -> bool:  # the broker's child (alice) wrote it: its socket holds it, unread by hostB
+            def sent() -> bool:  # the broker (root, naming alice) wrote it: its socket holds it, unread by hostB
                 assert broker.proc is not None
-                return _written_by(broker.proc.pid, alice.uid)
+                return _written_by(broker.proc.pid, 0)
 
             assert wait_for(lambda: bool(granting()))
             (rid,) = granting()
             # The row is committed before the call: kill the broker only once the call is on its way (its
-            # child connects, then writes), or hostB would never see it.
+            # call connects, then writes), or hostB would never see it.
             assert wait_for(asked)
             assert wait_for(sent)
             broker.kill9()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from calque.errors import InfrastructureError, RefusedError
-from calque.session.broker.fairness import Waiting, lab_of, order
+from calque.models.institution import Institution, Lab
+from calque.session.broker.fairness import Span, Waiting, chosen_lab, lab_of, lab_usage, order
 from calque.session.broker.store import NewRequest, Row, Store, TooManyQueued
 from support.waits import HANG_S
 
@@ -53,8 +54,34 @@ def test_aging_puts_a_request_past_the_bound_ahead_of_every_later_one() -> None:
 def test_a_user_is_in_the_first_lab_of_their_groups() -> None:
     labs = {"vision": frozenset({"vision-lab"}), "nlp": frozenset({"nlp", "nlp-staff"})}
     assert lab_of(frozenset({"users", "nlp-staff"}), labs) == "nlp"
-    assert lab_of(frozenset({"nlp", "vision-lab"}), labs) == "nlp"  # by lab name: nlp < vision
+    # In institution.yaml's order (the hosts' ledgers and budgets read Institution.lab_of, the same
+    # rule): vision, listed first. By name it was nlp, queued under one lab and billed to the other.
+    assert lab_of(frozenset({"nlp", "vision-lab"}), labs) == "vision"
+    inst = Institution(labs=[Lab(name=n, groups=sorted(g)) for n, g in labs.items()])
+    found = inst.lab_of({"nlp", "vision-lab"})
+    assert found is not None and found.name == "vision"
     assert lab_of(frozenset({"users"}), labs) == "default"
+
+
+def test_lab_is_checked_against_the_users_groups() -> None:
+    labs = {"vision": frozenset({"vision-lab"}), "nlp": frozenset({"nlp"})}
+    both = frozenset({"nlp", "vision-lab"})
+    assert chosen_lab(both, labs, None) == "vision"
+    assert chosen_lab(both, labs, "nlp") == "nlp"
+    with pytest.raises(ValueError, match="none of lab nlp's groups; your labs: vision"):
+        chosen_lab(frozenset({"vision-lab"}), labs, "nlp")
+    with pytest.raises(ValueError, match="no lab robotics"):
+        chosen_lab(both, labs, "robotics")
+
+
+def test_fair_share_counts_every_hosts_sessions_and_broker_grants_only_where_no_record_holds_them() -> None:
+    # hostA answered at t=100: its record holds a degraded-mode session of lab a (0-100) and a broker
+    # grant of lab b (50-100, still live); the broker's grant there counts only after t=100.
+    # hostB never answered: its broker grants count whole.
+    recorded = {"hostA": (100.0, [Span("a", "hostA", 0, 100), Span("b", "hostA", 50, 100)])}
+    grants = [Span("b", "hostA", 50, 130), Span("a", "hostB", 10, 40)]
+    assert lab_usage(grants, recorded) == {"a": 100.0 + 30.0, "b": 50.0 + 30.0}
+    assert lab_usage(grants, {}) == {"b": 80.0, "a": 30.0}  # no host answered: the grants alone
 
 
 def test_the_store_keeps_ids_per_user_and_caps_queued_requests(tmp_path: Path) -> None:
@@ -90,9 +117,9 @@ def test_a_grant_is_two_commits_and_a_requeue_keeps_its_place(tmp_path: Path) ->
     held = s.granted("req-00001", session, now=100.0, held_until=160.0, ends_at=100.0 + HOUR)
     assert held is not None and held.state == "held" and held.session == session
     assert s.last_host(1001) == "hostB"
-    assert s.usage(0, 100.0 + HOUR / 2) == {"a": HOUR / 2}
+    assert s.grants(0, 100.0 + HOUR / 2) == [Span("a", "hostB", 100.0, 100.0 + HOUR / 2)]
     s.session_ended("hostB", "s-abc", 100.0 + 60)
-    assert s.usage(0, 100.0 + HOUR) == {"a": 60.0}
+    assert s.grants(0, 100.0 + HOUR) == [Span("a", "hostB", 100.0, 160.0)]
     s.finish("req-00001", "claimed", only=("held",))
     # Past the window: the ended grant is forgotten, the waiting requests never are.
     assert s.prune(before=100.0 + 61) == 1

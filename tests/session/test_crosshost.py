@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from calque.session import munge
+from support.waits import HANG_S
 
 from .conftest import Host, User
 from .munged import Munged, start_munged, stop_munged
@@ -60,6 +61,10 @@ class Door:
 
     def __init__(self, host: Host, m: Munged, broker_user: str = "root", **config: Any) -> None:
         self.host, self.munged, self.port = host, m, _free_port()
+        # No broker runs beside these hosts: past a moment's silence the host is in degraded mode and
+        # serves a user's own checkout directly, which is what these tests of credentials need. While
+        # a broker answers, the door refuses it (the last test below; test_queue_door.py).
+        config.setdefault("degraded_after", 0.001)
         inst = host.dir / "institution.yaml"
         inst.write_text(
             yaml.safe_dump(
@@ -242,10 +247,14 @@ def test_the_broker_acts_for_a_user_and_a_user_named_broker_does_not(
     host: Host, munged: Munged, make_user: Callable[..., User]
 ) -> None:
     alice, broker = make_user(), make_user()
-    door = Door(host, munged, broker_user=broker.name)
+    door = Door(host, munged, broker_user=broker.name, degraded_after=HANG_S)
 
     s = door.call(broker, "checkout", {"profile": "1g.5gb", "ttl": "1h"}, as_user=alice.name)["ok"]
     assert s["user"] == alice.name and s["uid"] == alice.uid  # the session is alice's, not the broker's
+    # The broker answers: alice's own checkout over TCP is refused, naming the command that queues.
+    mine = door.call(alice, "checkout", {"profile": "1g.5gb", "ttl": "1h"})
+    assert mine["exit"] == 4 and "institution's queue" in mine["message"], mine
+    assert [e["door"] for e in host.audit_events() if e["event"] == "checkout"] == ["broker"]
     # Root is not the broker here: it may not act for alice over TCP either.
     env = door.envelope(None, "status", as_user=alice.name)
     _refused(door.send_envelope(env), broker.name)

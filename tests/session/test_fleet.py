@@ -36,7 +36,7 @@ from calque.session.broker.store import NewRequest, Store
 from pool.conftest import FakeImds
 from support.waits import HANG_S
 
-from .conftest import CLI, VENV_PY, Host, User
+from .conftest import CLI, VENV_PY, Host, User, wait_for
 
 CLASS = "teaching"
 GROUP = pool_names(f"fleet/{CLASS}").group
@@ -318,3 +318,45 @@ def test_a_failed_drain_step_is_logged_and_the_hook_still_completes_within_its_h
     # aside) only because that bound ended its wait.
     assert took >= 3.5, took
     assert [(c.instance_id, c.hook, c.result) for c in fla.COMPLETED] == [(iid, "calque-drain", "CONTINUE")]
+
+
+def test_a_fleet_host_is_protected_before_its_first_session_is_granted(
+    host: Host, make_user: Callable[..., User], instance: tuple[str, FakeImds], moto: str
+) -> None:
+    """The daemon grants only while the helper says the instance is protected (``session/scalein.py``):
+    a first checkout asks, the helper (whose own period is an hour here) protects at once, and only
+    then is the checkout answered. With no helper the checkout is refused after ``scale_in_wait``."""
+    iid, imds = instance
+    guard = host.dir / "fleet-guard"
+    host.start(mps=False, scale_in_guard=str(guard), scale_in_wait=HANG_S)
+    alice = make_user()
+    sock = ("--socket", str(host.socket))
+    env = {**os.environ, "CALQUE_IMDS": imds.url}
+    helper = subprocess.Popen(
+        [str(VENV_PY), "-c", CLI, "session", "fleet", "protect", "--class", CLASS, "--every", "3600",
+         "--guard", str(guard), *sock, "--region", "us-east-1", "--endpoint-url", moto],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        # The helper's start: not protected (and it says so to the daemon).
+        if not wait_for(lambda: (guard / "protected").exists()):
+            helper.terminate()
+            raise AssertionError(f"the helper never wrote its guard: {helper.communicate(timeout=HANG_S)[0]}")
+        assert not protected(iid)
+        res = host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m", "--json")
+        assert res.returncode == 0, res.stderr
+        assert protected(iid)  # already, when the grant came back: not at the helper's next period
+    finally:
+        helper.terminate()
+        helper.communicate(timeout=HANG_S)
+    assert host.cli(alice, "session", "checkin").returncode == 0
+    done = fleet_cli(imds, moto, "protect", "--class", CLASS, "--once", "--guard", str(guard), *sock)
+    assert done.returncode == 0, done.stderr
+    assert not protected(iid) and (guard / "protected").read_text().strip() == "0"
+
+    # No helper: the first checkout waits for protection, then is refused naming the helper.
+    host.stop()
+    host.start(mps=False, scale_in_guard=str(guard), scale_in_wait=1.0)
+    res = host.cli(alice, "session", "checkout", "--profile", "1g.5gb", "--ttl", "10m")
+    assert res.returncode == 4 and "calque-session-fleet.service" in res.stderr, res.stderr
+    assert json.loads(host.cli(None, "session", "list", "--json").stdout)[0]["busy"] is False

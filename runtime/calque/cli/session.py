@@ -10,7 +10,14 @@ import click
 
 from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, to_json, warn
-from calque.cli.session_front import all_hosts, broker_socket_option, checkout_anywhere, on_host
+from calque.cli.session_front import (
+    all_hosts,
+    broker_socket_option,
+    checkout_anywhere,
+    checkout_here,
+    door_notice,
+    on_host,
+)
 from calque.session.paths import DEFAULT_SOCKET
 from calque.timefmt import CLOCK, utc_text
 
@@ -158,6 +165,8 @@ def session() -> None:
 @click.option("--wait", is_flag=True, help="Wait for a slice to free up (with --anywhere: join the queue).")
 @click.option("--anywhere", is_flag=True, help="Any host of the institution with a free slice, through the broker.")
 @click.option("--wait-timeout", type=DURATION, default=None, help="Give up waiting after this long, e.g. 10m.")
+@click.option("--lab", default=None, help="The lab to bill, of those your groups are in (default: the first).")
+@click.option("--direct", is_flag=True, help="Admins: past the institution's queue on this host (audited).")
 @click.option(
     "--shell", "as_shell", is_flag=True, help='Print `export` lines: eval "$(calque session checkout --shell)".'
 )
@@ -166,50 +175,26 @@ def session() -> None:
 @socket_option
 @broker_socket_option
 def checkout(
-    profile: str | None,
-    mps: bool,
-    gpu: int | None,
-    ttl: str | None,
-    wait: bool,
     anywhere: bool,
-    wait_timeout: float | None,
+    lab: str | None,
+    direct: bool,
     as_shell: bool,
     as_json: bool,
     shared_gpu_consent: bool,
     socket_path: Path,
     broker_socket: Path,
+    **co: Any,
 ) -> None:
-    """Check a slice out; exit 5 naming what is busy until when if none is free."""
-    from calque.session.client import verbs as core
+    """Check a slice out (through the broker's queue on an institution's host); exit 5 if none is free."""
     from calque.session.client.shellenv import shell_exports
 
     if as_shell and as_json:
         raise click.UsageError("give --json or --shell, not both")
+    co.update(consent=shared_gpu_consent, lab=lab)
     if anywhere:
-        checkout_anywhere(
-            broker_socket,
-            profile=profile,
-            mps=mps,
-            gpu=gpu,
-            ttl=ttl,
-            consent=shared_gpu_consent,
-            wait=wait,
-            wait_timeout=wait_timeout,
-            as_shell=as_shell,
-            as_json=as_json,
-        )
+        checkout_anywhere(broker_socket, as_shell=as_shell, as_json=as_json, **co)
         return
-    s = core.checkout(
-        _client(socket_path),
-        profile=profile,
-        mps=mps,
-        gpu=gpu,
-        ttl=ttl,
-        consent=shared_gpu_consent,
-        wait=wait,
-        wait_timeout=wait_timeout,
-        progress=core.stderr,
-    )
+    s = checkout_here(socket_path, broker_socket, direct=direct, **co)
     for w in s.warnings:
         warn(w)
     if as_shell:
@@ -265,6 +250,7 @@ def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Pa
     if every_host:
         all_hosts(broker_socket, as_json, mine=True)
         return
+    door_notice(socket_path)  # degraded mode: said on stderr, so --json stays the sessions
     if as_json:  # the models' own JSON
         from calque.session.client import verbs as core
 
@@ -309,6 +295,7 @@ def list_cmd(every_host: bool, as_json: bool, socket_path: Path, broker_socket: 
     if every_host:
         all_hosts(broker_socket, as_json, mine=False)
         return
+    door_notice(socket_path)
     if as_json:  # the models' own JSON
         from calque.session.client import verbs as core
 

@@ -16,6 +16,7 @@ import click
 from calque.cli.options import DURATION, aws_options
 
 IMDS = "http://169.254.169.254"
+FLEET_GUARD = Path("/run/calque/fleet-guard")  # session/scalein.py: the daemon's and the helper's hand-over
 imds_option = click.option("--imds", default=IMDS, show_default=True, envvar="CALQUE_IMDS", help="The IMDSv2 endpoint.")
 class_option = click.option("--class", "fleet_class", required=True, help="The session-host class (teaching-rtx6000).")
 
@@ -93,6 +94,7 @@ def host_config(template: Path, out: Path, port: int, imds: str) -> None:
     doc = read_mapping(template, "session config template", empty_ok=True)
     doc["host_name"] = _meta(meta, "instance-id")
     doc["listen_tcp"] = {"address": _meta(meta, "local-ipv4"), "port": port}
+    doc.setdefault("scale_in_guard", str(FLEET_GUARD))  # the helper's --guard: protection before a grant
     SessionConfig.model_validate(doc)  # what the daemon will read, checked before it is written
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
@@ -142,11 +144,17 @@ def deregister(fleet_class: str, imds: str, region: str | None, endpoint_url: st
 )
 @click.option("--once", is_flag=True, help="One look (protection set to match), then exit.")
 @click.option("--socket", "socket_path", default=None, help="The session daemon's socket (default: its own).")
+@click.option(
+    "--guard",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The daemon's scale_in_guard directory: protect before its first session (answered at once).",
+)
 @imds_option
 @aws_options
 def protect(
-    fleet_class: str, every: float, hold: float, once: bool, socket_path: str | None, imds: str, region: str | None,
-    endpoint_url: str | None, profile: str | None,
+    fleet_class: str, every: float, hold: float, once: bool, socket_path: str | None, guard: Path | None, imds: str,
+    region: str | None, endpoint_url: str | None, profile: str | None,
 ) -> None:  # fmt: skip
     """Keep this instance protected from scale-in while a session is live; drain when the group ends it."""
     from calque.errors import UsageError
@@ -180,5 +188,15 @@ def protect(
             host, live, drain=drain, deregister=lambda: drop(ssm, fleet_class, iid), hold_s=hold, every=every
         )
 
-    p.watch(host, live, terminating, leave, every=every, rounds=1 if once else None)
+    guarded = None
+    if guard is not None:
+        from calque.session.scalein import ScaleInGuard
+
+        g = ScaleInGuard(guard)
+        g.prepare()
+        # Asks older than this helper were answered by the one before it; a checkout waiting now asks
+        # again every few milliseconds.
+        guarded = p.Guarded(g, handled=g.marked_at("wanted"))
+        g.set_protected(bool(host.protected))  # the group's word at the start, before the first look
+    p.watch(host, live, terminating, leave, every=every, rounds=1 if once else None, guarded=guarded)
     click.echo(f"{iid} in {host.group}: {'protected' if host.protected else 'not protected'} from scale-in")

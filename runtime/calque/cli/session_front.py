@@ -4,12 +4,14 @@ front-door service itself, as ``serve`` is a host's)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from calque.cli.output import emit, table, warn
+from calque.errors import CalqueError, UsageError
 from calque.timefmt import CLOCK, utc_text
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ def checkout_anywhere(
     consent: bool,
     wait: bool,
     wait_timeout: float | None,
+    lab: str | None,
     as_shell: bool,
     as_json: bool,
 ) -> None:
@@ -54,7 +57,15 @@ def checkout_anywhere(
     from calque.session.client.verbs import stderr
 
     args = typed(
-        AnywhereArgs, profile=profile, mps=mps, gpu=gpu, ttl=ttl, consent=consent, wait=wait, wait_timeout=wait_timeout
+        AnywhereArgs,
+        profile=profile,
+        mps=mps,
+        gpu=gpu,
+        ttl=ttl,
+        consent=consent,
+        wait=wait,
+        wait_timeout=wait_timeout,
+        lab=lab,
     )
     if wait:
         stderr("joining the institution's queue (`calque session queue` shows your place)")
@@ -72,6 +83,53 @@ def checkout_anywhere(
             f"check in from anywhere: calque session checkin {g.ref})",
             err=True,
         )
+
+
+def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co: Any) -> Session:
+    """A plain ``checkout``: through the institution's queue while this host's daemon says its broker
+    answers (``door``), for this host's slices only, ``--wait`` being a place in that queue; from the
+    daemon itself on a host of no institution, in degraded mode (said on stderr), or with ``--direct``."""
+    from calque.models.broker import AnywhereArgs
+    from calque.session.client import verbs as core
+    from calque.session.client.broker import MUNGE_SOCKET_ENV, BrokerAddress, BrokerClient
+    from calque.session.client.connection import SessionClient, typed
+
+    client = SessionClient(socket_path)
+    door = None if direct else client.door()
+    if door is None or door.mode != "queue" or door.broker is None:
+        if door is not None and door.mode == "degraded":
+            warn(door.describe())
+        return core.checkout(client, direct=direct, progress=core.stderr, **co)
+    if co.get("gpu") is not None:
+        raise UsageError(
+            f"{door.host} takes checkouts through the institution's queue, which hands out slices, not GPUs: "
+            "leave out --gpu (or ask an admin for --direct)"
+        )
+    args = typed(AnywhereArgs, host=door.host, **{k: v for k, v in co.items() if k != "gpu"})
+    if broker_socket.is_socket():  # on the front-door host itself
+        broker = BrokerClient(broker_socket)
+    else:
+        b = door.broker
+        munge = os.environ.get(MUNGE_SOCKET_ENV)
+        place = BrokerAddress(b.name, b.address, b.port, b.service_user, Path(munge) if munge else None)
+        broker = BrokerClient(broker_socket, remote=place)
+    if args.wait:
+        core.stderr(f"joining the institution's queue for a slice on {door.host} (`calque session queue`)")
+    return broker.anywhere(args, progress=core.stderr).session
+
+
+def door_notice(socket_path: Path) -> None:
+    """On stderr, when this host serves checkouts outside the queue because its broker is silent."""
+    from calque.session.wire import SessionSocket
+
+    try:
+        state = SessionSocket(socket_path).call("door")
+    except CalqueError:
+        return  # an older daemon (no door), or none: the command itself says what is wrong
+    if isinstance(state, dict) and state.get("mode") == "degraded":
+        from calque.models.session_answers import DoorState
+
+        warn(DoorState.model_validate(state).describe())
 
 
 def _render_grant(g: Grant) -> str:

@@ -68,9 +68,14 @@ class AnywhereArgs(CheckoutArgs):
     model_config = _DEFERRED
     wait: StrictBool = False
     wait_timeout: Duration | None = None
+    # A plain checkout on a host of the institution: that host's slices only (this host or wait for
+    # it, in the queue's order); None: any host.
+    host: Annotated[StrictStr, Field(min_length=1, max_length=253)] | None = None
 
     @model_validator(mode="after")
     def _anywhere(self) -> AnywhereArgs:
+        if self.direct:
+            raise ValueError("--direct is a host's admin override; the broker's checkouts keep its queue")
         if self.request_id is not None and not _SAFE_ID.fullmatch(self.request_id):
             raise ValueError("request_id must be 8 to 64 letters, digits, '.', '_' or '-'")
         if self.gpu is not None:

@@ -35,6 +35,7 @@ _DEFERRED = ConfigDict(defer_build=True)
 
 
 SliceKind = Literal["mig", "mps"]
+_USER = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$"  # a Unix user name, as ``models/institution.py``'s UserName
 SessionOp = Literal[
     "checkout",
     "checkin",
@@ -53,6 +54,7 @@ SessionOp = Literal[
     "drain",
     "undrain",
     "drains",
+    "door",  # whether checkouts here go through the institution's queue (models/door.py)
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
@@ -193,6 +195,10 @@ class SessionRequest(VersionedModel):
     version: StrictInt = SESSION_PROTOCOL_VERSION
     op: SessionOp
     args: dict[str, Any] = Field(default_factory=dict)
+    # The institution's broker on this machine (``broker/local.py``): honoured only from its service
+    # user's uid (SO_PEERCRED), as a TCP request's ``as_user`` only from its munge credential.
+    broker: StrictBool = False
+    as_user: Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=_USER)] | None = None
 
 
 class SessionErrorBody(CalqueModel):
@@ -244,6 +250,8 @@ class CheckoutArgs(RequestArgs):
     # The broker's: when a request it grants joined its queue (epoch seconds). The host records the
     # wait as demand (``session/daemon/demand.py``); it grants nothing and changes no limit.
     queued_since: Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)] | None = None
+    direct: StrictBool = Field(False, description="an admin's audited checkout past the institution's queue")
+    lab: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = Field(None, description="bill this lab")
 
     @model_validator(mode="after")
     def _rules(self) -> CheckoutArgs:
@@ -368,38 +376,6 @@ class BudgetElsewhereArgs(RequestArgs):
     labs: dict[str, LabUse] = Field(default_factory=dict)
 
 
-class Pong(CalqueModel):
-    model_config = _DEFERRED
-    pong: bool
-
-
-class WhoAmI(CalqueModel):
-    model_config = _DEFERRED
-    uid: int
-    gid: int
-    user: str
-    admin: bool
-    pid: int
-
-
-class Adopted(CalqueModel):
-    """``adopt``: the caller's process is in the session's cgroup; ``env`` is what it runs with."""
-
-    model_config = _DEFERRED
-
-    session: Session
-    env: dict[str, str]
-    cgroup: str
-
-
-class MetricsText(CalqueModel):
-    """``metrics``: the Prometheus exposition (holders by user for admins, counts for everyone else)."""
-
-    model_config = _DEFERRED
-
-    text: str
-
-
 REQUESTS: dict[str, type[RequestArgs]] = {
     "checkout": CheckoutArgs,
     "checkin": SessionRefArgs,
@@ -418,6 +394,7 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "drain": DrainArgs,
     "undrain": UndrainArgs,
     "drains": RequestArgs,
+    "door": RequestArgs,
 }
 
 

@@ -237,6 +237,19 @@ class SessionConfig(VersionedModel):
         pattern=r"^[0-9A-Fa-f.:\[\]]+:[0-9]{1,5}$",
         description="ADDR:PORT (UDP) of the institution's broker, told whenever a slice here is taken or freed",
     )
+    scale_in_guard: Path | None = Field(
+        None,
+        description="an elastic host: the fleet helper's guard directory; a checkout waits for scale-in protection",
+    )
+    scale_in_wait: Seconds = Field(
+        30.0, gt=0, description="how long a checkout waits for the fleet helper to protect the instance"
+    )
+    degraded_after: Seconds = Field(
+        30.0,
+        gt=0,
+        description="with a broker in institution.yaml: checkouts go through its queue while it asked this host "
+        "within this long; after that the host serves them directly (degraded mode, audited)",
+    )
 
     @model_validator(mode="after")
     def _one_idle_rule(self) -> SessionConfig:

@@ -28,6 +28,9 @@ class QueueRules(CalqueModel):
     """How the waiting queue orders and bounds requests."""
 
     fair_share_window: Seconds = Field(7 * 86400, gt=0, description="the last N seconds of usage labs are compared by")
+    usage_every: Seconds = Field(
+        30.0, gt=0, description="seconds between readings of every host's sessions (all usage, however granted)"
+    )
     aging: Seconds = Field(
         1800, gt=0, description="a request waiting this long goes ahead of every later one, whatever its lab"
     )

@@ -22,7 +22,8 @@ from functools import partial
 from calque.errors import CalqueError, NothingFreeError, RefusedError, UsageError
 from calque.models.session import Session
 from calque.session.broker.config import BrokerConfig
-from calque.session.broker.fairness import Waiting, order
+from calque.session.broker.fairness import Waiting, lab_usage, order
+from calque.session.broker.fairusage import Recorded
 from calque.session.broker.grants import Granter, checkout_args
 from calque.session.broker.hostcalls import HostCalls
 from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
@@ -64,6 +65,9 @@ class Dispatcher:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="broker-dispatch", daemon=True)
         self._pruned_at = 0.0  # monotonic
+        # Every host's own record of its sessions (fairusage.py; the process sets it): without one, a
+        # lab's usage is the broker's grants alone.
+        self.recorded: Callable[[], Recorded] = dict
 
     def start(self) -> None:
         self.store.extend_holds(time.time() + self.config.queue.claim_window)
@@ -89,7 +93,7 @@ class Dispatcher:
         q = self.config.queue
         queued = self.store.in_state("queued") if rows is None else [r for r in rows if r.state == "queued"]
         waiting = [r.waiting for r in queued]
-        usage = self.store.usage(now - q.fair_share_window, now)
+        usage = lab_usage(self.store.grants(now - q.fair_share_window, now), self.recorded())
         return order(
             waiting,
             usage,
@@ -255,7 +259,7 @@ class Dispatcher:
                     (
                         w
                         for w in queue
-                        if w.matches(sl.slice.kind, sl.slice.profile)
+                        if w.matches(sl.slice.kind, sl.slice.profile, view.name)
                         and busy_at.get((w.id, view.name)) != version
                         and not self.granter.refuses_now(w.id, view.name)
                     ),

@@ -45,6 +45,8 @@ def checkout_args(row: Row, queued: bool = False) -> dict[str, Any]:
     """The host checkout a request asks for, with its request id (the host's idempotency key); for a
     request granted from the queue, when it joined it (the host records the wait as demand)."""
     args: dict[str, Any] = {"mps": row.kind == "mps", "consent": row.consent, "request_id": row.id}
+    if row.lab != "default":  # the lab it queued for is the lab the host bills (fairness.chosen_lab)
+        args["lab"] = row.lab
     if queued:
         args["queued_since"] = float(row.enqueued_at)
     if row.profile is not None:

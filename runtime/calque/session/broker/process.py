@@ -22,6 +22,7 @@ from calque.session.broker.audit import BrokerAudit
 from calque.session.broker.config import BrokerConfig
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
+from calque.session.broker.fairusage import HostRecords
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
@@ -64,6 +65,7 @@ class Broker:
     fleet: FleetDemand | None = None
     name: str = "broker"
     audit: BrokerAudit | None = None
+    records: HostRecords | None = None  # every host's own sessions, for fair share (fairusage.py)
 
     @classmethod
     def build(cls, config: BrokerConfig, inst: Institution) -> Broker:
@@ -84,11 +86,15 @@ class Broker:
 
             pools = PoolBudgets(config.pools)
         service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer, pools)
+        service.labs = inst.labs
+        q = config.queue
+        records = HostRecords(cache.links, q.fair_share_window, q.usage_every)
+        dispatcher.recorded = records.recorded
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
             fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link, present=granter.presence.present)
-        return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name)
+        return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name, records=records)
 
     def start(self) -> None:
         # A first look at every host before anyone is answered, all at once: a host that hangs is
@@ -100,6 +106,8 @@ class Broker:
         for t in looks:
             t.join(max(0.0, deadline - time.monotonic()))
         self.dispatcher.start()
+        if self.records is not None:
+            self.records.start()
         if self.fleet is not None:
             self.fleet.start()
         if self.service.ledger is not None:
@@ -150,6 +158,8 @@ class Broker:
         self.server.stop()
         if self.service.ledger is not None:
             self.service.ledger.stop()
+        if self.records is not None:
+            self.records.stop()
         self.dispatcher.stop()
         self.store.close()
         if self.audit is not None:

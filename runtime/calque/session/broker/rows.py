@@ -10,7 +10,7 @@ from typing import Any
 from calque.errors import RefusedError
 from calque.session.broker.fairness import Waiting
 
-SCHEMA_VERSION = 2  # 2: requests.granting_at, the strays table
+SCHEMA_VERSION = 2  # 2: requests.granting_at and only_host, the strays table
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests(
   id TEXT PRIMARY KEY,
@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS requests(
   held_until REAL,
   mailed_before REAL,
   note TEXT,
-  granting_at REAL
+  granting_at REAL,
+  only_host TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
 CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
@@ -50,6 +51,9 @@ CREATE TABLE IF NOT EXISTS strays(request_id TEXT PRIMARY KEY, host TEXT NOT NUL
 # host_ledgers: each host's last full ledger answer (what a report shows, marked stale, while the host
 # is down); budget_notices: each lab's notice and over-budget mail, once a month; strays: requests
 # that ended while a host might hold a session for them. All additive.
+# Columns an older file lacks, added on open: when its current grant began; the one host a checkout made
+# on a host of the institution asks for (that host or wait for it).
+ADDED_COLUMNS = (("granting_at", "REAL"), ("only_host", "TEXT"))
 # Ends nobody may have been told of (the client was gone, or its host silent): `queue` shows them a day.
 ENDED_UNGRANTED = ("expired", "dropped")
 
@@ -84,12 +88,12 @@ class Row:
     mailed_before: float | None
     note: str | None
     granting_at: float | None  # when its current grant began (the bound on a silent host counts from it)
+    only_host: str | None = None  # a checkout made on a host of the institution: that host or wait for it
 
     @property
     def waiting(self) -> Waiting:
-        return Waiting(
-            self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at
-        )
+        w = (self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at)
+        return Waiting(*w, host=self.only_host)
 
     @property
     def session(self) -> dict[str, Any] | None:
@@ -117,3 +121,4 @@ class NewRequest:
     wait: bool
     now: float
     wait_until: float | None
+    only_host: str | None = None

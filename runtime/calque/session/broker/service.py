@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +21,7 @@ from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, Qu
 from calque.models.session import LedgerArgs, Session
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
+from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
@@ -40,6 +41,7 @@ class BrokerService:
         self.dispatcher = dispatcher
         self.rules = dispatcher.config.queue
         self.ledger: BrokerLedger | None = None  # set by the process (process.py)
+        self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -62,7 +64,7 @@ class BrokerService:
         assert args.request_id is not None
         kind, profile = args.kind, args.profile
         if row is None:
-            self._check_offered(kind, profile)
+            self._check_offered(kind, profile, args.host)
             now = time.time()
             ttl = positive_seconds(args.ttl, "--ttl") if args.ttl is not None else None
             wait_for = positive_seconds(args.wait_timeout, "--wait-timeout") if args.wait_timeout is not None else None
@@ -70,7 +72,7 @@ class BrokerService:
                 id=args.request_id,
                 uid=c.uid,
                 user=c.user,
-                lab=c.lab,
+                lab=self._lab(c, args.lab),
                 kind=kind,
                 profile=profile,
                 ttl=ttl,
@@ -78,13 +80,16 @@ class BrokerService:
                 wait=args.wait,
                 now=now,
                 wait_until=now + wait_for if wait_for is not None else None,
+                only_host=args.host,
             )
             ahead = [
                 w
                 for w in self.store.in_state("queued")
                 if w.kind == kind and (w.profile in (None, profile) or profile is None)
             ]
-            hosts = [] if ahead else self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            free = self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            # A free slice goes to those already waiting for it first: a host any of them would take.
+            hosts = [h for h in free if args.host in (None, h) and not any(w.only_host in (None, h) for w in ahead)]
             if hosts:
                 row = self._direct(req, hosts)
             elif args.wait:
@@ -93,6 +98,13 @@ class BrokerService:
             else:
                 raise NothingFreeError(self._busy_message(kind, profile, len(ahead)))
         return self._outcome(row, alive)
+
+    def _lab(self, c: Caller, asked: str | None) -> str:
+        """The lab the request queues for and is billed to: ``--lab`` if the caller is in its groups."""
+        try:
+            return chosen_lab(c.groups, self.labs, asked) if asked is not None else c.lab
+        except ValueError as exc:
+            raise RefusedError(str(exc)) from exc
 
     def _direct(self, req: NewRequest, hosts: list[str]) -> Row:
         """Try each host in turn (the row follows, committed before each call), past busy ones and ones
@@ -174,8 +186,10 @@ class BrokerService:
         assert row.host is not None and row.session is not None
         return Grant(request_id=row.id, host=row.host, session=Session.model_validate(row.session))
 
-    def _check_offered(self, kind: str, profile: str | None) -> None:
-        views = [v for v in self.cache.views() if v.seen_at is not None]
+    def _check_offered(self, kind: str, profile: str | None, host: str | None = None) -> None:
+        if host is not None and host not in self.cache.links:
+            raise UsageError(f"no host {host} in the institution; hosts: {', '.join(self.cache.names)}")
+        views = [v for v in self.cache.views() if v.seen_at is not None and host in (None, v.name)]
         if views and not any(matching(v, kind, profile) for v in views):
             have = sorted({f"{s.slice.profile} ({v.name})" for v in views for s in v.slices})
             what = f"{kind.upper()} slice" + (f" of profile {profile}" if profile else "")
@@ -229,7 +243,7 @@ class BrokerService:
                 state=row.state,
                 enqueued_at=datetime.fromtimestamp(row.enqueued_at, timezone.utc),
                 position=position.get(row.id),
-                host=row.host,
+                host=row.host or row.only_host,  # queued for one host: that host
                 session_id=row.session_id,
                 note=row.note if row.state in ENDED_UNGRANTED else None,
             )

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from calque.errors import InfrastructureError, RefusedError
+from calque.session.broker.fairness import Span
 from calque.session.broker.rows import (
+    ADDED_COLUMNS,
     ENDED_UNGRANTED,
     SCHEMA,
     SCHEMA_VERSION,
@@ -71,11 +73,14 @@ class Store:
                 raise InfrastructureError(
                     f"{path} is a schema {version} queue, newer than this calque's; upgrade calque"
                 )
-            if version == 1:  # a schema 1 file: the one column it lacks (the strays table is made below)
-                db.execute("ALTER TABLE requests ADD COLUMN granting_at REAL")
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            # An older file keeps its table: the columns it lacks are added (new tables were made above).
+            have = {r[1] for r in db.execute("PRAGMA table_info(requests)")}
+            for name, decl in ADDED_COLUMNS:
+                if name not in have:
+                    db.execute(f"ALTER TABLE requests ADD COLUMN {name} {decl}")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -138,7 +143,7 @@ class Store:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
             db.execute(
                 "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
-                " wait_until, state, host, granting_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " wait_until, state, host, granting_at, only_host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     req.id,
                     seq,
@@ -155,6 +160,7 @@ class Store:
                     state,
                     host,
                     req.now if state == "granting" else None,
+                    req.only_host,
                 ),
             )
             new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
@@ -313,17 +319,15 @@ class Store:
                 (at, host, session_id),
             )
 
-    def usage(self, since: float, now: float) -> dict[str, float]:
-        """Seconds of slices granted through the broker per lab over [since, now] (a live session up to
-        now, an ended one up to its end as last seen)."""
-        rows = self._read(
-            lambda db: db.execute(
-                "SELECT lab, SUM(MAX(0.0, MIN(ends_at, :now) - MAX(granted_at, :since))) FROM requests"
-                " WHERE granted_at IS NOT NULL AND ends_at >= :since GROUP BY lab",
-                {"since": since, "now": now},
-            ).fetchall()
+    def grants(self, since: float, now: float) -> list[Span]:
+        """Slices granted through the broker over [since, now], clipped to it (a live session up to now,
+        an ended one up to its end as last seen): ``fairness.lab_usage`` adds the hosts' own records."""
+        sql = (
+            "SELECT lab, host, MAX(granted_at, :since), MIN(ends_at, :now) FROM requests"
+            " WHERE granted_at IS NOT NULL AND ends_at >= :since AND granted_at <= :now"
         )
-        return {r[0]: float(r[1] or 0.0) for r in rows}
+        rows = self._read(lambda db: db.execute(sql, {"since": since, "now": now}).fetchall())
+        return [Span(r[0], r[1], float(r[2]), float(r[3])) for r in rows if r[3] > r[2]]
 
     def mark_mailed(self, request_id: str, before: float) -> None:
         """The notice ``before`` seconds ahead of the session's end was mailed (each is sent once)."""

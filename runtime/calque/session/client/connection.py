@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from calque.errors import RefusedError, UsageError
+from calque.errors import InfrastructureError, RefusedError, UsageError
 from calque.models.session import (
-    Adopted,
     BudgetOverrideArgs,
     CheckoutArgs,
     Drain,
@@ -22,7 +21,6 @@ from calque.models.session import (
     Drained,
     ExtendArgs,
     LedgerArgs,
-    MetricsText,
     ReleaseArgs,
     ReportArgs,
     RequestArgs,
@@ -30,9 +28,9 @@ from calque.models.session import (
     SessionRefArgs,
     SliceState,
     UndrainArgs,
-    WhoAmI,
     error_kind,
 )
+from calque.models.session_answers import Adopted, DoorState, MetricsText, WhoAmI
 from calque.session.wire import (
     SERVICE_USER_ENV,
     NoFreeSliceError,
@@ -130,6 +128,16 @@ class SessionClient(SessionSocket):
 
     def drains(self) -> list[Drain]:
         return [Drain.model_validate(d) for d in self.call("drains")]
+
+    def door(self) -> DoorState | None:
+        """How a checkout here is made now (``models/session_answers.py``); None from a daemon that
+        predates the institution's queue (it serves every checkout directly)."""
+        try:
+            return DoorState.model_validate(self.call("door"))
+        except (UsageError, InfrastructureError) as exc:
+            if "door" in str(exc):  # an older daemon names the operation it does not know
+                return None
+            raise
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self.call("whoami"))

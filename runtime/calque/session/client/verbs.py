@@ -24,9 +24,13 @@ def checkout(
     consent: bool,
     wait: bool,
     wait_timeout: float | None = None,
+    direct: bool = False,
+    lab: str | None = None,
     progress: Callable[[str], None] = lambda m: None,
 ) -> Session:
-    args = typed(CheckoutArgs, mps=mps, profile=profile, gpu=gpu, ttl=ttl, consent=consent)
+    """A checkout from this host's daemon itself (``--wait`` polls it): on a host of no institution, in
+    degraded mode, or an admin's ``--direct`` (the CLI's ``checkout_here`` decides)."""
+    args = typed(CheckoutArgs, mps=mps, profile=profile, gpu=gpu, ttl=ttl, consent=consent, direct=direct, lab=lab)
     started = time.monotonic()
     delay = 0.5
     told = False

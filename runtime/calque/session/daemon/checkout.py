@@ -18,8 +18,9 @@ from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities, groups_of
 from calque.session.daemon.idle import idle_clock
-from calque.session.daemon.ledger import budget_gate
+from calque.session.daemon.ledger import billed_lab, budget_gate, record_lab
 from calque.session.daemon.nodes import grant
+from calque.session.daemon.protection import protected
 from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
 from calque.session.daemon.wire import RequestError
 
@@ -111,11 +112,10 @@ def _offered(host: Host, cands: list[Slice]) -> tuple[list[Slice], list[str]]:
     return up, [down[g] for g in sorted(down)]
 
 
-def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Session:
+def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door: str = "direct") -> Session:
     ttl = _ttl(host, c, ids, args)
-    budget_gate(
-        host, c, args.request_id
-    )  # a member of a lab over its month's budget is refused (institution.yaml's labs)
+    lab = billed_lab(host, c, args.lab)  # --lab, checked against the caller's groups; else the default
+    budget_gate(host, c, args.request_id, lab)  # a lab over its month's budget is refused (institution.yaml)
     # Slots whose daemon is down go to the registry as no candidate at all: a retried request still
     # gets its session, the caller's limits still apply, and the refusal below says why.
     cands, down = _offered(host, _candidates(host, args))
@@ -124,21 +124,22 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
     expires = ts(now + ttl)
     lim = ids.limits(c)
     try:
-        held, created = host.registry.checkout(
-            cands,
-            session_id=sid,
-            uid=c.uid,
-            gid=c.gid,
-            user=c.user,
-            now=now,
-            ttl=ttl,
-            max_sessions=lim.max_sessions,
-            request_id=args.request_id,
-            env_for=lambda s: isolation.environment(s, sid, expires),
-            mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
-            group_limits=host.config.policy.group_limits(c.groups),
-            ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
-        )
+        with protected(host.config):  # a fleet host: scale-in protection before the grant
+            held, created = host.registry.checkout(
+                cands,
+                session_id=sid,
+                uid=c.uid,
+                gid=c.gid,
+                user=c.user,
+                now=now,
+                ttl=ttl,
+                max_sessions=lim.max_sessions,
+                request_id=args.request_id,
+                env_for=lambda s: isolation.environment(s, sid, expires),
+                mps_one_user_per_daemon=host.config.mps_user_model == "serialised-per-user",
+                group_limits=host.config.policy.group_limits(c.groups),
+                ask=Ask(args.kind, args.profile or "", args.gpu, args.queued_since),
+            )
     except TooManySessions as exc:
         if exc.group is not None:
             raise RequestError(
@@ -160,8 +161,9 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs) -> Sess
             raise RequestError("refused", "no MPS slot can be offered now: " + "; ".join(down)) from exc
         raise RequestError("busy", _busy_message(exc, down)) from exc
     if created:
+        record_lab(host, held.session.id, lab)
         grant(host, held, fresh=True)
-        host.audit.record("checkout", held, pid=c.pid)
+        host.audit.record("checkout", held, pid=c.pid, door=door)  # door: broker, degraded, override ...
         host.timers_due.set()
         host.changed()
     elif held.session.ended_at is None:

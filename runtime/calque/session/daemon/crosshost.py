@@ -9,6 +9,7 @@ acted-for user, named and grouped by this host's NSS, is a ``Caller`` like any l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pwd
@@ -82,6 +83,10 @@ class CrossHost:
                 "internal", f"the session daemon on {self.name} cannot check credentials: {exc}"
             ) from exc
         uid = ok.credential.uid
+        door = self.service.door
+        from_broker = door.broker is not None and door.is_broker(uid)
+        if from_broker:
+            door.heard()  # the broker answers: checkouts here keep its queue's order
         if req.op in LOCAL_PROCESS_OPS:
             raise self._refuse(
                 "needs_local_process",
@@ -96,7 +101,8 @@ class CrossHost:
             pw = pwd.getpwnam(ok.acted_for)
         except KeyError:
             raise self._refuse("unknown_user", f"no user {ok.acted_for} on {self.name}", peer, req, uid=uid) from None
-        return self.service.caller(0, pw.pw_uid, pw.pw_gid)
+        caller = self.service.caller(0, pw.pw_uid, pw.pw_gid)
+        return dataclasses.replace(caller, via_broker=True) if from_broker else caller
 
     def _refuse(
         self,

@@ -26,6 +26,7 @@ class Caller:
     user: str
     admin: bool
     groups: frozenset[str] = frozenset()
+    via_broker: bool = False  # the institution's broker asked for this user (``door.py``)
 
 
 def user_name(uid: int) -> str:

@@ -29,14 +29,15 @@ from calque.session.institution import load_institution
 
 _SPANS = """
 SELECT u.uid, u.user, u.kind, u.profile, u.gpu, u.started_at, u.ended_at,
-       s.gid, json_extract(s.slice_json, '$.active_thread_percentage') AS atp
-FROM usage u LEFT JOIN sessions s ON s.id = u.session_id
+       s.gid, json_extract(s.slice_json, '$.active_thread_percentage') AS atp, l.lab AS billed
+FROM usage u LEFT JOIN sessions s ON s.id = u.session_id LEFT JOIN session_labs l ON l.session_id = u.session_id
 WHERE u.ended_at >= :since AND u.started_at <= :until{mine_u}
 UNION ALL
 SELECT uid, user, json_extract(slice_json, '$.kind'), json_extract(slice_json, '$.profile'),
        json_extract(slice_json, '$.gpu_index'), created_at, :until, gid,
-       json_extract(slice_json, '$.active_thread_percentage')
-FROM sessions WHERE ended_at IS NULL AND created_at <= :until{mine}
+       json_extract(slice_json, '$.active_thread_percentage'), l.lab
+FROM sessions LEFT JOIN session_labs l ON l.session_id = sessions.id
+WHERE ended_at IS NULL AND created_at <= :until{mine}
 """
 
 
@@ -86,14 +87,14 @@ def host_events(host: Host, since: float, until: float, uid: int | None = None) 
     for r in rows:
         gid = r["gid"] if r["gid"] is not None else -1
         key = (r["user"], gid)
-        if key not in labs:
+        if key not in labs:  # a session from before labs were recorded: the default rule, by its groups now
             lab = inst.lab_of(groups_of(r["user"], gid)) if inst.labs else None
             labs[key] = lab.name if lab else None
         card = cards.get(r["gpu"])
         span = SessionSpan(
             host=name,
             user=r["user"],
-            lab=labs[key],
+            lab=r["billed"] or labs[key],
             kind=r["kind"],
             profile=r["profile"],
             card=card,
@@ -210,12 +211,39 @@ def spend_of(host: Host, lab: Lab, now: float | None = None, *, with_elsewhere: 
     return budget_state(lab, gpu_s / 3600.0, usd, utc(t), overrides(host, lab.name, month))
 
 
-def budget_gate(host: Host, c: Caller, request_id: str | None) -> None:
-    """Refuse a checkout (or an extension: ``request_id`` None) by a member of a lab that has spent its
-    month's budget (``refused``: exit 4), with one sentence for both. A retried checkout (its id already
-    has a session) is answered with it, as without a budget."""
+def billed_lab(host: Host, c: Caller, asked: str | None) -> Lab | None:
+    """The lab a checkout is billed to: ``--lab`` when the caller is in one of its groups, else the
+    first lab of institution.yaml naming one of their groups (the broker's rule too); None: no labs."""
     inst = institution(host)
-    lab = inst.lab_of(c.groups) if inst.labs else None
+    if asked is None or not inst.labs:  # a host with no labs in its institution.yaml bills none
+        return inst.lab_of(c.groups) if inst.labs else None
+    lab = inst.lab(asked)
+    if lab is None:
+        raise RequestError("usage", f"no lab {asked} in institution.yaml; labs: {', '.join(x.name for x in inst.labs)}")
+    if not set(lab.groups) & c.groups:
+        mine = [x.name for x in inst.labs if set(x.groups) & c.groups]
+        yours = ", ".join(mine) or "none"
+        raise RequestError("refused", f"you are in none of lab {asked}'s groups (--lab); your labs: {yours}")
+    return lab
+
+
+def record_lab(host: Host, session_id: str, lab: Lab | None) -> None:
+    if lab is not None:
+        sql = "INSERT OR IGNORE INTO session_labs(session_id, lab) VALUES (?,?)"
+        host.registry.execute(sql, (session_id, lab.name))
+
+
+def session_lab(host: Host, session_id: str, c: Caller) -> Lab | None:
+    """The lab a live session is billed to: as recorded at its checkout, else the default rule."""
+    rows = host.registry.query("SELECT lab FROM session_labs WHERE session_id=?", (session_id,))
+    recorded = institution(host).lab(rows[0]["lab"]) if rows else None
+    return recorded if recorded is not None else billed_lab(host, c, None)
+
+
+def budget_gate(host: Host, c: Caller, request_id: str | None, lab: Lab | None) -> None:
+    """Refuse a checkout (or an extension: ``request_id`` None) billed to a lab that has spent its
+    month's budget (``refused``: exit 4), with one sentence for both. A retried checkout (its id
+    already has a session) is answered with it, as without a budget."""
     if lab is None or lab.budget is None:
         return
     retried = "SELECT 1 FROM sessions WHERE uid=? AND request_id=?"

@@ -112,6 +112,8 @@ class Listener:
         try:
             req = parse_request(line)
             caller = svc.caller(conn.pid, conn.uid, conn.gid)
+            if req.broker or req.as_user is not None:  # the broker on this machine (broker/local.py)
+                caller = svc.from_broker(caller, req.as_user)
             return ok(svc.handle(caller, req.op, req.args))
         except RequestError as exc:
             return error(exc.kind, exc.message)

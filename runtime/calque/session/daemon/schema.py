@@ -85,7 +85,13 @@ CREATE TABLE IF NOT EXISTS last_holder(
   slice_id TEXT PRIMARY KEY,
   uid INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS session_labs(
+  session_id TEXT PRIMARY KEY,
+  lab TEXT NOT NULL
+) WITHOUT ROWID;
 """
+# ``session_labs``: the lab each session is billed to, recorded at its checkout (``--lab``, else the
+# first lab of institution.yaml naming one of the holder's groups); additive, as the tables below.
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.

@@ -7,6 +7,8 @@ AWS and never changes the GPU layout: it binds users to slices that already exis
 
 from __future__ import annotations
 
+import dataclasses
+import pwd
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -31,9 +33,10 @@ from calque.models.session import (
 from calque.session.daemon import drains
 from calque.session.daemon.checkout import checkout, fmt_time, view
 from calque.session.daemon.cleanup import Cleanup
+from calque.session.daemon.door import Door
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities
-from calque.session.daemon.ledger import budget_gate
+from calque.session.daemon.ledger import budget_gate, session_lab
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
@@ -50,10 +53,26 @@ class Service:
         self.host = host
         self.cleanup = cleanup
         self.identities = Identities(host.config)
+        self.door = Door(host.config, host.audit)
         self._metrics: dict[bool, CollectorRegistry] = {}  # made on first use: holders shown or not
 
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
         return self.identities.caller(pid, uid, gid)
+
+    def from_broker(self, c: Caller, as_user: str | None) -> Caller:
+        """A request on the unix socket marked as the broker's: only its service user may send one; it
+        acts for ``as_user`` (None: for itself, a listing)."""
+        if not self.door.is_broker(c.uid):
+            self.host.audit.event("broker_refused", uid=c.uid, user=c.user, as_user=as_user)
+            raise RequestError("forbidden", "only the institution's broker (its service user) speaks as the broker")
+        self.door.heard()
+        if as_user is None:
+            return dataclasses.replace(c, via_broker=True)
+        try:
+            pw = pwd.getpwnam(as_user)
+        except KeyError:
+            raise RequestError("forbidden", f"no user {as_user} on this host") from None
+        return dataclasses.replace(self.caller(0, pw.pw_uid, pw.pw_gid), via_broker=True)
 
     def handle(self, c: Caller, op: str, args: dict[str, Any]) -> Any:
         typed = parse_args(op, args)  # unknown ops and keys, wrong types, broken rules: refused by name
@@ -71,7 +90,26 @@ class Service:
         return adopt(self.host, c, self._own(c, args, "run in"))
 
     def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
-        return checkout(self.host, self.identities, c, args).model_dump(mode="json")
+        door = self._door(c, args)
+        return checkout(self.host, self.identities, c, args, door=door).model_dump(mode="json")
+
+    def _door(self, c: Caller, args: CheckoutArgs) -> str:
+        """How this checkout passes the door (``door.py``), for its audit record; refused while the
+        broker answers unless the broker (or its service user) asks, or an admin overrides."""
+        if c.via_broker:
+            return "broker"
+        if self.door.is_broker(c.uid):
+            return "service_user"
+        if args.direct:
+            self._admin(c, "check out past the institution's queue (--direct)")
+            return "override"
+        state = self.door.state()
+        if state.mode == "queue":
+            raise RequestError("refused", self.door.refusal(state))
+        return state.mode
+
+    def op_door(self, c: Caller, args: RequestArgs) -> Any:
+        return self.door.state().model_dump(mode="json")
 
     def _own(self, c: Caller, args: SessionRefArgs, verb: str) -> Held:
         sid = args.id
@@ -108,7 +146,7 @@ class Service:
         if held.expires <= time.time():
             raise RequestError("refused", f"session {held.session.id} has expired and is being reclaimed")
         if not c.admin:  # the checkout's gate and sentence: a lab at 100 % keeps nothing alive by extending
-            budget_gate(self.host, c, None)
+            budget_gate(self.host, c, None, session_lab(self.host, held.session.id, c))
         by = parse_duration(args.by, what="by")  # positive: checked by ExtendArgs
         lim = self.identities.limits(c)
         assert lim.max_ttl is not None

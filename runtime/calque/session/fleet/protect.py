@@ -32,6 +32,7 @@ from typing import Any
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.errors import aws_errors
+from calque.session.scalein import ScaleInGuard
 
 log = logging.getLogger("calque.session.fleet")
 TERMINATING = "Terminated"
@@ -40,6 +41,7 @@ DRAIN_REASON = "this host is leaving its Auto Scaling group"
 # from the hold so the last session has ended before the action is completed; at most half the hold.
 END_MARGIN_S = 60.0
 LiveCount = Callable[[], int]
+ANSWER_EVERY_S = 0.05  # how soon a checkout's ask for protection is seen
 
 
 def drain_window(hold_s: float, every: float) -> tuple[float, float]:
@@ -166,6 +168,39 @@ def _live_or_unknown(live: LiveCount) -> int:
         return -1
 
 
+@dataclass
+class Guarded:
+    """The helper's side of ``session/scalein.py``: protection before the daemon's first grant."""
+
+    guard: ScaleInGuard
+    handled: float = 0.0  # the last ``wanted`` mark acted on
+
+    def protect_if_wanted(self, host: FleetHost) -> bool:
+        """A checkout waits for protection: set it (AWS first, then the word to the daemon)."""
+        wanted = self.guard.marked_at("wanted")
+        if wanted <= self.handled:
+            return False
+        host.sync(1)
+        self.guard.set_protected(True)
+        self.handled = wanted
+        return True
+
+    def look(self, host: FleetHost, live: LiveCount) -> None:
+        """Protection to match the live sessions; lifted only when nothing was granted or wanted since
+        the count began (checked under the daemon's lock, the AWS call after it)."""
+        began = time.time()
+        n = live()
+        if self.protect_if_wanted(host) or n > 0:
+            host.sync(1)
+            self.guard.set_protected(True)
+            return
+        with self.guard.locked():
+            if self.guard.marked_at("granted") >= began or self.guard.marked_at("wanted") > self.handled:
+                return  # a grant (or an ask) raced the count: the next look counts it
+            self.guard.set_protected(False)
+        host.sync(0)
+
+
 def watch(
     host: FleetHost,
     live: LiveCount,
@@ -174,14 +209,18 @@ def watch(
     *,
     every: float,
     rounds: int | None = None,
+    guarded: Guarded | None = None,
 ) -> None:
-    """Every ``every`` seconds: protection to match the live sessions, until the group ends the instance."""
+    """Every ``every`` seconds: protection to match the live sessions, until the group ends the instance;
+    with ``guarded``, a checkout's ask for protection is answered within ``ANSWER_EVERY_S`` between looks."""
     n = 0
     while rounds is None or n < rounds:
         n += 1
         try:
             leaving = terminating()
-            if not leaving:
+            if not leaving and guarded is not None:
+                guarded.look(host, live)
+            elif not leaving:
                 host.sync(live())
         except Exception as exc:  # the daemon restarting, IMDS or AWS slow: the next period asks again
             log.warning("fleet helper: %s (next try in %gs)", exc, every)
@@ -193,4 +232,17 @@ def watch(
                 log.warning("fleet helper: leaving the group: %s; the hook's timeout ends it", exc)
             return
         if rounds is None or n < rounds:
-            time.sleep(every)
+            _between(host, guarded, every)
+
+
+def _between(host: FleetHost, guarded: Guarded | None, every: float) -> None:
+    """The wait between looks, answering a checkout's ask for protection at once."""
+    until = time.monotonic() + every
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, ANSWER_EVERY_S))
+        if guarded is None:
+            continue
+        try:
+            guarded.protect_if_wanted(host)
+        except Exception as exc:  # AWS slow or refusing: the checkout waits, the next try is soon
+            log.warning("fleet helper: protecting for a checkout: %s", exc)

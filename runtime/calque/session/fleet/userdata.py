@@ -113,7 +113,8 @@ Wants=network-online.target
 
 [Service]
 Type=simple
-ExecStart=/opt/calque/venv/bin/calque session fleet protect --class @CLASS@ --every @EVERY@ --hold @HOLD@ @AWS_FLAT@
+ExecStart=/opt/calque/venv/bin/calque session fleet protect --class @CLASS@ --every @EVERY@ --hold @HOLD@ \
+  --guard /run/calque/fleet-guard @AWS_FLAT@
 Restart=always
 RestartSec=10
 TimeoutStopSec=30
