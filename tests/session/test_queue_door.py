@@ -83,10 +83,11 @@ def test_a_direct_checkout_is_refused_while_the_broker_answers_and_served_once_i
     make_user: Callable[..., User],
 ) -> None:
     admins = "cqad" + secrets.token_hex(3)
-    alice, admin = make_user(), make_user([admins])
+    alice, admin, verify = make_user(), make_user([admins]), make_user()
     # 4 s of silence: eight of the broker's half-second polls, so only a broker really gone trips it.
     policy = {"default": {"max_sessions": 100, "max_ttl": "8h"}, "admin_group": admins}
-    with queued_hosts(make_user, 4.0, {"hostA": 2}, policy=policy) as b:
+    # direct_users: a local service account (the role's verify user) may pass the queue as an admin may.
+    with queued_hosts(make_user, 4.0, {"hostA": 3}, policy=policy, direct_users=[verify.name]) as b:
         h = b.hosts["hostA"]
         assert wait_for(lambda: door(h)["mode"] == "queue")
 
@@ -108,9 +109,12 @@ def test_a_direct_checkout_is_refused_while_the_broker_answers_and_served_once_i
         # The admin's override: served directly, audited as such.
         res = checkout(h, b, admin, "--direct")
         assert res.returncode == 0, res.stderr
+        by_verify = checkout(h, b, verify, "--direct")
+        assert by_verify.returncode == 0, by_verify.stderr
         doors = {e["user"]: e["door"] for e in h.audit_events() if e.get("event") == "checkout"}
-        assert doors == {alice.name: "broker", admin.name: "override"}
-        for user, sid in ((alice, s["id"]), (admin, json.loads(res.stdout)["id"])):
+        assert doors == {alice.name: "broker", admin.name: "override", verify.name: "override"}
+        held = ((alice, s["id"]), (admin, json.loads(res.stdout)["id"]), (verify, json.loads(by_verify.stdout)["id"]))
+        for user, sid in held:
             assert h.cli(user, "session", "checkin", sid).returncode == 0
 
         # The broker goes away: after the bound the host serves directly again (degraded mode).

@@ -250,6 +250,11 @@ class SessionConfig(VersionedModel):
         description="with a broker in institution.yaml: checkouts go through its queue while it asked this host "
         "within this long; after that the host serves them directly (degraded mode, audited)",
     )
+    direct_users: list[str] = Field(
+        default_factory=list,
+        description="local service accounts that may check out past the institution's queue with --direct, as "
+        "admins may (the session_service role's locked verify user): each such checkout is audited as an override",
+    )
 
     @model_validator(mode="after")
     def _one_idle_rule(self) -> SessionConfig:
