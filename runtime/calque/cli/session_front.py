@@ -95,7 +95,12 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
     from calque.session.client.connection import SessionClient, typed
 
     client = SessionClient(socket_path)
-    door = None if direct else client.door()
+    try:
+        door = None if direct else client.door()
+    except CalqueError:
+        # No daemon to ask (or one that fails the question): the direct checkout below says what is
+        # wrong in its own order, a refused consent before an unreachable daemon.
+        door = None
     if door is None or door.mode != "queue" or door.broker is None:
         if door is not None and door.mode == "degraded":
             warn(door.describe())

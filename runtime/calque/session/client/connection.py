@@ -134,6 +134,10 @@ class SessionClient(SessionSocket):
         predates the institution's queue (it serves every checkout directly)."""
         try:
             return DoorState.model_validate(self.call("door"))
+        except ValidationError:
+            # Not a door answer (a daemon of the caller's own making answers anything): serve directly;
+            # the daemon, not this answer, decides whether a direct checkout is allowed.
+            return None
         except (UsageError, InfrastructureError) as exc:
             if "door" in str(exc):  # an older daemon names the operation it does not know
                 return None
