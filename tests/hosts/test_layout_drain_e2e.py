@@ -5,7 +5,8 @@ layout differs, waits for the session on a slice it destroys to end by its holde
 and its slices never move; a second run changes nothing; outside ``calque_gpu_layout_window`` the
 change is refused before anything changes (check mode says so). And ``calque session drain --by`` on
 that host: the session on the drained GPU ends at the new deadline (reason ``drained``), the drain
-outlives a restart of ``calque-session.service``, and ``undrain`` gives the GPU back."""
+outlives a restart of ``calque-session.service``, and ``undrain`` gives the GPU back. The checkouts name
+GPUs, so the institution's broker is stopped for the module (the host in degraded mode)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 from support.waits import HANG_S, until
 
-from .estate import H100, Estate, recap
+from .estate import FRONT, H100, Estate, recap
 from .institution import INSTITUTION
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
@@ -28,6 +29,24 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 AUDIT = "/var/log/calque/session-audit.jsonl"
 # The layout's own part of site.yml (its preflight and MIG tasks) on this host alone, the estate converged.
 ROLE = ("--limit", H100, "--tags", "gpu_layout_mig")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _broker_silent(estate: Estate) -> Any:
+    """These sessions name their GPUs (``--gpu N``), which the institution's queue does not hand out (it
+    hands out slices): the broker is stopped, and once the H100 host has heard nothing from it for its
+    ``degraded_after`` the host serves checkouts directly (degraded mode, docs/session.md) for this
+    module; the broker is started again after it, and the host back on the queue, for the modules after."""
+    f = estate.fleet
+
+    def degraded() -> bool:
+        return "degraded mode" in f.ssh(H100, "calque session list", user="bob", check=False).stderr
+
+    f.ssh(FRONT, "systemctl stop calque-broker.service")
+    until(degraded, "the H100 host serves directly once the broker is silent", every=1.0)
+    yield
+    f.ssh(FRONT, "systemctl start calque-broker.service")
+    until(lambda: not degraded(), "the H100 host takes checkouts through the queue again", every=1.0)
 
 
 def _layout_vars(estate: Estate, **more: Any) -> Path:
