@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compression", type=float, default=720.0, help="trace seconds per replay second")
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--shares", type=_shares, default={"ls": 1.0, "be": 1.0})
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated: fifo, fair")
+    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated, from: " + ", ".join(POLICIES))
     ap.add_argument("--dry-run", action="store_true", help="print the choices and the demand; start nothing")
     a = ap.parse_args(argv)
     policies = [p for p in a.policies.split(",") if p]

@@ -155,7 +155,7 @@ def institution(shape: Shape, window: Window, policy: str, users: dict[str, LabU
             "institution": str(b / "institution.yaml"),
             "munge_socket": str(munge),
             "audit_log": str(b / "audit/broker-audit.jsonl"),
-            "queue": shape.queue_rules(window),
+            "queue": shape.queue_rules(window, policy),
             # grants follow a check-in by the host's nudge; the poll is the backstop (5 s is an hour of trace)
             "poll_every": 1.0,
             "max_connections": 4096,

@@ -81,16 +81,31 @@ def allocation_ratio(outs: list[Outcome], end: float, sevenths: int) -> tuple[fl
     return used / (span_s * sevenths), span_s / end
 
 
+def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out = [(max(s, t), min(e, f)) for s, e in a for t, f in b]
+    return [(s, e) for s, e in out if e > s]
+
+
+def all_waiting(outs: list[Outcome], end: float, labs: list[str]) -> list[tuple[float, float]]:
+    """The stretches of the window during which every lab had a request waiting."""
+    spans = [(0.0, end)]
+    for lab in labs:
+        spans = _intersect(spans, contended([o for o in outs if o.lab == lab], end))
+    return spans
+
+
 def share_deviation(outs: list[Outcome], end: float, shares: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """Per lab: (its share of the compute allocated while requests waited, its configured share), both in %."""
-    spans = contended(outs, end)
+    """Per lab: (its share of the compute allocated while every lab had a request waiting, its configured
+    share), both in %: only then can the order give each lab its share (a lab asking less than its share
+    cannot get it). nan where no such time was."""
+    spans = all_waiting(outs, end, list(shares))
     by_lab = {lab: 0.0 for lab in shares}
     for o in outs:
         if h := _held(o, end):
             by_lab[o.lab] = by_lab.get(o.lab, 0.0) + _overlap(h, spans) * SEVENTHS[o.profile]
-    total = sum(by_lab.values()) or 1.0
+    total = sum(by_lab.values())
     weight = sum(shares.values())
-    return {lab: (100 * by_lab[lab] / total, 100 * shares[lab] / weight) for lab in shares}
+    return {lab: (100 * by_lab[lab] / total if total else float("nan"), 100 * shares[lab] / weight) for lab in shares}
 
 
 def table(
@@ -103,11 +118,12 @@ def table(
     for policy, outs in results.items():
         ratio, contended_share = allocation_ratio(outs, end, sevenths)
         dev = share_deviation(outs, end, shares)
+        every = sum(b - a for a, b in all_waiting(outs, end, list(shares)))
         for lab in [*shares, "overall"]:
             mine = outs if lab == "overall" else [o for o in outs if o.lab == lab]
             f = waits(mine, end, compression)
             if lab == "overall":
-                worst = max(abs(g - s) for g, s in dev.values())
+                worst = max((abs(g - s) for g, s in dev.values()), default=float("nan"))
                 tail = f"{100 * ratio:>7.1f} {f'max dev {worst:.1f} pt':>16}"
             else:
                 g, s = dev[lab]
@@ -116,5 +132,8 @@ def table(
                 f"{policy:<7} {lab:<10} {f.n:>5} {f.granted:>7} {f.queued_at_end:>10} {f.errors:>4} "
                 f"{f.p50:>8.1f}m {f.p95:>7.1f}m {f.p99:>7.1f}m  {tail}"
             )
-        lines.append(f"{'':<7} requests waited during {100 * contended_share:.0f} % of the window")
+        lines.append(
+            f"{'':<7} requests waited during {100 * contended_share:.0f} % of the window, "
+            f"every lab at once during {100 * every / end:.0f} %"
+        )
     return lines

@@ -30,7 +30,10 @@ def test_waits_contention_allocation_and_shares() -> None:
     ratio, share_of_window = allocation_ratio(outs, 100, 14)
     # While waited (80 s): 40 s with ls's 7 of 14, 40 s with be's 7 of 14.
     assert ratio == 0.5 and share_of_window == 0.8
-    assert share_deviation(outs, 100, {"ls": 1, "be": 3}) == {"ls": (50.0, 25.0), "be": (50.0, 75.0)}
+    # Both labs waited only while ls's 3g waited (20-45, granted at 45 to 70): then be held nothing
+    # until 50 and ls its 7g and its 3g.
+    both = [*outs, _o("ls", "3g.20gb", 20, 45, 70)]
+    assert share_deviation(both, 100, {"ls": 1, "be": 3}) == {"ls": (100.0, 25.0), "be": (0.0, 75.0)}
     f = waits(outs, 100, compression=60)  # minutes of trace: replay seconds x 60 / 60
     assert (f.n, f.granted, f.queued_at_end, f.errors) == (3, 2, 1, 0)
     assert (f.p50, f.p99) == (40.0, 40.0) and waits(outs[:2], 100, 60).p50 == 0.0
