@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--shares", type=_shares, default={"ls": 1.0, "be": 1.0})
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated, from: " + ", ".join(POLICIES))
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=0.0,
+        help="replay seconds a request queued at the window's end may wait on for its grant (tests; 0 for figures)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the choices and the demand; start nothing")
     a = ap.parse_args(argv)
     policies = [p for p in a.policies.split(",") if p]
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         for policy in policies:
             started = time.monotonic()
             with institution(shape, window, policy, users) as running:
-                results[policy] = replay(running.broker_socket, users, d.requests, window.replay_s)
+                results[policy] = replay(running.broker_socket, users, d.requests, window.replay_s, a.grace)
             print(f"  {policy}: replayed in {time.monotonic() - started:.0f} s", flush=True)
     print()
     print("waits in trace minutes (replay seconds x compression); alloc % = allocated compute / the institution's")

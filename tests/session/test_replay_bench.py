@@ -30,7 +30,8 @@ def test_a_tiny_trace_replays_through_the_real_broker(tmp_path: Path) -> None:
     )
     args = ["--trace", str(trace), "--start-day", "0", "--days", "0.008", "--compression", "200", "--hosts", "1"]
     res = subprocess.run(
-        [sys.executable, "-m", "bench.replay", *args, "--policies", "fifo"],
+        # --grace: the second's grant is waited for, not raced against the window's end
+        [sys.executable, "-m", "bench.replay", *args, "--policies", "fifo", "--grace", str(HANG_S)],
         cwd=REPO,
         capture_output=True,
         text=True,
