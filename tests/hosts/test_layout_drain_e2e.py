@@ -32,12 +32,13 @@ ROLE = ("--limit", H100, "--tags", "gpu_layout_mig")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _broker_silent(estate: Estate) -> Any:
+def _broker_silent(booted_estate: Estate) -> Any:
     """These sessions name their GPUs (``--gpu N``), which the institution's queue does not hand out (it
     hands out slices): the broker is stopped, and once the H100 host has heard nothing from it for its
     ``degraded_after`` the host serves checkouts directly (degraded mode, docs/session.md) for this
     module; the broker is started again after it, and the host back on the queue, for the modules after."""
-    f = estate.fleet
+    booted_estate.converge()  # what the `estate` fixture does, once for the session
+    f = booted_estate.fleet
 
     def degraded() -> bool:
         return "degraded mode" in f.ssh(H100, "calque session list", user="bob", check=False).stderr
