@@ -2,26 +2,23 @@
 
 The documents are ``calque.aws.fleet_iam``'s (what ``calque.gpu.session_fleet_iam_policy`` returns), for the
 account of the credentials in use; ``calque.aws.worker_role`` makes the role match them or removes it, as
-it does a pool's workers' role. One module run in the ``calque.gpu.session_fleet`` role instead of an
-account lookup, a role, a policy and a profile task each.
+it does a pool's workers' role (``worker_role_op.py``: the steps both share). One module run in the
+``calque.gpu.session_fleet`` role instead of an account lookup, a role, a policy and a profile task each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
-from calque.aws.errors import aws_errors
 from calque.aws.fleet_iam import FleetIamDocuments, fleet_iam_documents
-from calque.aws.worker_role import RoleChange, WorkerRole
-from calque.errors import RefusedError, UsageError
+from calque.aws.worker_role import WorkerRole
+from calque.errors import UsageError
 from calque.models.base import CalqueModel
 from calque.models.fleet import ClassName, MungeKeySource
-from calque.models.pool_names import ForeignPoolError
-from calque.ops.base import Operation, validated
-from calque.ops.outcome import Outcome
+from calque.ops.base import validated
+from calque.ops.worker_role_op import WorkerRoleOp
 
 
 class FleetRoleRequest(CalqueModel):
@@ -39,27 +36,14 @@ class FleetRoleResult(FleetIamDocuments):
     profile_exists: bool = Field(description="False in check mode when the run would create it, and after absent")
 
 
-@dataclass
-class FleetRolePlan:
-    documents: FleetIamDocuments
-    role: WorkerRole
-    state: str
-    change: RoleChange
-
-
-class FleetRoleOp(Operation[FleetRoleRequest, FleetRolePlan, FleetRoleResult]):
+class FleetRoleOp(WorkerRoleOp[FleetRoleRequest, FleetRoleResult]):
     name = "session_fleet_iam"
     Request = FleetRoleRequest
 
-    def plan(self, request: FleetRoleRequest) -> FleetRolePlan:
-        region = self.aws.region
-        if not region:
-            raise UsageError("no AWS region: give region (or calque_aws_region through module_defaults)")
+    def role_for(self, request: FleetRoleRequest, region: str, account: str) -> tuple[FleetIamDocuments, WorkerRole]:
         if request.state == "present" and request.munge_key is None:
             raise UsageError("munge_key is required with state=present: the hosts' policy reads the key from it")
         key = None if request.munge_key is None else validated(MungeKeySource, request.munge_key, "invalid munge_key")
-        with aws_errors("find the AWS account of these credentials (sts:GetCallerIdentity)"):
-            account = str(self.aws.client("sts").get_caller_identity()["Account"])
         docs = fleet_iam_documents(request.fleet_class, key, region=region, account=account, bucket=request.bucket)
         role = WorkerRole(
             self.aws.client("iam"),
@@ -72,30 +56,7 @@ class FleetRoleOp(Operation[FleetRoleRequest, FleetRolePlan, FleetRoleResult]):
             tags=docs.tags,
             description=f"calque session class {request.fleet_class}: its hosts (munge key, registration, own group)",
         )
-        try:
-            change = role.remove(check_mode=True) if request.state == "absent" else role.ensure(check_mode=True)
-        except ForeignPoolError as exc:  # another pool's or class's role: neither adopted nor deleted
-            raise RefusedError(str(exc)) from None
-        return FleetRolePlan(docs, role, request.state, change)
+        return docs, role
 
-    def check(self, plan: FleetRolePlan) -> Outcome[FleetRoleResult]:
-        return self._outcome(plan, plan.change, check_mode=True)
-
-    def apply(self, plan: FleetRolePlan) -> Outcome[FleetRoleResult]:
-        if not plan.change.changed:
-            return self._outcome(plan, plan.change, check_mode=False)
-        change = plan.role.remove() if plan.state == "absent" else plan.role.ensure()
-        return self._outcome(plan, change, check_mode=False)
-
-    def _outcome(self, plan: FleetRolePlan, change: RoleChange, *, check_mode: bool) -> Outcome[FleetRoleResult]:
-        return Outcome[FleetRoleResult](
-            resource=self.name,
-            check_mode=check_mode,
-            changed=change.changed,
-            before=change.before.model_dump(mode="json"),
-            after=change.after.model_dump(mode="json"),
-            actions=change.actions,
-            result=FleetRoleResult(
-                **plan.documents.model_dump(), profile_exists=change.after.instance_profile_arn is not None
-            ),
-        )
+    def result_for(self, documents: FleetIamDocuments, profile_exists: bool) -> FleetRoleResult:
+        return FleetRoleResult(**documents.model_dump(), profile_exists=profile_exists)
