@@ -39,15 +39,20 @@ def _broker_silent(booted_estate: Estate) -> Any:
     module; the broker is started again after it, and the host back on the queue, for the modules after."""
     booted_estate.converge()  # what the `estate` fixture does, once for the session
     f = booted_estate.fleet
-
-    def degraded() -> bool:
-        return "degraded mode" in f.ssh(H100, "calque session list", user="bob", check=False).stderr
-
     f.ssh(FRONT, "systemctl stop calque-broker.service")
-    until(degraded, "the H100 host serves directly once the broker is silent", every=1.0)
+    _until_degraded(booted_estate)
     yield
     f.ssh(FRONT, "systemctl start calque-broker.service")
-    until(lambda: not degraded(), "the H100 host takes checkouts through the queue again", every=1.0)
+    until(lambda: not _degraded(booted_estate), "the H100 host takes checkouts through the queue again", every=1.0)
+
+
+def _degraded(estate: Estate) -> bool:
+    return "degraded mode" in estate.fleet.ssh(H100, "calque session list", user="bob", check=False).stderr
+
+
+def _until_degraded(estate: Estate) -> None:
+    """A daemon (re)started gives the silent broker its ``degraded_after`` before it serves directly."""
+    until(lambda: _degraded(estate), "the H100 host serves directly once the broker is silent", every=1.0)
 
 
 def _layout_vars(estate: Estate, **more: Any) -> Path:
@@ -152,6 +157,7 @@ def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain
     refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
     assert refused.returncode == 4 and "GPU 5 is drained by root" in refused.stderr and "fan swap" in refused.stderr
     f.ssh(H100, "systemctl restart calque-session.service")  # a drain is in the registry, not the process
+    _until_degraded(estate)
     refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
     assert refused.returncode == 4 and "fan swap" in refused.stderr, refused.stderr
     listed = f.ssh(H100, "calque session list", user="dave").stdout

@@ -230,6 +230,14 @@ def _running(f: Fleet, pattern: str) -> list[str]:
 def test_a_slice_is_handed_over_only_after_its_last_holder_lost_every_descriptor(estate: Estate) -> None:
     f = estate.fleet
     a = json.loads(estate.as_user("alice", "calque session checkout --profile 1g.24gb --ttl 1h --json").stdout)
+    # Carol holds every other free 1g.24gb slice here, so the queue can give Bob only Alice's.
+    others: list[str] = []
+    for _ in range(8):  # a host has at most a handful of them
+        c = estate.as_user("carol", "calque session checkout --profile 1g.24gb --ttl 1h --json", check=False)
+        if c.returncode != 0:
+            break
+        others.append(json.loads(c.stdout)["id"])
+    assert c.returncode == 5, c.stderr  # nothing free: every 1g.24gb slice of the host is held
     node = estate.nodes(a["slice_id"])[0]
     f.ssh(MIG, "cat > /tmp/hold.py && chmod 644 /tmp/hold.py", input=HOLD)
     f.ssh(MIG, "cat > /tmp/take.py && chmod 644 /tmp/take.py", input=TAKE_OVER)
@@ -248,6 +256,8 @@ def test_a_slice_is_handed_over_only_after_its_last_holder_lost_every_descriptor
     assert got["running"] == [], "Alice's process still held the slice's node when Bob was given it"
     assert estate.can_read("bob", node) and not estate.can_read("alice", node)
     estate.as_user("bob", f"calque session checkin {got['id']}")
+    for sid in others:
+        estate.as_user("carol", f"calque session checkin {sid}")
 
 
 def test_a_session_process_cannot_leave_its_scope_through_the_user_manager(estate: Estate) -> None:
