@@ -1,4 +1,5 @@
-"""Every YAML document of the repository parses: files, and the modules' DOCUMENTATION/EXAMPLES/RETURN.
+"""Every YAML document of the repository parses (files, and the modules' DOCUMENTATION/EXAMPLES/RETURN), and
+what ansible-lint lints keeps its line length.
 
 A ``: `` inside a plain scalar (a description's "reason: ...") is the usual break. ansible-test sanity and
 ansible-lint would say so too, but minutes later and in a gate's log; this says it in a second, by file.
@@ -30,6 +31,22 @@ def test_every_yaml_file_parses(path: str) -> None:
     with (REPO / path).open() as fh:
         for _ in yaml.safe_load_all(fh):  # a syntax error raises, naming the line and column
             pass
+
+
+# ansible-lint's yaml rule (production profile) over what it lints: the collection and the playbooks.
+LINTED = ("collections/ansible_collections/calque/", "playbooks/")
+LINE_MAX = 160
+
+
+def test_linted_yaml_lines_fit_ansible_lints_length() -> None:
+    long = [
+        f"{path}:{n}"
+        for path in tracked_yaml()
+        if path.startswith(LINTED)
+        for n, line in enumerate((REPO / path).read_text().splitlines(), 1)
+        if len(line) > LINE_MAX
+    ]
+    assert long == [], f"lines over {LINE_MAX} characters (ansible-lint's yaml[line-length]): {long}"
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in MODULES.glob("*.py")))
