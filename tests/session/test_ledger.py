@@ -84,7 +84,7 @@ def labs(make_user: Callable[..., User], tmp_path: Path) -> Iterator[tuple[User,
     yield alice, bob, inst
 
 
-def _pool_on_moto(moto_endpoint: str) -> tuple[RunStore, Any, float]:
+def _pool_on_moto(moto: str) -> tuple[RunStore, Any, float]:
     """The pool's group with one g6e.xlarge (moto launches it now), its bucket and the usage record its
     worker writes from its start (now, live); the start."""
     names = pool_names(POOL)
@@ -116,10 +116,10 @@ def _summary(run: str, claim: str, start: float, seconds: float) -> Summary:
 
 
 def test_the_ledger_of_a_scripted_day_equals_the_hand_computed_one(
-    labs: tuple[User, User, Path], moto_endpoint: str, tmp_path: Path
+    labs: tuple[User, User, Path], moto: str, tmp_path: Path
 ) -> None:
     alice, bob, inst = labs
-    store, _ec2, launched = _pool_on_moto(moto_endpoint)
+    store, _ec2, launched = _pool_on_moto(moto)
     since, until = launched - 10 * H, launched + 8 * H  # the pool's instance is up for the last 8 h
     t0 = since + H
     summaries = [_summary("r1", f"c{i}", t, 1200) for i, t in enumerate((t0 + 9.5 * H, t0 + 11 * H, t0 + 14 * H))]
