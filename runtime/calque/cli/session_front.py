@@ -239,7 +239,7 @@ def on_host(broker_socket: Path, ref: str, op: str, by: str | None = None) -> Se
 
 
 def add_to(session: click.Group) -> None:
-    """Register ``queue`` and ``broker`` on the ``session`` group."""
+    """Register ``queue``, ``broker``, ``reserve`` and ``reservations`` on the ``session`` group."""
 
     @session.command()
     @click.option("--all", "all_users", is_flag=True, help="Every user's requests (root and the admin group).")
@@ -281,3 +281,7 @@ def add_to(session: click.Group) -> None:
         # A program of its own, as the host daemon is: this process becomes it (same pid, for systemd).
         env = {**os.environ, "CALQUE_BROKER_CONFIG_JSON": cfg.model_dump_json()}
         os.execve(sys.executable, [sys.executable, "-m", "calque.session.broker"], env)
+
+    from calque.cli.session_reserve import add_to as add_reserve
+
+    add_reserve(session, broker_socket_option)

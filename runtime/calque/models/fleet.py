@@ -60,6 +60,11 @@ class DemandClass(CalqueModel):
     offers: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(
         min_length=1, description="what each host of the class offers: MIG profiles of its layout, or 'mps'"
     )
+    reservable: dict[Annotated[StrictStr, Field(min_length=1, max_length=64)], Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="slices of each profile the class's hosts hold at its maximum size: what a reservation may "
+        "count on beyond the fixed hosts (calque session reserve)",
+    )
 
 
 class DemandSettings(CalqueModel):

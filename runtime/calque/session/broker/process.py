@@ -27,6 +27,7 @@ from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.nudges import NudgeGate
+from calque.session.broker.reservations import Reservations, fleet_slices
 from calque.session.broker.server import BrokerServer, Identify, Seal
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -87,6 +88,14 @@ class Broker:
             pools = PoolBudgets(config.pools)
         service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer, pools)
         service.labs = inst.labs
+        service.reservations = Reservations(
+            store,
+            cache,
+            labs=inst.labs,
+            managers={lab.name: frozenset(lab.managers) for lab in inst.budget_labs},
+            fleet_slices=fleet_slices(config),
+            audit=lambda: dispatcher.audit,  # the audit log opens at start
+        )
         q = config.queue
         records = HostRecords(cache.links, q.fair_share_window, q.usage_every)
         dispatcher.recorded = records.recorded

@@ -18,6 +18,7 @@ from typing import Any
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.base import positive_seconds
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
+from calque.models.reservation import ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import LedgerArgs, Session
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
@@ -25,6 +26,7 @@ from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.reservations import Reservations
 from calque.session.broker.rows import ENDED_UNGRANTED
 from calque.session.broker.store import NewRequest, Row, Store
 from calque.timefmt import utc_text
@@ -42,6 +44,7 @@ class BrokerService:
         self.rules = dispatcher.config.queue
         self.ledger: BrokerLedger | None = None  # set by the process (process.py)
         self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (process.py)
+        self.reservations: Reservations | None = None  # class reservations (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -305,6 +308,24 @@ class BrokerService:
         if self.ledger is None:
             raise UsageError("this broker keeps no ledger")
         return [h.model_dump(mode="json") for h in self.ledger.collect(str(args.since), c)]
+
+    def reserving(self, c: Caller, op: str, args: object) -> Any:
+        """``reserve``, ``reservations`` and ``unreserve`` (``reservations.py``)."""
+        book = self.reservations
+        if book is None:
+            raise UsageError("this broker keeps no reservations")
+        if op == "reserve":
+            assert isinstance(args, ReserveArgs)
+            answer = book.reserve(c, args)
+            self.dispatcher.nudge()  # a window may be near: the queue looks again
+            return answer
+        if op == "unreserve":
+            assert isinstance(args, UnreserveArgs)
+            answer = book.cancel(c, args)
+            self.dispatcher.nudge()
+            return answer
+        assert isinstance(args, ReservationsArgs)
+        return book.list(c, args)
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:
         out = []
