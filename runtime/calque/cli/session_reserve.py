@@ -39,14 +39,19 @@ def render(views: list[ReservationView]) -> str:
             format_duration(r.release_unused_after_s) if r.release_unused_after_s else "",
         ])  # fmt: skip
     out = table(["NAME", "GROUP", "LAB", "SLICES", "NEXT", "FOR", "REPEATS", "RELEASE"], rows)
-    now = [
+    return "\n".join([out, *under_way(views)])
+
+
+def under_way(views: list[ReservationView]) -> list[str]:
+    """One line per occurrence under way: what it reserves, what its members use, what is held for
+    them and what went back to the queue (``list --all`` shows these too)."""
+    return [
         f"{v.reservation.name} now (until {utc_text(v.now.end, CLOCK)}): {v.now.reserved} reserved, "
         f"{v.now.used} used, {v.now.held} held, {v.now.handed_back} handed back"
         + (f", {v.now.short} short (sessions ran into it)" if v.now.short else "")
         for v in views
         if v.now is not None
     ]
-    return "\n".join([out, *now])
 
 
 def add_to(session: click.Group, broker_socket_option: Callable[[Any], Any]) -> None:

@@ -24,6 +24,7 @@ from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairusage import HostRecords
 from calque.session.broker.grants import Granter
+from calque.session.broker.holding import Holding
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.nudges import NudgeGate
@@ -96,6 +97,8 @@ class Broker:
             fleet_slices=fleet_slices(config),
             audit=lambda: dispatcher.audit,  # the audit log opens at start
         )
+        holding = dispatcher.holding = Holding(store, cache, service.reservations, assumed_ttl=config.queue.assumed_ttl)
+        service.reservations.shown = holding.state
         q = config.queue
         records = HostRecords(cache.links, q.fair_share_window, q.usage_every)
         dispatcher.recorded = records.recorded

@@ -117,6 +117,8 @@ class Reservations:
         self.managers = managers  # lab -> the users who may reserve for it
         self.fleet_slices = fleet_slices  # profile -> the most slices the fleet classes may add
         self._audit = audit
+        # The occurrence under way filled in (holding.py's ``state``; the process sets it).
+        self.shown: Callable[[ReservationView], ReservationView] = lambda view: view
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class Reservations:
 
     def view(self, res: Reservation, now: datetime) -> ReservationView:
         """A reservation with its occurrences still to end (``holding.py`` fills in the one under way)."""
-        return ReservationView(reservation=res, occurrences=res.occurrences(now))
+        return self.shown(ReservationView(reservation=res, occurrences=res.occurrences(now)))
 
     # -- the rules ----------------------------------------------------------------------------------
 
@@ -223,14 +225,19 @@ class Reservations:
         if asked is not None and asked not in self.labs and asked != "default":
             raise UsageError(f"no lab {asked}; labs: {', '.join(self.labs) or 'none'}")
         if c.admin:
-            return asked or (managed[0] if managed else lab_of(frozenset({group}), self.labs))
-        if not managed:
+            lab = asked or lab_of(frozenset({group}), self.labs)
+        elif not managed:
             raise RefusedError(
                 "only root, the admin group, or a lab's manager (institution.yaml's labs.*.managers) may reserve"
             )
-        if asked is not None and asked not in managed:
+        elif asked is not None and asked not in managed:
             raise RefusedError(f"you manage {', '.join(managed)}, not {asked}; reserve for a lab you manage")
-        return asked or managed[0]
+        else:
+            lab = asked or next((m for m in managed if group in self.labs.get(m, ())), managed[0])
+        # The hosts bill a member's session to a lab only when the member is in one of its groups.
+        if lab != "default" and group not in self.labs.get(lab, frozenset()):
+            raise RefusedError(f"group {group} is not one of lab {lab}'s groups; add it there in institution.yaml")
+        return lab
 
     def _fits(self, res: Reservation) -> None:
         """Refused, with the reason, when the institution cannot carry ``res`` at one of its occurrences."""

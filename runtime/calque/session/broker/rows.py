@@ -99,7 +99,7 @@ class Row:
     @property
     def waiting(self) -> Waiting:
         w = (self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at)
-        return Waiting(*w, host=self.only_host)
+        return Waiting(*w, host=self.only_host, reservation=self.reservation)
 
     @property
     def session(self) -> dict[str, Any] | None:
@@ -129,3 +129,4 @@ class NewRequest:
     wait_until: float | None
     only_host: str | None = None
     reservation: str | None = None
+    note: str | None = None  # why its TTL is shorter than asked (holding.py)

@@ -143,8 +143,8 @@ class Store:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
             db.execute(
                 "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
-                " wait_until, state, host, granting_at, only_host, reservation)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " wait_until, state, host, granting_at, only_host, reservation, note)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     req.id,
                     seq,
@@ -163,6 +163,7 @@ class Store:
                     req.now if state == "granting" else None,
                     req.only_host,
                     req.reservation,
+                    req.note,
                 ),
             )
             new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
@@ -376,6 +377,11 @@ class Store:
     def reservation_bodies(self) -> list[str]:
         rows = self._read(lambda db: db.execute("SELECT body FROM reservations ORDER BY created_at").fetchall())
         return [str(r[0]) for r in rows]
+
+    def under(self, reservation: str, since: float, now: float) -> list[Row]:
+        """Grants made under ``reservation`` since ``since`` whose session is live at ``now``."""
+        where = "reservation=? AND state IN ('held', 'claimed') AND granted_at >= ? AND ends_at > ?"
+        return self._rows(where, (reservation, since, now))
 
     def set_ttl(self, request_id: str, ttl: float, note: str) -> Row | None:
         """A waiting request's TTL capped before its grant (a reservation's window ahead), with why."""
