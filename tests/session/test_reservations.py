@@ -321,3 +321,58 @@ def test_times_are_read_on_the_brokers_clock_and_a_long_event_folds_into_valid_i
     text = calendar([ReservationView(reservation=res, occurrences=res.occurrences())], now)
     events = ics_events(text)
     assert len(events) == 3 and all(e["UID"].startswith("a" * 64) for e in events)
+
+
+def test_the_fleet_class_is_raised_by_the_lead_before_a_window_and_lowered_after(moto: str, tmp_path: Path) -> None:
+    """The broker's fleet thread, on moto's Auto Scaling: a class whose hosts hold 2 slices of 1g.5gb
+    each, booting in 60 s, and a reservation of 3 (no fixed host holds any): 2 hosts wanted from the
+    lead (2 x 60 s + one 5 s period) before the start, through the window, and given back after."""
+    from calque.aws.clients import client
+    from calque.models.fleet import DemandClass, DemandSettings, fleet_pool
+    from calque.models.pool_names import pool_names
+    from calque.models.reservation import Reservation
+    from calque.session.broker.demand import FleetDemand
+    from calque.session.broker.hosts import HostCache
+    from calque.session.broker.reserve_capacity import reservation_lead
+    from calque.session.broker.store import Store
+
+    group = pool_names(fleet_pool("teaching")).group
+    ami = client("ssm").get_parameter(Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64")
+    tid = client("ec2").create_launch_template(
+        LaunchTemplateName="fleet-reserve", LaunchTemplateData={"ImageId": ami["Parameter"]["Value"]}
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    asg = client("autoscaling")
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName=group, MinSize=0, MaxSize=4, DesiredCapacity=0, AvailabilityZones=["us-east-1a"],
+        LaunchTemplate={"LaunchTemplateId": tid, "Version": "1"},
+    )  # fmt: skip
+    cls = DemandClass(offers=["1g.5gb"], per_host={"1g.5gb": 2}, boot_s=60)
+    settings = DemandSettings(
+        classes={"teaching": cls}, publish_every=5, region="us-east-1", endpoint_url=moto, discover=False
+    )
+    store = Store(tmp_path / "broker/broker.db")
+    start = datetime.now(timezone.utc) + timedelta(days=2)
+    res = Reservation(name="cs4xx-lab", group="students", lab="teaching", profile="1g.5gb", count=3, start=start,
+                      duration_s=7200, created_by="prof", created_at=datetime.now(timezone.utc))  # fmt: skip
+    assert store.add_reservation(res.name, res.model_dump_json(), 0.0)
+
+    def book() -> list[Reservation]:
+        return [Reservation.model_validate_json(b) for b in store.reservation_bodies()]
+
+    def no_link(reg: object) -> Any:
+        raise AssertionError("no host registers in this test")
+
+    fleet = FleetDemand(settings, store, HostCache({}), no_link, reservations=book)
+
+    def desired_at(seconds_from_start: float) -> int:
+        fleet.once(now=start.timestamp() + seconds_from_start)
+        found = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0]
+        return int(found["DesiredCapacity"])
+
+    lead = reservation_lead(cls, 5)
+    assert lead == 125
+    assert desired_at(-lead - 60) == 0  # before the lead: nothing asked
+    assert desired_at(-lead + 5) == 2  # from the lead: ceil(3 / 2) hosts
+    assert desired_at(3600) == 2  # through the window
+    assert desired_at(7200 + 1) == 0  # after it: given back
+    store.close()

@@ -105,7 +105,14 @@ class Broker:
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
-            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link, present=granter.presence.present)
+            fleet = FleetDemand(
+                config.fleet,
+                store,
+                cache,
+                inst.link or _no_link,
+                present=granter.presence.present,
+                reservations=service.reservations.all,
+            )
         return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name, records=records)
 
     def start(self) -> None:
