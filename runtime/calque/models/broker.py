@@ -176,6 +176,7 @@ class QueueEntry(CalqueModel):
     host: str | None = None
     session_id: str | None = None
     note: str | None = Field(None, description="why it waits, or why it ended (a request that ended ungranted)")
+    reservation: str | None = Field(None, description="a member's, under this reservation: ahead of the queue")
 
 
 class HostView(CalqueModel):

@@ -274,6 +274,7 @@ class BrokerService:
                 host=row.host or row.only_host,  # queued for one host: that host
                 session_id=row.session_id,
                 note=row.note if row.state in ENDED_UNGRANTED else None,
+                reservation=row.reservation,
             )
             if row.state == "queued":
                 e.estimate = self._estimate(row, ordered)
