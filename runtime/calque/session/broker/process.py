@@ -113,6 +113,9 @@ class Broker:
                 present=granter.presence.present,
                 reservations=service.reservations.all,
             )
+            members = fleet.members
+            # Its hosts count by their class's ``reservable``, not as fixed hosts (the fleet thread changes it).
+            service.reservations.classed = lambda: set(members.copy())
         return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name, records=records)
 
     def start(self) -> None:

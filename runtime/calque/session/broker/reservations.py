@@ -117,6 +117,8 @@ class Reservations:
         self.managers = managers  # lab -> the users who may reserve for it
         self.fleet_slices = fleet_slices  # profile -> the most slices the fleet classes may add
         self._audit = audit
+        # Hosts of an elastic class (its ``reservable`` counts them already; the process sets it).
+        self.classed: Callable[[], set[str]] = set
         # The occurrence under way filled in (holding.py's ``state``; the process sets it).
         self.shown: Callable[[ReservationView], ReservationView] = lambda view: view
 
@@ -130,8 +132,13 @@ class Reservations:
 
     def capacity(self, profile: str) -> tuple[int, str]:
         """The slices of ``profile`` the institution can hold, and how that was counted."""
+        classed = self.classed()
         hosts = sum(
-            1 for v in self.cache.views() for s in v.slices if s.slice.kind == "mig" and s.slice.profile == profile
+            1
+            for v in self.cache.views()
+            if v.name not in classed
+            for s in v.slices
+            if s.slice.kind == "mig" and s.slice.profile == profile
         )
         fleet = self.fleet_slices.get(profile, 0)
         how = f"{hosts} on the hosts" + (f" plus {fleet} the fleet classes may add" if fleet else "")
