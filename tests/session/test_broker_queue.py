@@ -238,5 +238,6 @@ def test_a_schema_1_queue_keeps_its_requests_and_a_stranded_grant_ends_with_a_st
     assert s.prune(before=1e12) == 1
     s.close()
     db = sqlite3.connect(str(path))
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("SELECT COUNT(*) FROM reservations").fetchone()[0] == 0  # schema 3's table, made on open
     db.close()

@@ -49,6 +49,7 @@ def checkout_anywhere(
     lab: str | None,
     as_shell: bool,
     as_json: bool,
+    reservation: str | None = None,
 ) -> None:
     """``checkout --anywhere``: a slice on any host, through the broker; the answer names the host."""
     from calque.models.broker import AnywhereArgs
@@ -66,11 +67,12 @@ def checkout_anywhere(
         wait=wait,
         wait_timeout=wait_timeout,
         lab=lab,
+        reservation=reservation,
     )
     if wait:
         stderr("joining the institution's queue (`calque session queue` shows your place)")
     g = _broker(broker_socket).anywhere(args, progress=stderr)
-    for w in g.session.warnings:
+    for w in [*g.session.warnings, *([g.note] if g.note else [])]:
         warn(w)
     if as_shell:
         env = {**g.session.env, "CALQUE_SESSION_HOST": g.host, "CALQUE_SESSION_REF": g.ref}
@@ -95,6 +97,7 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
     from calque.session.client.connection import SessionClient, typed
 
     client = SessionClient(socket_path)
+    reservation = co.pop("reservation", None)
     try:
         door = None if direct else client.door()
     except CalqueError:
@@ -104,13 +107,15 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
     if door is None or door.mode != "queue" or door.broker is None:
         if door is not None and door.mode == "degraded":
             warn(door.describe())
+        if reservation is not None:
+            raise UsageError("--reservation is the institution's broker's: add --anywhere (or wait until it answers)")
         return core.checkout(client, direct=direct, progress=core.stderr, **co)
     if co.get("gpu") is not None:
         raise UsageError(
             f"{door.host} takes checkouts through the institution's queue, which hands out slices, not GPUs: "
             "leave out --gpu (or ask an admin for --direct)"
         )
-    args = typed(AnywhereArgs, host=door.host, **{k: v for k, v in co.items() if k != "gpu"})
+    args = typed(AnywhereArgs, host=door.host, reservation=reservation, **{k: v for k, v in co.items() if k != "gpu"})
     if broker_socket.is_socket():  # on the front-door host itself
         broker = BrokerClient(broker_socket)
     else:
@@ -120,7 +125,10 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
         broker = BrokerClient(broker_socket, remote=place)
     if args.wait:
         core.stderr(f"joining the institution's queue for a slice on {door.host} (`calque session queue`)")
-    return broker.anywhere(args, progress=core.stderr).session
+    g = broker.anywhere(args, progress=core.stderr)
+    if g.note:
+        warn(g.note)
+    return g.session
 
 
 def door_notice(socket_path: Path) -> None:
@@ -218,6 +226,16 @@ def all_hosts(broker_socket: Path, as_json: bool, mine: bool) -> None:
             emit(views, True, str)
         return
     click.echo(render_mine(views, os.getuid()) if mine else render_hosts(views))
+    if not mine:  # the slices reservations under way hold, use and handed back
+        from calque.cli.session_reserve import under_way
+        from calque.models.reservation import ReservationView
+
+        try:
+            views_ = [ReservationView.model_validate(v) for v in _broker(broker_socket).call("reservations", {})]
+        except CalqueError:  # a broker older than reservations: the hosts alone
+            views_ = []
+        for line in under_way(views_):
+            click.echo(f"reservation {line}")
     down = [v.name for v in views if not v.reachable]
     if down:
         warn(f"not answering the broker now: {', '.join(down)} (their sessions go on; ask there)")
@@ -230,7 +248,10 @@ def on_host(broker_socket: Path, ref: str, op: str, by: str | None = None) -> Se
 
     client = _broker(broker_socket)
     if op != "env":
-        return Session.model_validate(client.on_host(ref, op, by))
+        s = Session.model_validate(client.on_host(ref, op, by))
+        for w in s.warnings if op == "extend" else []:  # extended less than asked: a reservation ahead
+            warn(w)
+        return s
     sid = ref.split("@", 1)[0]
     for s in client.on_host(ref, "status"):
         if s.get("id") == sid:
@@ -239,7 +260,7 @@ def on_host(broker_socket: Path, ref: str, op: str, by: str | None = None) -> Se
 
 
 def add_to(session: click.Group) -> None:
-    """Register ``queue`` and ``broker`` on the ``session`` group."""
+    """Register ``queue``, ``broker``, ``reserve`` and ``reservations`` on the ``session`` group."""
 
     @session.command()
     @click.option("--all", "all_users", is_flag=True, help="Every user's requests (root and the admin group).")
@@ -281,3 +302,10 @@ def add_to(session: click.Group) -> None:
         # A program of its own, as the host daemon is: this process becomes it (same pid, for systemd).
         env = {**os.environ, "CALQUE_BROKER_CONFIG_JSON": cfg.model_dump_json()}
         os.execve(sys.executable, [sys.executable, "-m", "calque.session.broker"], env)
+
+    from calque.cli.session_reserve import add_to as add_reserve
+
+    add_reserve(session, broker_socket_option)
+    # ``checkout --reservation``, added here: session.py is at its length limit.
+    help_ = "A class reservation under way whose group you are in (one of yours applies by itself)."
+    session.commands["checkout"].params.append(click.Option(["--reservation"], default=None, help=help_))

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
 from calque.models.institution import SignedEnvelope
+from calque.models.reservation import ReservationName, ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import (
     CheckoutArgs,
     LedgerArgs,
@@ -26,7 +27,9 @@ from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 _DEFERRED = ConfigDict(defer_build=True)
 
-BrokerOp = Literal["anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host", "ledger"]
+BrokerOp = Literal[
+    "anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host", "ledger", "reserve", "reservations", "unreserve"
+]
 # queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
 # there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
 # its client to claim it; claimed: its client has it; the rest are ends: lapsed (held past the claim
@@ -71,6 +74,9 @@ class AnywhereArgs(CheckoutArgs):
     # A plain checkout on a host of the institution: that host's slices only (this host or wait for
     # it, in the queue's order); None: any host.
     host: Annotated[StrictStr, Field(min_length=1, max_length=253)] | None = None
+    # A member's checkout under a class reservation (issue 38); None: the one under way for a group
+    # of the caller's, if any, applies by itself.
+    reservation: ReservationName | None = None
 
     @model_validator(mode="after")
     def _anywhere(self) -> AnywhereArgs:
@@ -131,6 +137,9 @@ BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
     "ping": CalqueModel,
     "on_host": OnHostArgs,
     "ledger": LedgerArgs,  # every host's usage events (calque report --institution)
+    "reserve": ReserveArgs,  # class reservations (issue 38)
+    "reservations": ReservationsArgs,
+    "unreserve": UnreserveArgs,
 }
 
 
@@ -141,6 +150,8 @@ class Grant(CalqueModel):
     request_id: str
     host: str
     session: Session
+    note: str | None = Field(None, description="why its TTL is shorter than asked (a reservation's window)")
+    reservation: str | None = Field(None, description="the reservation it was granted under")
 
     @property
     def ref(self) -> str:
@@ -165,6 +176,7 @@ class QueueEntry(CalqueModel):
     host: str | None = None
     session_id: str | None = None
     note: str | None = Field(None, description="why it waits, or why it ended (a request that ended ungranted)")
+    reservation: str | None = Field(None, description="a member's, under this reservation: ahead of the queue")
 
 
 class HostView(CalqueModel):

@@ -60,6 +60,19 @@ class DemandClass(CalqueModel):
     offers: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(
         min_length=1, description="what each host of the class offers: MIG profiles of its layout, or 'mps'"
     )
+    reservable: dict[Annotated[StrictStr, Field(min_length=1, max_length=64)], Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="slices of each profile the class's hosts hold at its maximum size: what a reservation may "
+        "count on beyond the fixed hosts (calque session reserve)",
+    )
+    per_host: dict[Annotated[StrictStr, Field(min_length=1, max_length=64)], Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="slices of each profile one host of the class holds: with it, the broker raises the class's "
+        "desired capacity ahead of a reservation of that profile (reservation_lead) and lowers it after",
+    )
+    boot_s: Seconds = Field(
+        420.0, gt=0, le=3600, description="a host's boot until its slices are offered (the class's measured boot)"
+    )
 
 
 class DemandSettings(CalqueModel):

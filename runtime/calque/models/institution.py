@@ -89,6 +89,9 @@ class Lab(CalqueModel):
     groups: list[UserName] = Field(min_length=1, description="the lab's Unix groups")
     share: float = Field(1.0, gt=0, description="the lab's share of the institution's slices (relative weight)")
     budget: LabBudget | None = Field(None, description="the lab's monthly budget; none: unlimited")
+    managers: list[UserName] = Field(
+        default_factory=list, description="users who may reserve slices for the lab (calque session reserve)"
+    )
 
 
 class Institution(VersionedModel):

@@ -44,8 +44,10 @@ from calque.models.fleet import (
     registration_path,
     serves,
 )
+from calque.models.reservation import Reservation
 from calque.models.session import SliceState
 from calque.session.broker.hosts import HostCache, HostLink, free_matching
+from calque.session.broker.reserve_capacity import ReservedCapacity
 from calque.session.broker.store import Row, Store
 
 log = logging.getLogger("calque.broker")
@@ -134,8 +136,13 @@ class FleetDemand:
         *,
         clients: Any = None,
         present: Callable[[str], bool] = lambda request_id: True,
+        reservations: Callable[[], list[Reservation]] = list,
     ) -> None:
         self.settings, self.store, self.cache, self.link = settings, store, cache, link
+        # Desired capacity raised ahead of reservations (reserve_capacity.py), by this thread's period.
+        self.reserved = ReservedCapacity(
+            settings, cache, reservations, lambda: dict(self.members), lambda: self._client("autoscaling")
+        )
         self.present = present  # whether a client waits on a request now: one without is no demand
         self._clients: dict[str, Any] = dict(clients or {})
         self.members: dict[str, str] = {}  # registered host -> class
@@ -179,6 +186,10 @@ class FleetDemand:
         data = metric_data(self.last, datetime.fromtimestamp(t, timezone.utc))
         if data:
             self._client("cloudwatch").put_metric_data(Namespace=DEMAND_NAMESPACE, MetricData=data)
+        try:
+            self.reserved.apply(t)
+        except Exception:  # the demand is published; the raise is tried again next period
+            log.exception("raising the fleet's capacity for reservations failed")
         return self.last
 
     def discover(self) -> None:

@@ -25,6 +25,7 @@ from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import Waiting, lab_usage, order
 from calque.session.broker.fairusage import Recorded
 from calque.session.broker.grants import Granter, checkout_args
+from calque.session.broker.holding import MIN_TTL_S, Holding
 from calque.session.broker.hostcalls import HostCalls
 from calque.session.broker.hosts import HostCache, call_id, free_matching, offered
 from calque.session.broker.store import Row, Store
@@ -68,6 +69,7 @@ class Dispatcher:
         # Every host's own record of its sessions (fairusage.py; the process sets it): without one, a
         # lab's usage is the broker's grants alone.
         self.recorded: Callable[[], Recorded] = dict
+        self.holding: Holding | None = None  # reservations under way and ahead (the process sets it)
 
     def start(self) -> None:
         self.store.extend_holds(time.time() + self.config.queue.claim_window)
@@ -92,9 +94,10 @@ class Dispatcher:
         showing rows and their positions shows one reading of the queue, not two a submit fell between."""
         q = self.config.queue
         queued = self.store.in_state("queued") if rows is None else [r for r in rows if r.state == "queued"]
-        waiting = [r.waiting for r in queued]
+        waiting = [r.waiting for r in queued if r.reservation is None]
         usage = lab_usage(self.store.grants(now - q.fair_share_window, now), self.recorded())
-        return order(
+        # Members waiting under a reservation under way come first, in arrival order (holding.py).
+        return [r.waiting for r in queued if r.reservation is not None] + order(
             waiting,
             usage,
             self.shares,
@@ -250,11 +253,15 @@ class Dispatcher:
             busy_at = dict(self._busy_at)
         if not queue:
             return
+        spare: dict[str, int] = {}  # per profile, free slices beyond what reservations under way hold
         for view in self.cache.views():
             if not view.reachable or self.calls.busy(view.name, "change"):
                 continue
             version = self.cache.version(view.name)
             for sl in (s for s in view.slices if offered(s)):  # a drained GPU's free slices go to nobody
+                p = sl.slice.profile
+                if self.holding is not None and p not in spare:
+                    spare[p] = self.holding.spare(p, now) if sl.slice.kind == "mig" else 1 << 30
                 pick = next(
                     (
                         w
@@ -262,12 +269,17 @@ class Dispatcher:
                         if w.matches(sl.slice.kind, sl.slice.profile, view.name)
                         and busy_at.get((w.id, view.name)) != version
                         and not self.granter.refuses_now(w.id, view.name)
+                        and (w.reservation is not None or spare.get(p, 1) > 0)
                     ),
                     None,
                 )
                 if pick is None:
                     continue
                 queue.remove(pick)
+                if pick.reservation is None and self.holding is not None:
+                    spare[p] = spare.get(p, 1) - 1
+                if self.holding is not None and not self._capped(pick, p, now):
+                    continue
                 row = self.store.begin_grant(pick.id, view.name)
                 if row is None:  # cancelled or timed out meanwhile
                     continue
@@ -275,6 +287,31 @@ class Dispatcher:
                 break  # this host's next grant once this one is answered (the call's end wakes the loop)
             if not queue:
                 return
+
+    def _capped(self, pick: Waiting, profile: str, now: float) -> bool:
+        """Cap a waiting request's TTL at the start of an occurrence it would leave short (holding.py);
+        False when that start is too near for any use: the slice waits for the reservation."""
+        assert self.holding is not None
+        if pick.reservation is not None:  # a member's: its session ends by the window's end
+            left = self.holding.left(pick.reservation, now)
+            if left is None or left < MIN_TTL_S:
+                why = f"reservation {pick.reservation}'s window ended before a slice was free"
+                if self.store.finish(pick.id, "refused", why, only=("queued",)) is not None:
+                    self.granter.notify(pick.id)
+                return False
+            if pick.ttl is None or pick.ttl > left:
+                return (
+                    self.store.set_ttl(pick.id, left, f"under reservation {pick.reservation}: it ends with the window")
+                    is not None
+                )
+            return True
+        cap = self.holding.cap(profile, pick.ttl, now)
+        if cap is None:
+            return True
+        ttl, why = cap
+        if ttl < MIN_TTL_S:
+            return False
+        return self.store.set_ttl(pick.id, ttl, why) is not None
 
     def _grant(self, row: Row, host: str, version: int) -> None:
         attempt = self.granter.attempt(row, host, queued=True)  # from the queue: it waited

@@ -34,6 +34,7 @@ class Waiting:
     ttl: float | None
     enqueued_at: float
     host: str | None = None  # asked on a host of the institution: only that host's slices will do
+    reservation: str | None = None  # a member's, under a reservation under way: ahead of the queue
 
     def matches(self, kind: str, profile: str, host: str | None = None) -> bool:
         """Whether a free slice of ``kind``/``profile`` (on ``host``) would do for this request."""

@@ -24,9 +24,11 @@ from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairusage import HostRecords
 from calque.session.broker.grants import Granter
+from calque.session.broker.holding import Holding
 from calque.session.broker.hosts import HostCache, HostLink
 from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.nudges import NudgeGate
+from calque.session.broker.reservations import Reservations, fleet_slices
 from calque.session.broker.server import BrokerServer, Identify, Seal
 from calque.session.broker.service import BrokerService
 from calque.session.broker.store import Store
@@ -87,13 +89,33 @@ class Broker:
             pools = PoolBudgets(config.pools)
         service.ledger = BrokerLedger(store, inst.links, list(inst.budget_labs), mailer, pools)
         service.labs = inst.labs
+        service.reservations = Reservations(
+            store,
+            cache,
+            labs=inst.labs,
+            managers={lab.name: frozenset(lab.managers) for lab in inst.budget_labs},
+            fleet_slices=fleet_slices(config),
+            audit=lambda: dispatcher.audit,  # the audit log opens at start
+        )
+        holding = dispatcher.holding = Holding(store, cache, service.reservations, assumed_ttl=config.queue.assumed_ttl)
+        service.reservations.shown = holding.state
         q = config.queue
         records = HostRecords(cache.links, q.fair_share_window, q.usage_every)
         dispatcher.recorded = records.recorded
         server = BrokerServer(config, service, inst.labs)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
-            fleet = FleetDemand(config.fleet, store, cache, inst.link or _no_link, present=granter.presence.present)
+            fleet = FleetDemand(
+                config.fleet,
+                store,
+                cache,
+                inst.link or _no_link,
+                present=granter.presence.present,
+                reservations=service.reservations.all,
+            )
+            members = fleet.members
+            # Its hosts count by their class's ``reservable``, not as fixed hosts (the fleet thread changes it).
+            service.reservations.classed = lambda: set(members.copy())
         return cls(config, store, cache, dispatcher, service, server, fleet=fleet, name=inst.name, records=records)
 
     def start(self) -> None:

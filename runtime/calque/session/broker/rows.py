@@ -10,7 +10,7 @@ from typing import Any
 from calque.errors import RefusedError
 from calque.session.broker.fairness import Waiting
 
-SCHEMA_VERSION = 2  # 2: requests.granting_at and only_host, the strays table
+SCHEMA_VERSION = 3  # 2: requests.granting_at and only_host, the strays table; 3: reservations
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests(
   id TEXT PRIMARY KEY,
@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS requests(
   mailed_before REAL,
   note TEXT,
   granting_at REAL,
-  only_host TEXT
+  only_host TEXT,
+  reservation TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
 CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
@@ -47,13 +48,17 @@ CREATE TABLE IF NOT EXISTS budget_notices(lab TEXT NOT NULL, month TEXT NOT NULL
   at REAL NOT NULL, PRIMARY KEY(lab, month, state)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS strays(request_id TEXT PRIMARY KEY, host TEXT NOT NULL, since REAL NOT NULL)
   WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS reservations(name TEXT PRIMARY KEY, body TEXT NOT NULL, created_at REAL NOT NULL)
+  WITHOUT ROWID;
 """
 # host_ledgers: each host's last full ledger answer (what a report shows, marked stale, while the host
 # is down); budget_notices: each lab's notice and over-budget mail, once a month; strays: requests
-# that ended while a host might hold a session for them. All additive.
+# that ended while a host might hold a session for them; reservations: each class reservation's body
+# (``models.reservation.Reservation`` as JSON, ``reservations.py``). All additive.
 # Columns an older file lacks, added on open: when its current grant began; the one host a checkout made
-# on a host of the institution asks for (that host or wait for it).
-ADDED_COLUMNS = (("granting_at", "REAL"), ("only_host", "TEXT"))
+# on a host of the institution asks for (that host or wait for it); the reservation a member's checkout
+# is made under (``holding.py``).
+ADDED_COLUMNS = (("granting_at", "REAL"), ("only_host", "TEXT"), ("reservation", "TEXT"))
 # Ends nobody may have been told of (the client was gone, or its host silent): `queue` shows them a day.
 ENDED_UNGRANTED = ("expired", "dropped")
 
@@ -89,11 +94,12 @@ class Row:
     note: str | None
     granting_at: float | None  # when its current grant began (the bound on a silent host counts from it)
     only_host: str | None = None  # a checkout made on a host of the institution: that host or wait for it
+    reservation: str | None = None  # made under this reservation: ahead of the queue, within its window
 
     @property
     def waiting(self) -> Waiting:
         w = (self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at)
-        return Waiting(*w, host=self.only_host)
+        return Waiting(*w, host=self.only_host, reservation=self.reservation)
 
     @property
     def session(self) -> dict[str, Any] | None:
@@ -122,3 +128,5 @@ class NewRequest:
     now: float
     wait_until: float | None
     only_host: str | None = None
+    reservation: str | None = None
+    note: str | None = None  # why its TTL is shorter than asked (holding.py)

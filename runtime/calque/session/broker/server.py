@@ -293,6 +293,8 @@ class BrokerServer:
         if op == "ledger":
             assert isinstance(args, LedgerArgs)
             return svc.usage(c, args)
+        if op in ("reserve", "reservations", "unreserve"):
+            return svc.reserving(c, op, args)
         assert isinstance(args, NudgeArgs)
         if not c.admin:  # a host's own nudge comes signed over UDP; anyone else's would cost a list each
             raise RefusedError("only root and the broker's admins may nudge it")

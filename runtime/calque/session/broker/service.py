@@ -18,19 +18,26 @@ from typing import Any
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.base import positive_seconds
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
+from calque.models.reservation import ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import LedgerArgs, Session
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
+from calque.session.broker.holding import MIN_TTL_S
 from calque.session.broker.hosts import HostCache, call_id, matching
 from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.reservations import Reservations
 from calque.session.broker.rows import ENDED_UNGRANTED
 from calque.session.broker.store import NewRequest, Row, Store
 from calque.timefmt import utc_text
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
 ENDED_SHOWN_S = 86400.0  # how long `queue` shows a request that ended with nobody told
+
+
+def args_ttl(args: AnywhereArgs) -> float | None:
+    return positive_seconds(args.ttl, "--ttl") if args.ttl is not None else None
 
 
 class BrokerService:
@@ -42,6 +49,7 @@ class BrokerService:
         self.rules = dispatcher.config.queue
         self.ledger: BrokerLedger | None = None  # set by the process (process.py)
         self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (process.py)
+        self.reservations: Reservations | None = None  # class reservations (process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 
@@ -66,28 +74,45 @@ class BrokerService:
         if row is None:
             self._check_offered(kind, profile, args.host)
             now = time.time()
-            ttl = positive_seconds(args.ttl, "--ttl") if args.ttl is not None else None
+            ttl = args_ttl(args)
             wait_for = positive_seconds(args.wait_timeout, "--wait-timeout") if args.wait_timeout is not None else None
+            holding = self.dispatcher.holding if kind == "mig" else None
+            if args.reservation is not None and holding is None:
+                raise UsageError("--reservation is for MIG slices (`calque session reservations` lists them)")
+            under = holding.member(c.groups, args.reservation, profile, ttl) if holding is not None else None
+            note, held = None, False
+            if under is not None:  # a member's, under a reservation under way: its profile, its window
+                profile, ttl, note = under.profile, under.ttl, under.note
+            elif holding is not None:
+                cap = holding.cap(profile, ttl, now)
+                if cap is not None:
+                    ttl, note = cap
+                    held = ttl < MIN_TTL_S  # the window starts now: the slice is the reservation's
+                held = held or (holding.any_held(now) if profile is None else holding.spare(profile, now) <= 0)
             req = NewRequest(
                 id=args.request_id,
                 uid=c.uid,
                 user=c.user,
-                lab=self._lab(c, args.lab),
+                lab=under.lab if under is not None else self._lab(c, args.lab),
                 kind=kind,
                 profile=profile,
-                ttl=ttl,
+                ttl=ttl if not held else args_ttl(args),
                 consent=args.consent,
                 wait=args.wait,
                 now=now,
                 wait_until=now + wait_for if wait_for is not None else None,
                 only_host=args.host,
+                reservation=under.reservation.name if under is not None else None,
+                note=note if not held else None,
             )
             ahead = [
                 w
                 for w in self.store.in_state("queued")
-                if w.kind == kind and (w.profile in (None, profile) or profile is None)
+                if w.kind == kind
+                and (w.profile in (None, profile) or profile is None)
+                and (under is None or w.reservation is not None)  # a member goes ahead of the rest
             ]
-            free = self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid))
+            free = self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid)) if not held else []
             # A free slice goes to those already waiting for it first: a host any of them would take.
             hosts = [h for h in free if args.host in (None, h) and not any(w.only_host in (None, h) for w in ahead)]
             if hosts:
@@ -96,7 +121,8 @@ class BrokerService:
                 row = self.store.submit(req, max_queued=self.rules.max_queued_per_user)
                 self.dispatcher.nudge()
             else:
-                raise NothingFreeError(self._busy_message(kind, profile, len(ahead)))
+                why = "; the free ones are held for a reservation under way" if held else ""
+                raise NothingFreeError(self._busy_message(kind, profile, len(ahead)) + why)
         return self._outcome(row, alive)
 
     def _lab(self, c: Caller, asked: str | None) -> str:
@@ -184,7 +210,9 @@ class BrokerService:
     @staticmethod
     def _grant(row: Row) -> Grant:
         assert row.host is not None and row.session is not None
-        return Grant(request_id=row.id, host=row.host, session=Session.model_validate(row.session))
+        note = row.note if row.note and row.note.startswith(("TTL capped", "under reservation ")) else None
+        session = Session.model_validate(row.session)
+        return Grant(request_id=row.id, host=row.host, session=session, note=note, reservation=row.reservation)
 
     def _check_offered(self, kind: str, profile: str | None, host: str | None = None) -> None:
         if host is not None and host not in self.cache.links:
@@ -246,6 +274,7 @@ class BrokerService:
                 host=row.host or row.only_host,  # queued for one host: that host
                 session_id=row.session_id,
                 note=row.note if row.state in ENDED_UNGRANTED else None,
+                reservation=row.reservation,
             )
             if row.state == "queued":
                 e.estimate = self._estimate(row, ordered)
@@ -292,11 +321,21 @@ class BrokerService:
         if args.op == "status":
             return link.call("status", {}, request_id=call_id(), as_user=c.user)
         call: dict[str, Any] = {"id": args.session_id}
+        capped = None
         if args.op == "extend":
             if args.by is None:
                 raise UsageError("extend needs --by")
             call["by"] = args.by
+            if self.dispatcher.holding is not None:  # a reservation ahead (or the member's own window)
+                by = positive_seconds(args.by, "--by")
+                capped = self.dispatcher.holding.extension(args.host, args.session_id, by, time.time())
+            if capped is not None:
+                if capped[0] < MIN_TTL_S:
+                    raise RefusedError(f"not extended: {capped[1]}")
+                call["by"] = capped[0]
         answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
+        if capped is not None and isinstance(answer, dict):
+            answer["warnings"] = [*answer.get("warnings", []), f"extended less than asked: {capped[1]}"]
         self.dispatcher.nudge(args.host)
         return answer
 
@@ -305,6 +344,24 @@ class BrokerService:
         if self.ledger is None:
             raise UsageError("this broker keeps no ledger")
         return [h.model_dump(mode="json") for h in self.ledger.collect(str(args.since), c)]
+
+    def reserving(self, c: Caller, op: str, args: object) -> Any:
+        """``reserve``, ``reservations`` and ``unreserve`` (``reservations.py``)."""
+        book = self.reservations
+        if book is None:
+            raise UsageError("this broker keeps no reservations")
+        if op == "reserve":
+            assert isinstance(args, ReserveArgs)
+            answer = book.reserve(c, args)
+            self.dispatcher.nudge()  # a window may be near: the queue looks again
+            return answer
+        if op == "unreserve":
+            assert isinstance(args, UnreserveArgs)
+            answer = book.cancel(c, args)
+            self.dispatcher.nudge()
+            return answer
+        assert isinstance(args, ReservationsArgs)
+        return book.list(c, args)
 
     def hosts(self, c: Caller) -> list[dict[str, Any]]:
         out = []

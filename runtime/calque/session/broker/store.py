@@ -143,7 +143,8 @@ class Store:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM requests").fetchone()[0]
             db.execute(
                 "INSERT INTO requests(id, seq, uid, user, lab, kind, profile, ttl, consent, wait, enqueued_at,"
-                " wait_until, state, host, granting_at, only_host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " wait_until, state, host, granting_at, only_host, reservation, note)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     req.id,
                     seq,
@@ -161,6 +162,8 @@ class Store:
                     host,
                     req.now if state == "granting" else None,
                     req.only_host,
+                    req.reservation,
+                    req.note,
                 ),
             )
             new = _row(db.execute("SELECT * FROM requests WHERE id=?", (req.id,)).fetchone())
@@ -360,6 +363,29 @@ class Store:
         with self._tx() as db:
             sql = "INSERT OR IGNORE INTO budget_notices(lab, month, state, at) VALUES (?,?,?,?)"
             return bool(db.execute(sql, (lab, month, state, at)).rowcount)
+
+    def add_reservation(self, name: str, body: str, at: float) -> bool:
+        """Keep a reservation (committed before it is answered); False when the name is taken."""
+        with self._tx() as db:
+            sql = "INSERT OR IGNORE INTO reservations(name, body, created_at) VALUES (?,?,?)"
+            return bool(db.execute(sql, (name, body, at)).rowcount)
+
+    def drop_reservation(self, name: str) -> bool:
+        with self._tx() as db:
+            return bool(db.execute("DELETE FROM reservations WHERE name=?", (name,)).rowcount)
+
+    def reservation_bodies(self) -> list[str]:
+        rows = self._read(lambda db: db.execute("SELECT body FROM reservations ORDER BY created_at").fetchall())
+        return [str(r[0]) for r in rows]
+
+    def under(self, reservation: str, since: float, now: float) -> list[Row]:
+        """Grants made under ``reservation`` since ``since`` whose session is live at ``now``."""
+        where = "reservation=? AND state IN ('held', 'claimed') AND granted_at >= ? AND ends_at > ?"
+        return self._rows(where, (reservation, since, now))
+
+    def set_ttl(self, request_id: str, ttl: float, note: str) -> Row | None:
+        """A waiting request's TTL capped before its grant (a reservation's window ahead), with why."""
+        return self._move(request_id, "UPDATE requests SET ttl=?, note=? WHERE state='queued' AND id=?", (ttl, note))
 
     def last_host(self, uid: int) -> str | None:
         r = self._read(lambda db: db.execute("SELECT host FROM last_host WHERE uid=?", (uid,)).fetchone())
