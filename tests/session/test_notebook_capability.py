@@ -10,6 +10,9 @@ what it is: its uid, its cgroup, its environment and argv; the hub's real server
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -43,9 +46,7 @@ http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
 
 def _door(host: Host, munged: Munged, hub: User, cgroups: Path) -> Door:
     command = [*host.python, "-c", SERVER, "{ip}", "{port}"]
-    return Door(
-        host, munged, hub_user=hub.name, cgroup_parent=str(cgroups), cgroups="direct", notebook_command=command
-    )
+    return Door(host, munged, hub_user=hub.name, cgroup_parent=str(cgroups), cgroups="direct", notebook_command=command)
 
 
 def _facts(ip: str, port: int) -> dict[str, Any]:
@@ -73,6 +74,9 @@ def test_the_hub_starts_her_server_as_her_in_her_session_and_it_ends_with_it(
     cgroup_parent: Path,  # noqa: F811
 ) -> None:
     hub, alice = make_user(), make_user()
+    home = Path(pwd.getpwnam(alice.name).pw_dir)  # her server's log lives there (made here: useradd -M)
+    home.mkdir(parents=True)
+    os.chown(home, alice.uid, alice.gid)
     door = _door(host, munged, hub, cgroup_parent)
     s = door.call(alice, "checkout", {"profile": "1g.5gb", "ttl": "1h"}, rid="a" * 16)["ok"]
     hub_env = {"JUPYTERHUB_API_TOKEN": "hub-token", "JUPYTERHUB_SERVICE_PREFIX": f"/user/{alice.name}/"}
@@ -89,9 +93,16 @@ def test_the_hub_starts_her_server_as_her_in_her_session_and_it_ends_with_it(
     # She may start one herself, in her own session (the capability is hers already: `session run`).
     own = door.call(alice, "notebook", {"id": s["id"]}, rid="o" * 16)["ok"]
     assert _facts(own["ip"], own["port"])["uid"] == alice.uid and _started(host)[-1]["via"] == "self"
+    # Part 2: the session's warnings reach the server's log (an admin's drain moves its end in: a notice).
+    log = Path(got["log"])
+    assert log == home / ".local/state/calque" / f"notebook-{s['id']}.log" and log.stat().st_uid == alice.uid
+    host.cli(None, "session", "drain", "--by", "30s", "--reason", "maintenance", check=True)
+    assert wait_for(lambda: "[calque session]" in log.read_text()), "no notice in the server's log"
+    assert f"session {s['id']}" in log.read_text() and "ends in" in log.read_text()
     # The session's end ends both servers: they live in its cgroup.
     assert door.call(alice, "checkin", {"id": s["id"]}, rid="c" * 16).get("ok")
     assert wait_for(lambda: _gone(got["pid"]) and _gone(own["pid"])), "a notebook server outlived its session"
+    shutil.rmtree(home)
 
 
 def test_no_one_can_turn_the_capability_into_anything_else(

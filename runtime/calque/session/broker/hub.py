@@ -1,7 +1,7 @@
 """The institution's JupyterHub as a caller of the broker: the one identity besides the broker's own
 that may name another user (``as_user``), and only to do for her what she could do herself when she
-opens a notebook: ask for a slice (``anywhere``), see her requests' places (``queue``), cancel one,
-and check her session's state or check it in (``on_host``).
+opens a notebook: ask for a slice (``anywhere``), see her requests' places (``queue``) and cancel one.
+Her session's state, her server and her check-in it asks of the session's host (``daemon/crosshost.py``).
 
 The hub is named in ``institution.yaml`` (``hub.service_user``); its uid comes from SO_PEERCRED or
 munge, never from the request. The user it names is then the caller, with her own groups, lab,
@@ -18,7 +18,7 @@ from typing import Any
 from calque.errors import RefusedError
 from calque.session.broker.callers import Caller, caller
 
-HUB_BROKER_OPS = frozenset({"anywhere", "queue", "cancel", "on_host"})
+HUB_BROKER_OPS = frozenset({"anywhere", "queue", "cancel"})
 
 
 def acting_for(

@@ -20,6 +20,7 @@ import pwd
 import socket
 import subprocess
 import threading
+import urllib.parse
 from pathlib import Path
 
 from calque.models.notebook import NotebookArgs, NotebookStarted
@@ -51,6 +52,17 @@ def _free_port(ip: str) -> int:
 def _argv(command: list[str], ip: str, port: int) -> list[str]:
     # replace, not format: a brace elsewhere in the admin's command stays as written
     return [a.replace("{ip}", ip).replace("{port}", str(port)) for a in command]
+
+
+def _where(hub_env: dict[str, str], ip: str, port: int) -> dict[str, str]:
+    """The hub's ``JUPYTERHUB_SERVICE_URL`` names where the server listens, which only the daemon knows:
+    its scheme and path stay the hub's, the address and port become the daemon's choice."""
+    url = hub_env.get("JUPYTERHUB_SERVICE_URL")
+    if not url:
+        return hub_env
+    parts = urllib.parse.urlsplit(url)
+    netloc = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+    return {**hub_env, "JUPYTERHUB_SERVICE_URL": urllib.parse.urlunsplit(parts._replace(netloc=netloc))}
 
 
 def _env(host: Host, held: Held, pw: pwd.struct_passwd, hub_env: dict[str, str]) -> dict[str, str]:
@@ -91,7 +103,7 @@ def start_notebook(host: Host, c: Caller, held: Held, args: NotebookArgs) -> Not
             user=pw.pw_uid,
             group=pw.pw_gid,
             extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid),
-            env=_env(host, held, pw, args.env),
+            env=_env(host, held, pw, _where(args.env, ip, port)),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
