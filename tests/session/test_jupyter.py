@@ -18,6 +18,8 @@ import pytest
 from support.waits import HANG_S
 
 from .conftest import CLI, Host, User, as_user, wait_for
+from .institution import institution
+from .test_broker_front_tcp import _stand_in_ssh
 from .test_isolation import _gone, cgroup_parent  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -99,3 +101,47 @@ def test_jupyter_without_a_session_says_so_and_starts_nothing(host: Host, make_u
     res = host.cli(alice, "session", "jupyter")
     assert res.returncode == 2 and "you hold no session" in res.stderr, res.stderr
     assert "token=" not in res.stderr
+
+
+def test_jupyter_anywhere_starts_on_the_granted_host_and_names_it_in_the_tunnel(
+    make_user: Callable[..., User],
+    cgroup_parent: Path,  # noqa: F811
+) -> None:
+    """``--anywhere``: a slice through the broker, then ``ssh -t HOST calque session jupyter`` there (the
+    transport stood in as in test_broker_front_tcp.py; calque on the host is the real CLI and daemon)."""
+    with institution(make_user, {"hostA": 1}) as broker:
+        h = broker.hosts["hostA"]
+        h.stop()
+        h.start(cgroup_parent=str(cgroup_parent), cgroups="direct")
+        broker.write_institution()
+        broker.start()
+        alice = make_user()
+        env, log = _stand_in_ssh(broker)
+        env["HOME"] = str(_home(h, alice))
+        cmd = [*broker.python, "-c", CLI, "session", "jupyter", "--anywhere", "--ttl", "1h"]
+        lab = subprocess.Popen(as_user(alice, cmd), env=env, cwd=broker.dir, stderr=subprocess.PIPE, text=True)
+        try:
+            assert lab.stderr is not None
+            said = []
+            while not (url := URL.search("".join(said))):
+                line = lab.stderr.readline()
+                assert line, f"jupyter exited before printing its URL: {''.join(said)}"
+                said.append(line)
+            port = int(url.group(1))
+            sid = next(w for line in said for w in line.split() if w.startswith("s-") and w.endswith("@hostA:"))
+            sid = sid.split("@")[0]
+            assert f"ssh -N -L {port}:127.0.0.1:{port} hostA" in "".join(said)
+            assert log.read_text().split()[:2] == ["-t", "hostA"]
+            assert wait_for(lambda: _get(f"http://127.0.0.1:{port}/api")[0] == 200), "JupyterLab never answered"
+            # JupyterLab runs in the session's cgroup on hostA (the remote calque, adopted, became it)
+            procs = (cgroup_parent / sid / "cgroup.procs").read_text().split()
+            assert any("jupyterlab" in Path(f"/proc/{p}/cmdline").read_text() for p in procs), procs
+            # Checked in from anywhere (through the broker): the server on hostA ends with the session.
+            res = broker.cli(alice, "session", "checkin", f"{sid}@hostA")
+            assert res.returncode == 0, res.stderr
+            lab.wait(HANG_S)
+            assert _get(f"http://127.0.0.1:{port}/api")[0] == 0
+        finally:
+            if lab.poll() is None:
+                lab.kill()
+                lab.wait()
