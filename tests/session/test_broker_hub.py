@@ -6,6 +6,7 @@ service user among them), each request made by that user's own process on the br
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 from support.waits import HANG_S
 
 from .conftest import User, wait_for
-from .institution import Broker, institution
+from .conftest import as_user as as_user_cmd
+from .institution import Broker, institution, over_tcp
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +84,42 @@ def test_the_hub_asks_for_a_users_slice_and_no_one_else_names_another_user(make_
             if waiting.poll() is None:
                 waiting.kill()
                 waiting.wait()
+
+
+ASK_TCP = """
+import json, sys
+from pathlib import Path
+from calque.errors import CalqueError
+from calque.session.client.broker import BrokerClient
+op, args, as_user, institution = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] or None, Path(sys.argv[4])
+client = BrokerClient.here(Path("/nonexistent/broker.sock"), institution)  # not on this host: TCP with munge
+assert client.remote is not None
+client.as_user = as_user
+try:
+    print(json.dumps({"ok": client.call(op, args)}))
+except CalqueError as e:
+    print(json.dumps({"error": str(e), "exit": e.exit_code}))
+"""
+
+
+def test_over_tcp_munge_says_who_the_hub_is(make_user: Callable[..., User]) -> None:
+    with institution(make_user, {"hostA": 1}) as broker:
+        hub, alice, bob = make_user(), make_user(), make_user()
+        with over_tcp(broker, hub=hub.name):
+            broker.start()
+            env = {**broker.cli_env(), "CALQUE_MUNGE_SOCKET": str(broker.dir / "munge-hosts/munge.socket")}
+            inst = str(broker.dir / "institution.yaml")
+
+            def ask(who: User, op: str, args: dict[str, Any], as_user: str = "") -> dict[str, Any]:
+                cmd = as_user_cmd(who, [*broker.python, "-c", ASK_TCP, op, json.dumps(args), as_user, inst])
+                res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_S, cwd=broker.dir)
+                assert res.returncode == 0, res.stderr
+                doc: dict[str, Any] = json.loads(res.stdout)
+                return doc
+
+            refused = ask(bob, "anywhere", {"ttl": "1h", "request_id": "bob-as-alice-tcp"}, alice.name)
+            assert refused["exit"] == 4 and bob.name in refused["error"] and alice.name in refused["error"], refused
+            g = ask(hub, "anywhere", {"ttl": "1h", "request_id": "hub-tcp-00001"}, alice.name)["ok"]
+            assert g["session"]["user"] == alice.name and g["host"] == "hostA"
+            refused = ask(hub, "ledger", {}, alice.name)
+            assert refused["exit"] == 4 and "ledger" in refused["error"], refused
