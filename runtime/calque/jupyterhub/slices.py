@@ -38,6 +38,7 @@ class Offers:
     choices: list[Offer] = field(default_factory=list)
     waiting: int = 0  # the user's own requests in the queue
     lab: str | None = None
+    unknown: str | None = None  # why the institution's view is missing (the broker did not answer)
 
 
 def hub_env(env: dict[str, str]) -> dict[str, str]:

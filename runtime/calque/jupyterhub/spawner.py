@@ -51,6 +51,14 @@ def choice_from_form(formdata: dict[str, list[str]], default_ttl: str, max_ttl: 
 def form_html(offers: Offers, preset: dict[str, str], default_ttl: str, max_ttl: str) -> str:
     """The options form: each profile with its free count and when the next frees, the user's lab."""
     chosen = preset.get("profile")
+    if offers.unknown is not None:
+        return (
+            f"<p>What is free cannot be shown now ({html.escape(offers.unknown)}).</p>"
+            f'<label for="profile">GPU slice (a MIG profile such as 1g.24gb, or mps)</label>'
+            f'<input class="form-control" name="profile" id="profile" value="{html.escape(chosen or "")}">'
+            f'<label for="ttl">For how long (at most {html.escape(max_ttl)})</label>'
+            f'<input class="form-control" name="ttl" id="ttl" value="{html.escape(preset.get("ttl", default_ttl))}">'
+        )
     rows = []
     for o in offers.choices:
         label = "MPS slot (shared GPU, no isolation)" if o.profile == MPS else o.profile
@@ -280,8 +288,12 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
 
 
 def _form(spawner: CalqueSpawner) -> str:
-    offers = spawner.calls().offers(spawner.user.name)
     preset = spawner.preset()
+    try:
+        offers = spawner.calls().offers(spawner.user.name)
+    except CalqueError as exc:  # the broker does not answer: say so, and let her ask anyway
+        spawner.log.warning("calque: the options form without the broker's view: %s", exc)
+        offers = Offers(unknown=str(exc))
     return form_html(offers, preset, preset.get("ttl", spawner.default_ttl), spawner.max_ttl)
 
 
