@@ -229,7 +229,7 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
 
 
 @contextmanager
-def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None) -> Iterator[None]:
+def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None, hub: str | None = None) -> Iterator[None]:
     """The broker reaching its hosts over TCP with munge instead of their sockets: the broker and the
     hosts each have a munged (one key), ``institution.yaml`` names every host at a loopback port, plus
     hostZ where nothing listens; the hosts are restarted listening, the broker configured (not started)."""
@@ -249,6 +249,8 @@ def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None) -> Iterat
         }
         if labs is not None:
             doc["labs"] = labs
+        if hub is not None:  # the institution's JupyterHub runs as this user (test_jupyterhub_spawner.py)
+            doc["hub"] = {"service_user": hub}
         inst.write_text(yaml.safe_dump(doc))
         inst.chmod(0o644)
         for name, h in broker.hosts.items():

@@ -59,7 +59,9 @@ def _free_port() -> int:
 class Door:
     """The daemon's TCP side, and users making requests to it from their own processes."""
 
-    def __init__(self, host: Host, m: Munged, broker_user: str = "root", **config: Any) -> None:
+    def __init__(
+        self, host: Host, m: Munged, broker_user: str = "root", hub_user: str | None = None, **config: Any
+    ) -> None:
         self.host, self.munged, self.port = host, m, _free_port()
         # No broker runs beside these hosts: past a moment's silence the host is in degraded mode and
         # serves a user's own checkout directly, which is what these tests of credentials need. While
@@ -72,6 +74,7 @@ class Door:
                     "version": 1,
                     "hosts": [{"name": HOST, "address": "127.0.0.1", "port": self.port, "offers": ["1g.5gb"]}],
                     "broker": {"address": "127.0.0.1", "port": 7460, "service_user": broker_user},
+                    **({"hub": {"service_user": hub_user}} if hub_user else {}),
                 }
             )
         )

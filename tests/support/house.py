@@ -34,6 +34,7 @@ FLOORS = (
     "calque.pool",
     "calque.run",
     "calque.session",
+    "calque.jupyterhub",  # the hub's spawner: a client of the broker and the hosts, as the CLI is
     "calque.ops",
     "calque.cli",
 )

@@ -385,16 +385,14 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
 
 
 def _add_run_and_shell() -> None:
-    from calque.cli.session_drain import add_to as add_drain
-    from calque.cli.session_front import add_to as add_front
-    from calque.cli.session_run import add_to
-
-    add_to(session, socket_option, broker_socket_option)
-    add_front(session)
+    from calque.cli import session_drain, session_front, session_jupyter, session_run
     from calque.cli.session_fleet import fleet
 
+    session_run.add_to(session, socket_option, broker_socket_option)
+    session_jupyter.add_to(session, socket_option, broker_socket_option)
+    session_front.add_to(session)
     session.add_command(fleet)
-    add_drain(session, socket_option)
+    session_drain.add_to(session, socket_option)
 
 
 _add_run_and_shell()

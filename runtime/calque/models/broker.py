@@ -15,7 +15,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
-from calque.models.institution import SignedEnvelope
+from calque.models.institution import SignedEnvelope, UserName
 from calque.models.reservation import ReservationName, ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import (
     CheckoutArgs,
@@ -52,17 +52,20 @@ class BrokerRequest(VersionedModel):
     version: int = SESSION_PROTOCOL_VERSION
     op: BrokerOp
     args: dict[str, object] = Field(default_factory=dict)
+    # The institution's hub only (institution.yaml's hub.service_user), for HUB_BROKER_OPS: the user it
+    # asks for (``broker/hub.py``); from anyone else the request is refused.
+    as_user: UserName | None = None
 
 
 class RemoteBrokerRequest(SignedEnvelope):
     """One request on the broker's TCP port, from a researcher on another host: a ``BrokerRequest``
     with a munge credential made by the researcher's own process, bound to it and to the broker's
-    name (``host``). ``as_user`` is always refused: over TCP nobody acts for anyone else."""
+    name (``host``). ``as_user`` is refused from everyone but the institution's hub (``broker/hub.py``)."""
 
     op: BrokerOp
 
     def plain(self) -> BrokerRequest:
-        return BrokerRequest.model_validate({"op": self.op, "args": self.args})
+        return BrokerRequest.model_validate({"op": self.op, "args": self.args, "as_user": self.as_user})
 
 
 class AnywhereArgs(CheckoutArgs):

@@ -56,6 +56,14 @@ class Broker(CalqueModel):
     service_user: UserName = Field("root", description="the broker's Unix user, the same name on every host")
 
 
+class Hub(CalqueModel):
+    """The institution's JupyterHub (``calque.jupyterhub``): the user it runs as may ask the broker for a
+    slice for a named user, and a host for that user's notebook server in her session, her sessions
+    and her check-in; nothing else in anyone's name (``docs/session.md``, Threat model)."""
+
+    service_user: UserName = Field(description="the hub's Unix user, the same name on every host")
+
+
 class LabBudget(CalqueModel):
     """A lab's monthly budget (``calque_labs.<lab>.budget``): GPU-hours, or dollars at EC2 rates.
 
@@ -100,6 +108,7 @@ class Institution(VersionedModel):
     version: int = INSTITUTION_VERSION
     hosts: list[InstitutionHost] = Field(default_factory=list)
     broker: Broker | None = None
+    hub: Hub | None = None
     labs: list[Lab] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -27,6 +27,10 @@ from pydantic_core import PydanticCustomError
 
 from calque.durations import parse_duration
 from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
+from calque.models.notebook import NotebookArgs
+from calque.models.session_args import RequestArgs as RequestArgs
+from calque.models.session_args import SessionId as SessionId
+from calque.models.session_args import SessionRefArgs as SessionRefArgs
 from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 # A researcher's `calque session status` validates one or two of these models: each builds its
@@ -55,6 +59,7 @@ SessionOp = Literal[
     "undrain",
     "drains",
     "door",  # whether checkouts here go through the institution's queue (models/door.py)
+    "notebook",  # the single-user server as the session's user in its cgroup (models/notebook.py)
 ]
 ErrorKind = Literal["usage", "busy", "forbidden", "refused", "not_found", "protocol", "internal"]
 # "layout": an admin's MIG layout change ended it (release with reason "layout") before destroying its device.
@@ -227,14 +232,6 @@ class SessionResponse(VersionedModel):
 # every argument is a scalar. A rule broken is a ``usage`` error unless its error type says
 # ``refused`` (``error_kind``): the client and the daemon answer it the same way.
 
-SessionId = Annotated[StrictStr, Field(min_length=1, max_length=64)]
-
-
-class RequestArgs(CalqueModel):
-    """Arguments of an operation that takes none."""
-
-    model_config = _DEFERRED
-
 
 class CheckoutArgs(RequestArgs):
     """A checkout: one rule set, checked by the client before it sends and by the daemon on receipt."""
@@ -270,14 +267,6 @@ class CheckoutArgs(RequestArgs):
     @property
     def kind(self) -> SliceKind:
         return "mps" if self.mps else "mig"
-
-
-class SessionRefArgs(RequestArgs):
-    """An operation on one of the caller's sessions (the only one when ``id`` is omitted)."""
-
-    model_config = _DEFERRED
-
-    id: SessionId | None = None
 
 
 class ExtendArgs(SessionRefArgs):
@@ -395,6 +384,7 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "undrain": UndrainArgs,
     "drains": RequestArgs,
     "door": RequestArgs,
+    "notebook": NotebookArgs,
 }
 
 

@@ -250,6 +250,22 @@ class SessionConfig(VersionedModel):
         description="with a broker in institution.yaml: checkouts go through its queue while it asked this host "
         "within this long; after that the host serves them directly (degraded mode, audited)",
     )
+    notebook_command: list[str] = Field(
+        default_factory=lambda: ["jupyterhub-singleuser", "--ip={ip}", "--port={port}"],
+        min_length=1,
+        description="the one command the `notebook` request starts as the session's user in its cgroup ({ip} and "
+        "{port} filled in by the daemon); no request can name another",
+    )
+    notebook_ip: BindAddress = Field(
+        "127.0.0.1",
+        description="the address the single-user server binds: this host's address on the institution's network "
+        "where a hub on another host must reach it",
+    )
+    notebook_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="more variables for the single-user server (PATH of the notebook environment, say); the "
+        "session's own (CUDA_VISIBLE_DEVICES, CALQUE_SESSION_*) always win",
+    )
     direct_users: list[str] = Field(
         default_factory=list,
         description="local service accounts that may check out past the institution's queue with --direct, as "

@@ -6,7 +6,8 @@ In order: this machine's munged decodes the credential (a bad, expired or replay
 munged keeps the replay cache); its payload is the hash of this very body (a body changed after
 signing is refused); the body names this receiver; the sender's user name has the credential's uid
 here (a uid that differs by name is refused, naming both, and so is a user's credential naming
-another user); ``as_user`` names another user only when the sender is ``may_act_for_others``.
+another user); ``as_user`` names another user only when the sender is one of ``may_act_for_others``
+(the broker's service user; on a host, also the hub's, for its few ops: ``daemon/crosshost.py``).
 Each refusal is a ``Refusal`` with a reason for the audit line; the receiver writes it.
 
 Answers: the broker and the host daemons seal each TCP answer (``seal``: a second line, a credential
@@ -43,7 +44,9 @@ class Verified:
     acted_for: str  # the user the request acts for: the sender, or whom the broker names
 
 
-def verify(req: SignedEnvelope, *, me: str, munge_socket: Path | None, may_act_for_others: str | None) -> Verified:
+def verify(
+    req: SignedEnvelope, *, me: str, munge_socket: Path | None, may_act_for_others: str | frozenset[str] | None
+) -> Verified:
     """``req``'s credential checked against ``req`` and this receiver (``me``); a Refusal otherwise.
     MungeUnavailable (no munged here) passes through: that is this host's fault, not the sender's."""
     try:
@@ -70,8 +73,9 @@ def verify(req: SignedEnvelope, *, me: str, munge_socket: Path | None, may_act_f
             cred.uid,
         )
     acted = req.as_user or req.user
-    if acted != req.user and (may_act_for_others is None or req.user != may_act_for_others):
-        who = f"the broker's service user ({may_act_for_others})" if may_act_for_others else "no one here"
+    trusted = {may_act_for_others} if isinstance(may_act_for_others, str) else set(may_act_for_others or ())
+    if acted != req.user and req.user not in trusted:
+        who = f"the broker's or the hub's service user ({', '.join(sorted(trusted))})" if trusted else "no one here"
         raise Refusal(
             "acts_for_another", f"{req.user} may not act for {acted}: only {who} may name another user", cred.uid
         )

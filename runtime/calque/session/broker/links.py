@@ -46,4 +46,7 @@ def load_institution(config: BrokerConfig) -> Institution:
         )
 
     name = inst.broker.name if inst.broker is not None else "broker"
-    return Institution(links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs), name=name)
+    hub = inst.hub.service_user if inst.hub is not None else None
+    return Institution(
+        links=links, labs=labs, shares=shares, link=link, budget_labs=tuple(inst.labs), name=name, hub_user=hub
+    )

@@ -49,6 +49,7 @@ class Institution:
     link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
     budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
     name: str = "broker"
+    hub_user: str | None = None  # the institution's JupyterHub: may ask for a slice for a named user
 
 
 def _no_link(reg: HostRegistration) -> HostLink:
@@ -102,7 +103,7 @@ class Broker:
         q = config.queue
         records = HostRecords(cache.links, q.fair_share_window, q.usage_every)
         dispatcher.recorded = records.recorded
-        server = BrokerServer(config, service, inst.labs)
+        server = BrokerServer(config, service, inst.labs, inst.hub_user)
         fleet = None
         if config.fleet is not None:  # elastic classes: demand published and hosts found by a thread of its own
             fleet = FleetDemand(
@@ -136,7 +137,7 @@ class Broker:
             self.service.ledger.start(self.config.ledger_every)
         self.server.bind_unix(self.config.socket)
         audit = self.audit = BrokerAudit(self.config.audit_log)  # refused TCP requests; dropped, expired requests
-        self.dispatcher.audit = audit.event
+        self.dispatcher.audit = self.server.audit = audit.event
         if self.config.tcp_addr is not None:
             cache = self.cache
 
@@ -149,10 +150,10 @@ class Broker:
                 per_host_per_second=self.config.nudges_per_host_per_second,
             )
             self.server.bind_nudges(self.config.tcp_addr, self.config.tcp_port, gate)
-            name, munge_socket = self.name, self.config.munge_socket
+            name, munge_socket, hub_user = self.name, self.config.munge_socket, self.server.hub_user
 
             def identify(peer: str) -> tuple[Identify, Seal]:
-                t = TcpIdentify(name, munge_socket, audit, peer)
+                t = TcpIdentify(name, munge_socket, audit, peer, hub_user)
                 return t.identify, t.seal
 
             self.server.bind_tcp(self.config.tcp_addr, self.config.tcp_port, identify)

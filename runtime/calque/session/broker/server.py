@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -38,6 +39,7 @@ from calque.models.broker import (
 from calque.models.session import LedgerArgs, SessionErrorBody, SessionResponse, error_kind
 from calque.session.broker.callers import Caller, caller
 from calque.session.broker.config import BrokerConfig
+from calque.session.broker.hub import acting_for
 from calque.session.broker.intake import Intake, Unread
 from calque.session.broker.nudges import NUDGE_MAX_BYTES, NudgeGate
 from calque.session.broker.service import BrokerService
@@ -78,10 +80,18 @@ def _peer(uid: int, gid: int) -> Identify:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, service: BrokerService, labs: Mapping[str, frozenset[str]]) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        service: BrokerService,
+        labs: Mapping[str, frozenset[str]],
+        hub_user: str | None = None,
+    ) -> None:
         self.config = config
         self.service = service
         self.labs = dict(labs)
+        self.hub_user = hub_user  # institution.yaml's hub: may name another user (``hub.py``)
+        self.audit: Callable[..., Any] | None = None  # the broker's audit log, once it is open
         self.stopping = threading.Event()
         self._open: collections.Counter[int] = collections.Counter()  # connections being served, per uid
         self._total = 0
@@ -267,6 +277,16 @@ class BrokerServer:
             return answer(False, kind=_kind_of(exc), message=str(exc))
         try:
             c = caller(uid, gid, labs=self.labs, admin_group=self.config.admin_group)
+            if req.as_user is not None:
+                c = acting_for(
+                    c,
+                    req.as_user,
+                    req.op,
+                    hub_user=self.hub_user,
+                    labs=self.labs,
+                    admin_group=self.config.admin_group,
+                    audit=self.audit,
+                )
             return answer(True, self._dispatch(c, req.op, args, conn))
         except CalqueError as exc:
             return answer(False, kind=_kind_of(exc), message=str(exc))

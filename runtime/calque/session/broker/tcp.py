@@ -1,7 +1,8 @@
 """The broker's TCP port: researchers on other hosts. Each request is a ``RemoteBrokerRequest``: the
 broker's own request, plus a munge credential the researcher's process made, bound to the request
 (op, arguments, request id) and to the broker's name. The checks are every receiver's
-(``session/signed.py``); over TCP nobody may act for anyone else, so ``as_user`` is always refused.
+(``session/signed.py``); over TCP only the institution's hub may act for another user (``as_user``),
+and only as ``hub.py`` allows.
 Each refusal is answered and written to the broker's audit trail, one line each. Every answer is
 followed by a seal (``signed.seal``) so the researcher's client knows the broker made it.
 """
@@ -27,8 +28,11 @@ class TcpIdentify:
     """One TCP connection's request: ``identify`` (what ``BrokerServer`` calls on its line: uid, gid and
     the plain request, or an error) and ``seal`` (the line proving the broker made the answer)."""
 
-    def __init__(self, name: str, munge_socket: Path | None, audit: BrokerAudit, peer: str) -> None:
+    def __init__(
+        self, name: str, munge_socket: Path | None, audit: BrokerAudit, peer: str, hub_user: str | None = None
+    ) -> None:
         self.name = name
+        self.hub_user = hub_user  # may name ``as_user`` here; the server then applies ``hub.py``'s rules
         self.munge_socket = munge_socket
         self.audit = audit
         self.peer = peer
@@ -53,7 +57,7 @@ class TcpIdentify:
             raise UsageError(f"bad broker request: {exc}") from exc
         self.request_id = req.request_id
         try:
-            ok = verify(req, me=self.name, munge_socket=self.munge_socket, may_act_for_others=None)
+            ok = verify(req, me=self.name, munge_socket=self.munge_socket, may_act_for_others=self.hub_user)
         except Refusal as r:
             self._audit(r.reason, r.message, req, uid=r.uid)
             raise RefusedError(r.message) from r

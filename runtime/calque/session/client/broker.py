@@ -73,8 +73,10 @@ class BrokerClient:
         timeout: float = 30.0,
         reconnect_for: float = RECONNECT_FOR_S,
         remote: BrokerAddress | None = None,
+        as_user: str | None = None,
     ) -> None:
         self.path = socket_path or default_broker_socket()
+        self.as_user = as_user  # the institution's hub asking for a user (the broker refuses anyone else)
         self.timeout = timeout
         self.reconnect_for = reconnect_for
         self.trusted = trusted_server_uids()
@@ -154,7 +156,7 @@ class BrokerClient:
         queued checkout). UnreachableError before sending, Dropped after."""
         if self.remote is not None:
             return self._decode(self._call_tcp(self.remote, op, args, wait))
-        line = BrokerRequest(op=op, args=args).model_dump_json().encode() + b"\n"
+        line = BrokerRequest(op=op, args=args, as_user=self.as_user).model_dump_json().encode() + b"\n"
         sent = False
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -177,9 +179,17 @@ class BrokerClient:
     def _call_tcp(self, to: BrokerAddress, op: str, args: dict[str, Any], wait: bool) -> bytes:
         request_id = os.urandom(16).hex()
         user = own_user_name()
-        cred = munge.encode(binding(op, args, request_id, to.name, user, None), socket=to.munge_socket)
+        cred = munge.encode(binding(op, args, request_id, to.name, user, self.as_user), socket=to.munge_socket)
         envelope = RemoteBrokerRequest.model_validate(
-            {"op": op, "args": args, "request_id": request_id, "host": to.name, "user": user, "credential": cred}
+            {
+                "op": op,
+                "args": args,
+                "request_id": request_id,
+                "host": to.name,
+                "user": user,
+                "as_user": self.as_user,
+                "credential": cred,
+            }
         )
         sent = False
         try:

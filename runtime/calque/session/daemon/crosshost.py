@@ -3,8 +3,9 @@ every reason to refuse it, each answered to the caller and written to the audit 
 
 In order: the envelope parses; the checks every receiver makes (``session/signed.py``: the credential
 decodes here, was made for this very body and this host, by the user it names; ``as_user`` only from
-the broker's service user); the op does not need a local process (``adopt``: use ssh). Then the
-acted-for user, named and grouped by this host's NSS, is a ``Caller`` like any local one, no pid.
+the broker's service user, or the hub's for ``HUB_OPS``); the op does not need a local process
+(``adopt``: use ssh). Then the acted-for user, named and grouped by this host's NSS, is a ``Caller``
+like any local one, no pid.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ log = logging.getLogger("calque.session")
 
 # Ops that act on a process of the caller's on this host: over TCP there is none to name.
 LOCAL_PROCESS_OPS = frozenset({"adopt"})
+# What the institution's hub may ask a host for in a user's name: her notebook server in her own
+# session (``notebook.py``), her sessions (the spawner's poll) and her check-in (its stop).
+HUB_OPS = frozenset({"notebook", "status", "checkin"})
 
 
 class CrossHost:
@@ -41,6 +45,8 @@ class CrossHost:
         self.name = cfg.host_name or socket.gethostname()
         self.munge_socket = cfg.munge_socket
         self.broker_user = institution.broker.service_user if institution.broker is not None else None
+        self.hub_user = institution.hub.service_user if institution.hub is not None else None
+        self.may_act_for_others = frozenset(u for u in (self.broker_user, self.hub_user) if u is not None)
 
     def serve(self, line: bytes, peer: str) -> Any:
         """The service's answer to ``line``; RequestError for a refusal (already audited)."""
@@ -74,7 +80,7 @@ class CrossHost:
 
     def authenticate(self, req: RemoteRequest, peer: str) -> Caller:
         try:
-            ok = verify(req, me=self.name, munge_socket=self.munge_socket, may_act_for_others=self.broker_user)
+            ok = verify(req, me=self.name, munge_socket=self.munge_socket, may_act_for_others=self.may_act_for_others)
         except Refusal as r:
             raise self._refuse(r.reason, r.message, peer, req, uid=r.uid) from r
         except munge.MungeUnavailable as exc:
@@ -85,6 +91,17 @@ class CrossHost:
         uid = ok.credential.uid
         door = self.service.door
         from_broker = door.broker is not None and door.is_broker(uid)
+        # The hub's user acts for others only to run their notebook servers (when it is the broker's too,
+        # the broker's rights apply).
+        for_hub = req.user == self.hub_user and req.user != self.broker_user and ok.acted_for != req.user
+        if for_hub and req.op not in HUB_OPS:
+            raise self._refuse(
+                "hub_op",
+                f"the hub's service user may ask only {', '.join(sorted(HUB_OPS))} for another user, not {req.op}",
+                peer,
+                req,
+                uid=uid,
+            )
         if from_broker:
             door.heard()  # the broker answers: checkouts here keep its queue's order
         if req.op in LOCAL_PROCESS_OPS:
@@ -102,6 +119,8 @@ class CrossHost:
         except KeyError:
             raise self._refuse("unknown_user", f"no user {ok.acted_for} on {self.name}", peer, req, uid=uid) from None
         caller = self.service.caller(0, pw.pw_uid, pw.pw_gid)
+        if for_hub:
+            return dataclasses.replace(caller, via_hub=True)
         return dataclasses.replace(caller, via_broker=True) if from_broker else caller
 
     def _refuse(

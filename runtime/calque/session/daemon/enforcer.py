@@ -33,7 +33,7 @@ from calque.session.daemon.idle import idle_watch
 from calque.session.daemon.inventory import processes_on
 from calque.session.daemon.mpsdaemons import MpsWatch
 from calque.session.daemon.nodes import end_session, reassert_nodes
-from calque.session.daemon.notices import notify_terminals
+from calque.session.daemon.notices import notify_server_logs, notify_terminals
 from calque.session.daemon.rows import Held, ts
 
 log = logging.getLogger("calque.session")
@@ -176,8 +176,11 @@ class Enforcer:
         pids = processes_on(self.host.reader, h.slice, h.session.uid) if first else []
         signalled = signal_pids(pids, h.session.uid, self._notice_sig) if first else []
         ttys = notify_terminals(h.session.uid, msg)
+        logs = notify_server_logs(self.host.cgroups.pids(h.session.id), h.session.uid, h.session.id, msg)
         self.host.registry.mark_notice(h.session.id, sent)
-        self.host.audit.record("notice", h, by_uid=0, reason=f"{left} s left", pids=signalled, terminals=ttys)
+        self.host.audit.record(
+            "notice", h, by_uid=0, reason=f"{left} s left", pids=signalled, terminals=ttys, server_logs=logs
+        )
 
     def _start_reclaim(self, h: Held, reason: str, event: str, audit: dict[str, Any] | None = None) -> None:
         with self._lock:

@@ -27,6 +27,7 @@ class Caller:
     admin: bool
     groups: frozenset[str] = frozenset()
     via_broker: bool = False  # the institution's broker asked for this user (``door.py``)
+    via_hub: bool = False  # the institution's JupyterHub asked for this user (``notebook`` and its few ops only)
 
 
 def user_name(uid: int) -> str:

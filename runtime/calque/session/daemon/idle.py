@@ -34,7 +34,7 @@ from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Identities
 from calque.session.daemon.idlemail import IdleMail
 from calque.session.daemon.inventory import pids_on
-from calque.session.daemon.notices import notify_terminals
+from calque.session.daemon.notices import notify_server_logs, notify_terminals
 from calque.session.daemon.rows import Held, ts
 
 log = logging.getLogger("calque.session")
@@ -203,6 +203,7 @@ class IdleWatch:
             "gets busy (`calque session extend` does not reset the idle clock)"
         )
         ttys = notify_terminals(h.session.uid, msg)
+        notify_server_logs(self.host.cgroups.pids(h.session.id), h.session.uid, h.session.id, msg)
         self.host.registry.mark_idle_notice(h.session.id)
         self.host.audit.record("idle_notice", h, by_uid=0, reason=f"{left:.0f} s left unless active", terminals=ttys)
         if self.mail is not None:  # after the notice is marked: a mail that fails is never sent twice

@@ -52,3 +52,31 @@ def notify_terminals(uid: int, message: str) -> int:
             if wrote is not None:
                 seen.add(wrote)
     return len(seen)
+
+
+def notify_server_logs(pids: list[int], uid: int, session_id: str, message: str) -> int:
+    """Append ``message`` to the log of each notebook server among ``pids`` (the session's cgroup): the
+    file its stderr is, reopened through ``/proc/PID/fd/2`` (the very file, never a path name), only
+    when it is a regular file the holder owns, named as ``notebook.py`` names the server's log. So the
+    notebook's user reads the expiry and idle warnings in the server's log too; returns how many."""
+    data = f"[calque session] {message}\n".encode()
+    name = f"notebook-{session_id}.log"
+    seen: set[tuple[int, int]] = set()
+    for pid in pids:
+        path = f"/proc/{pid}/fd/2"
+        try:
+            if os.path.basename(os.readlink(path)) != name:
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid and (st.st_dev, st.st_ino) not in seen:
+                os.write(fd, data)
+                seen.add((st.st_dev, st.st_ino))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return len(seen)

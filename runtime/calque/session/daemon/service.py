@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from calque.durations import parse_duration
+from calque.models.notebook import NotebookArgs
 from calque.models.session import (
     BudgetElsewhereArgs,
     BudgetOverrideArgs,
@@ -88,6 +89,11 @@ class Service:
         from calque.session.daemon.adopt import adopt  # the caller's process into the session's cgroup
 
         return adopt(self.host, c, self._own(c, args, "run in"))
+
+    def op_notebook(self, c: Caller, args: NotebookArgs) -> Any:
+        from calque.session.daemon.notebook import start_notebook  # the host's one command, as the holder
+
+        return start_notebook(self.host, c, self._own(c, args, "start a notebook in"), args).model_dump(mode="json")
 
     def op_checkout(self, c: Caller, args: CheckoutArgs) -> Any:
         door = self._door(c, args)

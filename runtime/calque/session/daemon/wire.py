@@ -64,8 +64,8 @@ def read_line(sock: socket.socket, max_bytes: int, timeout: float) -> bytes:
             raise RequestError("protocol", f"request larger than {max_bytes} bytes")
 
 
-# Operations that may wait on more than the registry: systemd (adopt), a long read (report, metrics).
-SLOW_OPS = frozenset({"adopt", "report", "metrics", "ledger"})
+# Operations that may wait on more than the registry: systemd (adopt, notebook), a long read (report, metrics).
+SLOW_OPS = frozenset({"adopt", "notebook", "report", "metrics", "ledger"})
 
 
 _SLOW_NAMES = tuple(op.encode() for op in sorted(SLOW_OPS))
