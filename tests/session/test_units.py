@@ -17,7 +17,8 @@ from calque.cli.main import cli, run
 from calque.errors import InfrastructureError, UsageError
 from calque.models.session import Slice
 from calque.session.config import SessionConfig
-from calque.session.daemon.registry import NoFreeSlice, Registry, TooManySessions
+from calque.session.daemon.registry import Registry
+from calque.session.daemon.rows import NoFreeSlice, TooManySessions
 from calque.session.daemon.schema import USAGE_TABLE
 from calque.session.daemon.usage import usage_report
 from calque.session.daemon.wire import RequestError, parse_request, read_line

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from calque.models.session import Drain
 from calque.session.daemon.registry import Registry
-from calque.session.daemon.rows import Held, covering, drain_of
+from calque.session.daemon.rows import Held, covering, drain_of, held_of
 from calque.session.daemon.schema import HOST_WIDE
 
 # The live sessions a drain covers: every one for the host, else those on its GPU.
@@ -67,7 +67,7 @@ def drain(
         return row, live, moved
 
     row, live, moved = registry.transaction(op)
-    return Drained(drain_of(row), [Registry._held(r) for r in live], moved)
+    return Drained(drain_of(row), [held_of(r) for r in live], moved)
 
 
 def undrain(registry: Registry, gpu: int | None) -> list[Drain]:

@@ -3,6 +3,7 @@ checkout's transaction can answer (created, busy, too many), apart from the SQL 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -63,6 +64,37 @@ class Held:
     @property
     def created(self) -> float:
         return self.session.created_at.timestamp()
+
+
+def held_of(row: sqlite3.Row) -> Held:
+    """A ``sessions`` row as the daemon uses it."""
+    sl = slice_of(row["slice_json"])
+    env = json.loads(row["env_json"])
+    if "CALQUE_SESSION_EXPIRES" in env:  # the deadline as it is now, after any extension
+        env["CALQUE_SESSION_EXPIRES"] = ts(row["expires_at"]).isoformat()
+    s = Session(
+        id=row["id"],
+        slice_id=row["slice_id"],
+        kind=sl.kind,
+        profile=sl.profile,
+        gpu_index=sl.gpu_index,
+        uid=row["uid"],
+        gid=row["gid"],
+        user=row["user"],
+        created_at=ts(row["created_at"]),
+        expires_at=ts(row["expires_at"]),
+        notice_sent=bool(row["notice_sent"]),
+        ended_at=ts(row["ended_at"]) if row["ended_at"] is not None else None,
+        end_reason=row["end_reason"],
+        env=env,
+    )
+    return Held(
+        session=s,
+        slice=sl,
+        last_active=row["last_active"],
+        idle_notice=bool(row["idle_notice_sent"]),
+        notices=row["notice_sent"],
+    )
 
 
 @dataclass(frozen=True)
