@@ -4,4 +4,9 @@
 an institution's requests (every choice printed), ``institution.py`` is the institution's shape,
 ``launch.py`` starts it (real daemons, a real broker, real Unix users), ``driver.py`` replays the
 requests against it, ``report.py`` prints the figures.
+
+``python -m bench.replay.pools --trace PATH`` (parts 3-4): ``pool_demand.py`` turns the whole-GPU tasks
+into a pool's claims and fits hour-of-week warmth on earlier weeks only, ``pool_group_sim.py`` runs an
+Auto Scaling group on calque's own scaling documents, ``pool_modal.py`` models Modal, ``pool_figures.py``
+holds the modelled figures with their sources, ``pools.py`` prints the table at both ends of each range.
 """
