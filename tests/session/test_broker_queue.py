@@ -227,7 +227,7 @@ def test_a_schema_1_queue_keeps_its_requests_and_a_stranded_grant_ends_with_a_st
     path.chmod(0o600)
     s = Store(path)
     (row,) = s.live()
-    assert (row.id, row.state, row.host, row.granting_at) == ("req-old-0001", "granting", "hostA", None)
+    assert (row.id, row.state, row.host, row.granting_at, row.gpu) == ("req-old-0001", "granting", "hostA", None, None)
     with pytest.raises(TooManyQueued):
         s.submit(_req("req-new-0001", 1001, "a", 6.0), max_queued=1)
     assert s.expire_grant("req-old-0001", "host hostA did not answer").state == "expired"  # type: ignore[union-attr]
@@ -238,6 +238,6 @@ def test_a_schema_1_queue_keeps_its_requests_and_a_stranded_grant_ends_with_a_st
     assert s.prune(before=1e12) == 1
     s.close()
     db = sqlite3.connect(str(path))
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 4  # 4: requests.gpu, added on open
     assert db.execute("SELECT COUNT(*) FROM reservations").fetchone()[0] == 0  # schema 3's table, made on open
     db.close()

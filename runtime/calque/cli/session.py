@@ -160,7 +160,7 @@ def session() -> None:
 @session.command()
 @click.option("--profile", default=None, help="MIG profile to check out, e.g. 1g.24gb (any MIG slice if omitted).")
 @click.option("--mps", is_flag=True, help="Check out an MPS client slot instead of a MIG slice.")
-@click.option("--gpu", type=int, default=None, help="Only slices on this GPU index.")
+@click.option("--gpu", type=int, default=None, help="Only slices on this GPU index of this host (queued for it there).")
 @click.option("--ttl", default=None, help="How long to hold it, e.g. 30m or 2h (default: the host's default).")
 @click.option("--wait", is_flag=True, help="Wait for a slice to free up (with --anywhere: join the queue).")
 @click.option("--anywhere", is_flag=True, help="Any host of the institution with a free slice, through the broker.")

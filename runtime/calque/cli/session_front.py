@@ -89,8 +89,9 @@ def checkout_anywhere(
 
 def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co: Any) -> Session:
     """A plain ``checkout``: through the institution's queue while this host's daemon says its broker
-    answers (``door``), for this host's slices only, ``--wait`` being a place in that queue; from the
-    daemon itself on a host of no institution, in degraded mode (said on stderr), or with ``--direct``."""
+    answers (``door``), for this host's slices only (``--gpu``: that GPU's), ``--wait`` being a place
+    in that queue; from the daemon itself on a host of no institution, in degraded mode (said on
+    stderr), or with ``--direct``."""
     from calque.models.broker import AnywhereArgs
     from calque.session.client import verbs as core
     from calque.session.client.broker import MUNGE_SOCKET_ENV, BrokerAddress, BrokerClient
@@ -110,12 +111,9 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
         if reservation is not None:
             raise UsageError("--reservation is the institution's broker's: add --anywhere (or wait until it answers)")
         return core.checkout(client, direct=direct, progress=core.stderr, **co)
-    if co.get("gpu") is not None:
-        raise UsageError(
-            f"{door.host} takes checkouts through the institution's queue, which hands out slices, not GPUs: "
-            "leave out --gpu (or ask an admin for --direct)"
-        )
-    args = typed(AnywhereArgs, host=door.host, reservation=reservation, **{k: v for k, v in co.items() if k != "gpu"})
+    # --gpu N: that GPU's slices on this host, in the queue's order like any other (the broker checks
+    # the index against what the host lists before it queues anything).
+    args = typed(AnywhereArgs, host=door.host, reservation=reservation, **co)
     if broker_socket.is_socket():  # on the front-door host itself
         broker = BrokerClient(broker_socket)
     else:
@@ -124,7 +122,8 @@ def checkout_here(socket_path: Path, broker_socket: Path, *, direct: bool, **co:
         place = BrokerAddress(b.name, b.address, b.port, b.service_user, Path(munge) if munge else None)
         broker = BrokerClient(broker_socket, remote=place)
     if args.wait:
-        core.stderr(f"joining the institution's queue for a slice on {door.host} (`calque session queue`)")
+        on = door.host + (f" GPU {args.gpu}" if args.gpu is not None else "")
+        core.stderr(f"joining the institution's queue for a slice on {on} (`calque session queue`)")
     g = broker.anywhere(args, progress=core.stderr)
     if g.note:
         warn(g.note)
@@ -161,7 +160,7 @@ def _render_queue(entries: list[QueueEntry]) -> str:
             e.id,
             e.user,
             e.lab,
-            e.profile or e.kind,
+            (e.profile or e.kind) + (f" gpu {e.gpu}" if e.gpu is not None else ""),
             e.state,
             e.position if e.position is not None else "",
             utc_text(e.estimate, CLOCK) if e.estimate else ("" if e.state != "queued" else "unknown"),

@@ -75,7 +75,7 @@ class AnywhereArgs(CheckoutArgs):
     wait: StrictBool = False
     wait_timeout: Duration | None = None
     # A plain checkout on a host of the institution: that host's slices only (this host or wait for
-    # it, in the queue's order); None: any host.
+    # it, in the queue's order), with ``gpu`` that GPU's of it; None: any host (and no ``gpu``).
     host: Annotated[StrictStr, Field(min_length=1, max_length=253)] | None = None
     # A member's checkout under a class reservation (issue 38); None: the one under way for a group
     # of the caller's, if any, applies by itself.
@@ -87,7 +87,7 @@ class AnywhereArgs(CheckoutArgs):
             raise ValueError("--direct is a host's admin override; the broker's checkouts keep its queue")
         if self.request_id is not None and not _SAFE_ID.fullmatch(self.request_id):
             raise ValueError("request_id must be 8 to 64 letters, digits, '.', '_' or '-'")
-        if self.gpu is not None:
+        if self.gpu is not None and self.host is None:  # on a host of the institution: that host's GPU
             raise ValueError("--gpu names a GPU of one host; leave it out with --anywhere")
         if self.wait_timeout is not None:
             positive_seconds(self.wait_timeout, "--wait-timeout")
@@ -180,6 +180,7 @@ class QueueEntry(CalqueModel):
     session_id: str | None = None
     note: str | None = Field(None, description="why it waits, or why it ended (a request that ended ungranted)")
     reservation: str | None = Field(None, description="a member's, under this reservation: ahead of the queue")
+    gpu: int | None = Field(None, description="asked with --gpu on its host: that GPU's slices only")
 
 
 class HostView(CalqueModel):

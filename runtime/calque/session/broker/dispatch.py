@@ -266,7 +266,7 @@ class Dispatcher:
                     (
                         w
                         for w in queue
-                        if w.matches(sl.slice.kind, sl.slice.profile, view.name)
+                        if w.matches(sl.slice.kind, sl.slice.profile, view.name, sl.slice.gpu_index)
                         and busy_at.get((w.id, view.name)) != version
                         and not self.granter.refuses_now(w.id, view.name)
                         and (w.reservation is not None or spare.get(p, 1) > 0)
@@ -329,12 +329,12 @@ class Dispatcher:
                 self._busy_at[(row.id, host)] = version
             self.nudge(host)
 
-    def free_hosts(self, kind: str, profile: str | None, prefer: str | None) -> list[str]:
-        """Reachable hosts with a free matching slice: ``prefer`` (the user's last host) first, then
-        the emptiest (most free matching slices)."""
+    def free_hosts(self, kind: str, profile: str | None, prefer: str | None, gpu: int | None = None) -> list[str]:
+        """Reachable hosts with a free matching slice (on GPU ``gpu``, given): ``prefer`` (the user's
+        last host) first, then the emptiest (most free matching slices)."""
         scored = []
         for view in self.cache.views():
-            n = len(free_matching(view, kind, profile))
+            n = len(free_matching(view, kind, profile, gpu))
             if n:
                 scored.append((view.name != prefer, -n, view.name))
         return [name for _, _, name in sorted(scored)]

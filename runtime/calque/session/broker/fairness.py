@@ -35,10 +35,13 @@ class Waiting:
     enqueued_at: float
     host: str | None = None  # asked on a host of the institution: only that host's slices will do
     reservation: str | None = None  # a member's, under a reservation under way: ahead of the queue
+    gpu: int | None = None  # ``--gpu`` on its host (``host`` is set): only that GPU's slices will do
 
-    def matches(self, kind: str, profile: str, host: str | None = None) -> bool:
-        """Whether a free slice of ``kind``/``profile`` (on ``host``) would do for this request."""
+    def matches(self, kind: str, profile: str, host: str | None = None, gpu: int | None = None) -> bool:
+        """Whether a free slice of ``kind``/``profile`` (on ``host``, on its GPU ``gpu``) would do for this request."""
         if self.host is not None and host is not None and host != self.host:
+            return False
+        if self.gpu is not None and gpu is not None and gpu != self.gpu:
             return False
         return self.kind == kind and (self.profile is None or self.profile == profile)
 

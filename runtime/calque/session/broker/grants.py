@@ -51,6 +51,8 @@ def checkout_args(row: Row, queued: bool = False) -> dict[str, Any]:
         args["queued_since"] = float(row.enqueued_at)
     if row.profile is not None:
         args["profile"] = row.profile
+    if row.gpu is not None:  # `checkout --gpu N` on its host: that GPU's slice, none other
+        args["gpu"] = row.gpu
     if row.ttl is not None:
         args["ttl"] = row.ttl
     return args
@@ -147,7 +149,8 @@ class Granter:
         MPS slot whose daemon is down): the request waits, for another host or a later moment, as it
         would for a busy one. With one offered, the refusal is of the request itself."""
         view, _ = self.cache.refresh(host)
-        return bool(matching(view, row.kind, row.profile)) and not free_matching(view, row.kind, row.profile)
+        wanted = (row.kind, row.profile, row.gpu)
+        return bool(matching(view, *wanted)) and not free_matching(view, *wanted)
 
     def refused_by(self, request_id: str) -> dict[str, str]:
         """The hosts that refused ``request_id`` itself, with their words."""
@@ -161,8 +164,13 @@ class Granter:
         return seen is not None and seen[1] == self.cache.version(host)
 
     def _refused_everywhere(self, row: Row) -> bool:
-        """Every host known to offer such a slice has refused this request (none could ever grant it)."""
-        offering = {v.name for v in self.cache.views() if matching(v, row.kind, row.profile)}
+        """Every host known to offer such a slice has refused this request (none could ever grant it);
+        for a request asked on one host (its ``only_host``), that host."""
+        offering = {
+            v.name
+            for v in self.cache.views()
+            if row.only_host in (None, v.name) and matching(v, row.kind, row.profile, row.gpu)
+        }
         return offering <= set(self.refused_by(row.id))
 
     def refusals_text(self, request_id: str) -> str:

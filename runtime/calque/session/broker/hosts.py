@@ -145,14 +145,21 @@ class HostCache:
             seen.sessions.add(session_id)
 
 
-def matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
-    return [s for s in view.slices if s.slice.kind == kind and (profile is None or s.slice.profile == profile)]
+def matching(view: HostView, kind: str, profile: str | None, gpu: int | None = None) -> list[SliceState]:
+    """The slices of ``kind`` (and ``profile``, and on GPU ``gpu``, when given) the host has, free or not."""
+    return [
+        s
+        for s in view.slices
+        if s.slice.kind == kind
+        and (profile is None or s.slice.profile == profile)
+        and (gpu is None or s.slice.gpu_index == gpu)
+    ]
 
 
-def free_matching(view: HostView, kind: str, profile: str | None) -> list[SliceState]:
+def free_matching(view: HostView, kind: str, profile: str | None, gpu: int | None = None) -> list[SliceState]:
     """The matching slices a checkout there could get: free, not on a drained GPU (or host), and not
     an MPS slot whose control daemon does not answer."""
-    return [s for s in matching(view, kind, profile) if offered(s)] if view.reachable else []
+    return [s for s in matching(view, kind, profile, gpu) if offered(s)] if view.reachable else []
 
 
 def offered(s: SliceState) -> bool:

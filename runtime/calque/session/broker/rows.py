@@ -10,7 +10,7 @@ from typing import Any
 from calque.errors import RefusedError
 from calque.session.broker.fairness import Waiting
 
-SCHEMA_VERSION = 3  # 2: requests.granting_at and only_host, the strays table; 3: reservations
+SCHEMA_VERSION = 4  # 2: requests.granting_at and only_host, the strays table; 3: reservations; 4: requests.gpu
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests(
   id TEXT PRIMARY KEY,
@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS requests(
   note TEXT,
   granting_at REAL,
   only_host TEXT,
-  reservation TEXT
+  reservation TEXT,
+  gpu INTEGER
 );
 CREATE UNIQUE INDEX IF NOT EXISTS requests_by_seq ON requests(seq);
 CREATE INDEX IF NOT EXISTS live_requests ON requests(state, seq) WHERE state IN ('queued', 'granting', 'held');
@@ -57,8 +58,8 @@ CREATE TABLE IF NOT EXISTS reservations(name TEXT PRIMARY KEY, body TEXT NOT NUL
 # (``models.reservation.Reservation`` as JSON, ``reservations.py``). All additive.
 # Columns an older file lacks, added on open: when its current grant began; the one host a checkout made
 # on a host of the institution asks for (that host or wait for it); the reservation a member's checkout
-# is made under (``holding.py``).
-ADDED_COLUMNS = (("granting_at", "REAL"), ("only_host", "TEXT"), ("reservation", "TEXT"))
+# is made under (``holding.py``); the GPU of ``only_host`` a ``checkout --gpu N`` there asks for.
+ADDED_COLUMNS = (("granting_at", "REAL"), ("only_host", "TEXT"), ("reservation", "TEXT"), ("gpu", "INTEGER"))
 # Ends nobody may have been told of (the client was gone, or its host silent): `queue` shows them a day.
 ENDED_UNGRANTED = ("expired", "dropped")
 
@@ -95,11 +96,12 @@ class Row:
     granting_at: float | None  # when its current grant began (the bound on a silent host counts from it)
     only_host: str | None = None  # a checkout made on a host of the institution: that host or wait for it
     reservation: str | None = None  # made under this reservation: ahead of the queue, within its window
+    gpu: int | None = None  # ``checkout --gpu N`` on ``only_host``: that GPU's slices only
 
     @property
     def waiting(self) -> Waiting:
         w = (self.id, self.seq, self.uid, self.user, self.lab, self.kind, self.profile, self.ttl, self.enqueued_at)
-        return Waiting(*w, host=self.only_host, reservation=self.reservation)
+        return Waiting(*w, host=self.only_host, reservation=self.reservation, gpu=self.gpu)
 
     @property
     def session(self) -> dict[str, Any] | None:
@@ -130,3 +132,4 @@ class NewRequest:
     only_host: str | None = None
     reservation: str | None = None
     note: str | None = None  # why its TTL is shorter than asked (holding.py)
+    gpu: int | None = None  # with only_host: that host's GPU

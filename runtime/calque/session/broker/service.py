@@ -25,12 +25,12 @@ from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
 from calque.session.broker.holding import MIN_TTL_S
-from calque.session.broker.hosts import HostCache, call_id, matching
+from calque.session.broker.hosts import HostCache, call_id, free_matching, matching
 from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.offers import busy_message, check_offered
 from calque.session.broker.reservations import Reservations
 from calque.session.broker.rows import ENDED_UNGRANTED
 from calque.session.broker.store import NewRequest, Row, Store
-from calque.timefmt import utc_text
 
 WAIT_TICK_S = 0.25  # how often a waiting thread looks whether its client is still there
 ENDED_SHOWN_S = 86400.0  # how long `queue` shows a request that ended with nobody told
@@ -72,7 +72,7 @@ class BrokerService:
         assert args.request_id is not None
         kind, profile = args.kind, args.profile
         if row is None:
-            self._check_offered(kind, profile, args.host)
+            check_offered(self.cache, kind, profile, args.host, args.gpu)
             now = time.time()
             ttl = args_ttl(args)
             wait_for = positive_seconds(args.wait_timeout, "--wait-timeout") if args.wait_timeout is not None else None
@@ -104,6 +104,7 @@ class BrokerService:
                 only_host=args.host,
                 reservation=under.reservation.name if under is not None else None,
                 note=note if not held else None,
+                gpu=args.gpu,
             )
             ahead = [
                 w
@@ -111,10 +112,13 @@ class BrokerService:
                 if w.kind == kind
                 and (w.profile in (None, profile) or profile is None)
                 and (under is None or w.reservation is not None)  # a member goes ahead of the rest
+                and (args.gpu is None or w.gpu in (None, args.gpu))  # one for another GPU is not ahead
             ]
-            free = self.dispatcher.free_hosts(kind, profile, self.store.last_host(c.uid)) if not held else []
-            # A free slice goes to those already waiting for it first: a host any of them would take.
-            hosts = [h for h in free if args.host in (None, h) and not any(w.only_host in (None, h) for w in ahead)]
+            last = self.store.last_host(c.uid)
+            free = self.dispatcher.free_hosts(kind, profile, last, args.gpu) if not held else []
+            hosts = [
+                h for h in free if args.host in (None, h) and not self._contested(h, ahead, kind, profile, args.gpu)
+            ]
             if hosts:
                 row = self._direct(req, hosts)
             elif args.wait:
@@ -122,8 +126,15 @@ class BrokerService:
                 self.dispatcher.nudge()
             else:
                 why = "; the free ones are held for a reservation under way" if held else ""
-                raise NothingFreeError(self._busy_message(kind, profile, len(ahead)) + why)
+                raise NothingFreeError(busy_message(self.cache, kind, profile, len(ahead), args.host, args.gpu) + why)
         return self._outcome(row, alive)
+
+    def _contested(self, host: str, ahead: list[Row], kind: str, profile: str | None, gpu: int | None) -> bool:
+        """Whether a request already waiting would take a free matching slice of ``host`` (of its GPU
+        ``gpu``, given): a free slice goes to those waiting for it first. One waiting for another GPU
+        of the host does not want these."""
+        gpus = {s.slice.gpu_index for s in free_matching(self.cache.view(host), kind, profile, gpu)}
+        return any(w.only_host in (None, host) and (w.gpu is None or w.gpu in gpus) for w in ahead)
 
     def _lab(self, c: Caller, asked: str | None) -> str:
         """The lab the request queues for and is billed to: ``--lab`` if the caller is in its groups."""
@@ -182,7 +193,7 @@ class BrokerService:
             if deadline is not None and time.time() >= deadline and row.state == "queued":
                 if self.store.finish(row.id, "timedout", "waited past --wait-timeout", only=("queued",)) is not None:
                     waited = time.time() - row.enqueued_at
-                    raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
+                    raise NothingFreeError(f"{self._busy(row)} (waited {waited:.1f} s)")
                 continue
             past = deadline is not None and time.time() >= deadline
             if (not row.wait or past) and row.state == "granting" and not self.granter.busy_with(row.id):
@@ -199,13 +210,14 @@ class BrokerService:
         note = row.note or ""
         if row.state == "timedout":  # the loop's timer may get there before this thread does
             waited = time.time() - row.enqueued_at
-            raise NothingFreeError(f"{self._busy_message(row.kind, row.profile, 0)} (waited {waited:.1f} s)")
+            raise NothingFreeError(f"{self._busy(row)} (waited {waited:.1f} s)")
         if row.state == "refused" and note.startswith("busy"):
             refused = note.partition("; refused by ")[2]
-            raise NothingFreeError(
-                self._busy_message(row.kind, row.profile, 0) + (f"; refused by {refused}" if refused else "")
-            )
+            raise NothingFreeError(self._busy(row) + (f"; refused by {refused}" if refused else ""))
         raise RefusedError(f"request {row.id} is {row.state}" + (f": {note}" if note else ""))
+
+    def _busy(self, row: Row) -> str:
+        return busy_message(self.cache, row.kind, row.profile, 0, row.only_host, row.gpu)
 
     @staticmethod
     def _grant(row: Row) -> Grant:
@@ -213,39 +225,6 @@ class BrokerService:
         note = row.note if row.note and row.note.startswith(("TTL capped", "under reservation ")) else None
         session = Session.model_validate(row.session)
         return Grant(request_id=row.id, host=row.host, session=session, note=note, reservation=row.reservation)
-
-    def _check_offered(self, kind: str, profile: str | None, host: str | None = None) -> None:
-        if host is not None and host not in self.cache.links:
-            raise UsageError(f"no host {host} in the institution; hosts: {', '.join(self.cache.names)}")
-        views = [v for v in self.cache.views() if v.seen_at is not None and host in (None, v.name)]
-        if views and not any(matching(v, kind, profile) for v in views):
-            have = sorted({f"{s.slice.profile} ({v.name})" for v in views for s in v.slices})
-            what = f"{kind.upper()} slice" + (f" of profile {profile}" if profile else "")
-            raise UsageError(f"no host of the institution offers a {what}; they offer: {', '.join(have) or 'nothing'}")
-
-    def _busy_message(self, kind: str, profile: str | None, queued: int) -> str:
-        parts = []
-        any_drained = any_down = False
-        for v in self.cache.views():
-            if not v.reachable:
-                parts.append(f"{v.name} does not answer")
-                continue
-            held = [s for s in matching(v, kind, profile) if s.busy]
-            held.sort(key=lambda s: s.busy_until.timestamp() if s.busy_until else float("inf"))
-            parts += [
-                f"{v.name}: {s.slice.id} ({s.slice.profile}) until {utc_text(s.busy_until, none='?')}" for s in held
-            ]
-            # Free slices the broker routes around: each drain once, saying who drained it and why.
-            drained = {s.drained.describe() for s in matching(v, kind, profile) if s.drained and not s.busy}
-            parts += [f"{v.name}: {d.replace('this host', v.name)}" for d in sorted(drained)]
-            # MPS slots whose control daemon does not answer: offered to nobody, each reason once.
-            down = {s.why_not or "its MPS daemon does not answer" for s in matching(v, kind, profile) if s.unavailable}
-            parts += [f"{v.name}: not offered: {d}" for d in sorted(down)]
-            any_drained, any_down = any_drained or bool(drained), any_down or bool(down)
-        ahead = f"; {queued} request(s) already queued for one" if queued else ""
-        where = "; ".join(parts) or "no host listed yet"
-        what = "busy" + (" or drained" if any_drained else "") + (" or unavailable" if any_down else "")
-        return f"every matching slice is {what}: {where}{ahead}; pass --wait to join the queue"
 
     # -- the queue ----------------------------------------------------------------------------------
 
@@ -275,6 +254,7 @@ class BrokerService:
                 session_id=row.session_id,
                 note=row.note if row.state in ENDED_UNGRANTED else None,
                 reservation=row.reservation,
+                gpu=row.gpu,
             )
             if row.state == "queued":
                 e.estimate = self._estimate(row, ordered)
@@ -293,7 +273,8 @@ class BrokerService:
         ends = sorted(
             s.busy_until
             for v in self.cache.views()
-            for s in matching(v, row.kind, row.profile)
+            if row.only_host in (None, v.name)  # asked on one host (and GPU): its slices only
+            for s in matching(v, row.kind, row.profile, row.gpu)
             if s.busy and s.busy_until
         )
         return ends[ahead] if ahead < len(ends) else None
