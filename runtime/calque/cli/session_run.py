@@ -45,6 +45,11 @@ def anywhere_options(f: Any) -> Any:
             click.option("--ttl", default=None, help="With --anywhere: how long to hold it, e.g. 2h."),
             click.option("--wait", is_flag=True, help="With --anywhere: join the queue when nothing is free."),
             click.option("--wait-timeout", type=DURATION, default=None, help="With --wait: give up after this long."),
+            click.option(
+                "--lab",
+                default=None,
+                help="With --anywhere: the lab to bill, of those your groups are in (default: the first).",
+            ),
         ]
     ):
         f = opt(f)
@@ -84,7 +89,7 @@ def _target(session_id: str | None, broker_socket: Path, co: dict[str, Any]) -> 
     anywhere = co.pop("anywhere")
     if not anywhere:
         if any(v for v in co.values()):
-            raise UsageError("--profile, --mps, --ttl, --wait and --wait-timeout go with --anywhere")
+            raise UsageError("--profile, --mps, --ttl, --wait, --wait-timeout and --lab go with --anywhere")
         if session_id is None or "@" not in session_id:
             return None
         sid, host = session_id.split("@", 1)
