@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -181,12 +182,16 @@ class Broker:
         return entries
 
 
-def make_host(root: Path, name: str, slices: int, probe: User, port: int, munged: Munged | None = None) -> Host:
-    """A host of ``slices`` 1g.5gb MIG slices on an A100; ``-N``: an L4 with N MPS slots instead."""
+def make_host(
+    root: Path, name: str, slices: int, probe: User, port: int, munged: Munged | None = None, gpus: int = 1
+) -> Host:
+    """A host of ``slices`` 1g.5gb MIG slices on an A100 (on each of ``gpus`` A100s); ``-N``: an L4
+    with N MPS slots instead."""
     d = root / name
     d.mkdir(mode=0o755)
-    sim = SimGpu.create(d / "gpus.json", ["A100-40GB" if slices > 0 else "L4-24GB"], mig=slices > 0, root=d / "root")
-    migs = sim.create_instances(0, ["1g.5gb"] * slices) if slices > 0 else []
+    cards = ["A100-40GB" if slices > 0 else "L4-24GB"] * (gpus if slices > 0 else 1)
+    sim = SimGpu.create(d / "gpus.json", cards, mig=slices > 0, root=d / "root")
+    migs = [m for i in range(len(cards)) for m in sim.create_instances(i, ["1g.5gb"] * slices)] if slices > 0 else []
     for p in [d / "root", *(d / "root").rglob("*")]:
         if p.is_dir():
             p.chmod(0o755)
@@ -201,8 +206,9 @@ def make_host(root: Path, name: str, slices: int, probe: User, port: int, munged
 
 
 @contextmanager
-def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Iterator[Broker]:
-    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices), started; a broker over them, not started."""
+def institution(make_user: Callable[..., User], slices: dict[str, int], gpus: int = 1) -> Iterator[Broker]:
+    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices on each of ``gpus`` A100s),
+    started; a broker over them, not started."""
     root = Path(tempfile.mkdtemp(prefix="calque-inst-", dir="/tmp"))
     root.chmod(0o755)
     probe = make_user()
@@ -211,7 +217,7 @@ def institution(make_user: Callable[..., User], slices: dict[str, int]) -> Itera
     if MUNGED is not None:
         (root / "munge-institution").mkdir()
         munged = start_munged(root / "munge-institution")
-    hosts = {name: make_host(root, name, n, probe, port, munged) for name, n in slices.items()}
+    hosts = {name: make_host(root, name, n, probe, port, munged, gpus) for name, n in slices.items()}
     python, env = _user_python(probe)
     b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port, munged=munged)
     b.dir.mkdir(mode=0o755)
@@ -269,3 +275,28 @@ def over_tcp(broker: Broker, labs: list[dict[str, Any]] | None = None, hub: str 
         broker.stop()
         stop_munged(hosts_munged)
         stop_munged(brokers_munged)
+
+
+def stand_in_ssh(broker: Broker) -> tuple[dict[str, str], Path]:
+    """``ssh -t HOST CMD`` on one machine: CMD run here by sh against HOST's session socket, and the
+    call logged. Only the transport is stood in; calque on "HOST" is the real CLI on its real daemon."""
+    bin_dir = broker.dir / "bin"
+    bin_dir.mkdir(mode=0o755)
+    log = broker.dir / "ssh.log"
+    log.touch()
+    log.chmod(0o666)
+    calque = bin_dir / "calque"
+    calque.write_text(f'#!/bin/sh\nexec {shlex.join(broker.python)} -c {shlex.quote(CLI)} "$@"\n')
+    ssh = bin_dir / "ssh"
+    sockets = " ".join(f"{n}={h.socket}" for n, h in broker.hosts.items())
+    ssh.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = -t ] || exit 97\n'
+        f'host=$2; shift 2; echo "-t $host $*" >> {log}\n'
+        f'for kv in {sockets}; do [ "${{kv%%=*}}" = "$host" ] && export CALQUE_SESSION_SOCKET="${{kv#*=}}"; done\n'
+        'exec sh -c "$*"\n'
+    )
+    for p in (calque, ssh):
+        p.chmod(0o755)
+    env = {**broker.cli_env(), "CALQUE_SSH": str(ssh), "PATH": f"{bin_dir}:{broker.env['PATH']}"}
+    return env, log

@@ -15,7 +15,7 @@ import pytest
 from support.waits import HANG_S
 
 from .conftest import CLI, User
-from .institution import Broker, institution
+from .institution import Broker, institution, stand_in_ssh
 from .munged import Munged, start_munged, stop_munged
 
 pytestmark = pytest.mark.skipif(shutil.which("munged") is None, reason="munge is not installed")
@@ -216,33 +216,6 @@ def test_an_answer_not_sealed_by_the_brokers_user_is_not_believed(make_user: Cal
             stop_munged(m)
 
 
-def _stand_in_ssh(broker: Broker) -> tuple[dict[str, str], Any]:
-    """``ssh -t HOST CMD`` on one machine: CMD run here by sh against HOST's session socket, and the
-    call logged. Only the transport is stood in; calque on "HOST" is the real CLI on its real daemon."""
-    import shlex
-
-    bin_dir = broker.dir / "bin"
-    bin_dir.mkdir(mode=0o755)
-    log = broker.dir / "ssh.log"
-    log.touch()
-    log.chmod(0o666)
-    calque = bin_dir / "calque"
-    calque.write_text(f'#!/bin/sh\nexec {shlex.join(broker.python)} -c {shlex.quote(CLI)} "$@"\n')
-    ssh = bin_dir / "ssh"
-    sockets = " ".join(f"{n}={h.socket}" for n, h in broker.hosts.items())
-    ssh.write_text(
-        "#!/bin/sh\n"
-        '[ "$1" = -t ] || exit 97\n'
-        f'host=$2; shift 2; echo "-t $host $*" >> {log}\n'
-        f'for kv in {sockets}; do [ "${{kv%%=*}}" = "$host" ] && export CALQUE_SESSION_SOCKET="${{kv#*=}}"; done\n'
-        'exec sh -c "$*"\n'
-    )
-    for p in (calque, ssh):
-        p.chmod(0o755)
-    env = {**broker.cli_env(), "CALQUE_SSH": str(ssh), "PATH": f"{bin_dir}:{broker.env['PATH']}"}
-    return env, log
-
-
 def test_run_and_shell_anywhere_go_to_the_granted_host_over_ssh(make_user: Callable[..., User]) -> None:
     import subprocess
 
@@ -252,7 +225,7 @@ def test_run_and_shell_anywhere_go_to_the_granted_host_over_ssh(make_user: Calla
         broker.write_institution()
         broker.start()
         alice, bob = make_user(), make_user()
-        env, log = _stand_in_ssh(broker)
+        env, log = stand_in_ssh(broker)
 
         def calque(user: User, *args: str) -> subprocess.CompletedProcess[str]:
             cmd = as_user(user, [*broker.python, "-c", CLI, *args])

@@ -61,12 +61,13 @@ def queued_hosts(
     bound: float,
     hosts: dict[str, int],
     labs: list[dict[str, Any]] | None = None,
+    gpus: int = 1,
     **config: Any,
 ) -> Iterator[Broker]:
-    """An institution whose hosts' institution.yaml names the broker (and ``labs``); hosts restarted
-    with a ``degraded_after`` of ``bound`` seconds (and ``config``); the broker started, polling and
-    reading the hosts' sessions every half second."""
-    with institution(make_user, hosts) as b:
+    """An institution whose hosts' institution.yaml names the broker (and ``labs``); hosts (of
+    ``gpus`` GPUs each) restarted with a ``degraded_after`` of ``bound`` seconds (and ``config``); the
+    broker started, polling and reading the hosts' sessions every half second."""
+    with institution(make_user, hosts, gpus) as b:
         broker = {"address": "127.0.0.1", "port": b.port, "service_user": "root"}
         b.write_institution(broker=broker, labs=labs or [])
         (b.dir / "institution.yaml").chmod(0o644)

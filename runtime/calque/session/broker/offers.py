@@ -31,14 +31,14 @@ def check_offered(
             raise UsageError(why + " (`calque session list` shows them)")
     if not any(matching(v, kind, profile, gpu) for v in views):
         on = f" on GPU {gpu}" if gpu is not None else ""
-        have = sorted({f"{s.slice.profile} ({v.name}, gpu {s.slice.gpu_index})" for v in views for s in v.slices})
+        offer = sorted({f"{s.slice.profile} ({v.name}, gpu {s.slice.gpu_index})" for v in views for s in v.slices})
         what = f"{kind.upper()} slice" + (f" of profile {profile}" if profile else "") + on
         who = (
             f"{host} offers no {what}; it offers"
             if host is not None
             else f"no host of the institution offers a {what}; they offer"
         )
-        raise UsageError(f"{who}: {', '.join(have) or 'nothing'}")
+        raise UsageError(f"{who}: {', '.join(offer) or 'nothing'}")
 
 
 def busy_message(
