@@ -27,7 +27,7 @@ from calque.cli.main import cli
 from calque.ledger.events import Window
 from calque.ledger.gate import lab_pools_spend
 from calque.ledger.instance_records import read_records
-from calque.ledger.pools import spec_usage
+from calque.ledger.pool_usage import spec_usage
 from calque.models import PoolSpec
 from calque.models.instance_usage import UsagePlace, usage_prefix
 from calque.models.pool_names import USAGE_TAG

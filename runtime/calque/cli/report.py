@@ -23,7 +23,7 @@ from calque.cli.session_front import broker_socket_option
 from calque.timefmt import utc_moment
 
 if TYPE_CHECKING:
-    from calque.ledger.pools import PoolLedger
+    from calque.ledger.pool_usage import PoolLedger
     from calque.models.ledger import HostLedger, LabSpend, LedgerKey, Reconciliation
     from calque.session.client.connection import SessionClient
 
@@ -110,7 +110,7 @@ def _pool(
     path: Path, start: float, until: float, reconcile: bool
 ) -> tuple[str, datetime, PoolLedger, Reconciliation | None]:
     from calque.ledger.events import Window
-    from calque.ledger.pools import spec_usage
+    from calque.ledger.pool_usage import spec_usage
     from calque.ledger.reconcile import reconcile_spec
     from calque.pool.spec import load_spec
 
