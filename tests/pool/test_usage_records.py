@@ -24,8 +24,8 @@ from calque.aws.imds import Imds
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.cli.main import cli
+from calque.ledger.budget_gate import lab_pools_spend
 from calque.ledger.events import Window
-from calque.ledger.gate import lab_pools_spend
 from calque.ledger.instance_records import read_records
 from calque.ledger.pool_usage import spec_usage
 from calque.models import PoolSpec
