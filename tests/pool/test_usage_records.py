@@ -33,8 +33,8 @@ from calque.models.instance_usage import UsagePlace, usage_prefix
 from calque.models.pool_names import USAGE_TAG
 from calque.models.warmth import ReadyMark
 from calque.pool.worker.instance import AsgInstance
+from calque.pool.worker.instance_ready import source_key, warm_up
 from calque.pool.worker.usage import PROC_ENV, InstanceUsage, RecordedInstance, boot_time
-from calque.pool.worker.warmup import source_key, warm_up
 from click.testing import CliRunner
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends

@@ -1,4 +1,5 @@
-"""``calque pool warm-up`` (on an instance: up to "ready", the launching hook) and ``calque pool prewarm``."""
+"""The EC2 warm pool's two commands: ``calque pool warm-up`` (on an instance: up to "ready", the warm pool's
+launching hook) and ``calque pool prewarm`` (scheduled warmth)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def warm_up(spec_path: str, wait_in_service: bool, as_json: bool) -> None:
     of the warm pool repeats nothing.
     """
     from calque.pool.spec import load_spec
-    from calque.pool.worker.warmup import warm_up as run
+    from calque.pool.worker.instance_ready import warm_up as run
 
     report = run(load_spec(spec_path), wait_in_service=wait_in_service)
     if as_json:
