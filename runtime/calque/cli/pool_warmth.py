@@ -64,12 +64,12 @@ def prewarm(
     The group's minimum becomes --instances --lead before --at (UTC) and returns to its own minimum
     --for later. Recurring windows belong in inventory (calque_pool_schedule).
     """
-    from calque.aws.acquire.schedule import prewarm as run
-    from calque.ops.base import AwsSession
+    from calque.aws.acquire.schedule import prewarm_pool
 
-    aws = AwsSession(region=region, endpoint_url=endpoint_url, profile=profile)
-    start = at.replace(tzinfo=timezone.utc)
-    report = run(aws.client("autoscaling"), aws.client("ec2"), pool_name, start, duration, instances, lead)
+    start = at.replace(tzinfo=timezone.utc)  # click reads a naive time; --at is UTC
+    report = prewarm_pool(
+        pool_name, start, duration, instances, lead, region=region, endpoint_url=endpoint_url, profile=profile
+    )
     if as_json:
         click.echo(report.model_dump_json())
         return
