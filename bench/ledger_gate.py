@@ -29,12 +29,12 @@ from pathlib import Path
 import yaml
 from calque.gpu.sim import SimGpu
 from calque.ledger.budgets import lab_spend, month_start
-from calque.ledger.events import utc
 from calque.models.institution import Lab, LabBudget
 from calque.session.config import load_config
 from calque.session.daemon.host import Host
 from calque.session.daemon.ledger import host_events, spend_of
 from calque.session.daemon.schema import INSERT_USAGE
+from calque.timefmt import utc_moment
 
 DAY = 86400.0
 
@@ -82,10 +82,10 @@ def main() -> None:
     now = time.time()
     host = _host(d, a.sessions, now)
     lab = Lab(name="lab-a", groups=["root"], budget=LabBudget(gpu_hours=100))
-    start = month_start(utc(now)).timestamp()
+    start = month_start(utc_moment(now)).timestamp()
     try:
         ours = _median(lambda: spend_of(host, lab, now), a.repeat)
-        base = _median(lambda: lab_spend(lab, host_events(host, start, now), utc(now)), a.repeat)
+        base = _median(lambda: lab_spend(lab, host_events(host, start, now), utc_moment(now)), a.repeat)
     finally:
         host.close()
         shutil.rmtree(d, ignore_errors=True)

@@ -24,17 +24,17 @@ from calque.aws.imds import Imds
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.cli.main import cli
+from calque.ledger.budget_gate import lab_pools_spend
 from calque.ledger.events import Window
-from calque.ledger.gate import lab_pools_spend
 from calque.ledger.instance_records import read_records
-from calque.ledger.pools import spec_usage
+from calque.ledger.pool_usage import spec_usage
 from calque.models import PoolSpec
 from calque.models.instance_usage import UsagePlace, usage_prefix
 from calque.models.pool_names import USAGE_TAG
 from calque.models.warmth import ReadyMark
 from calque.pool.worker.instance import AsgInstance
+from calque.pool.worker.instance_ready import source_key, warm_up
 from calque.pool.worker.usage import PROC_ENV, InstanceUsage, RecordedInstance, boot_time
-from calque.pool.worker.warmup import source_key, warm_up
 from click.testing import CliRunner
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends

@@ -173,7 +173,7 @@ def test_a_warmed_instance_continues_only_once_ready_and_a_later_start_repeats_n
     assert (tmp_path / "build.log").read_text() == "built\n"  # nothing repeated
     os.environ["CALQUE_READY_MARK"] = env["CALQUE_READY_MARK"]
     try:
-        from calque.pool.worker.warmup import skip_built
+        from calque.pool.worker.instance_ready import skip_built
 
         local = next((state / "workloads").rglob("embedder.py"))
         worker_view = skip_built(load_workload(f"{local}::Embedder"))

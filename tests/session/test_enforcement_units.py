@@ -12,10 +12,10 @@ import pytest
 from calque.gpu.sim import SimGpu
 from calque.models import GpuProcess
 from calque.session.config import SessionConfig
+from calque.session.daemon.acceptor import TURN, Conn, FairQueue
 from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.enforcer import Enforcer
-from calque.session.daemon.frontdoor import DOOR, Conn, FairQueue
 from calque.session.daemon.guard import NodeGuard
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller
@@ -27,7 +27,7 @@ from support.waits import HANG_S
 
 def test_fair_queue_serves_uids_round_robin() -> None:
     q = FairQueue()
-    assert q.next() is DOOR  # held from here on: the rest are requests
+    assert q.next() is TURN  # held from here on: the rest are requests
     for i in range(5):
         q.stash(1000, (_conn(1000, True), f"mallory-{i}".encode()))
     q.stash(1001, (_conn(1001, True), b"alice"))
@@ -51,16 +51,16 @@ def _wait_idle(q: FairQueue, n: int) -> None:
         time.sleep(0.001)
 
 
-def test_the_door_holder_serves_a_quick_request_itself_and_passes_the_door_with_a_slow_one() -> None:
+def test_the_turn_holder_serves_a_quick_request_itself_and_passes_the_turn_with_a_slow_one() -> None:
     q = FairQueue()
-    assert q.next() is DOOR  # the first thread to ask holds the door
-    assert q.after_batch() == (None, True)  # nothing read: keep the door
+    assert q.next() is TURN  # the first thread to ask holds the turn
+    assert q.after_batch() == (None, True)  # nothing read: keep the turn
     quick = (_conn(1000, True), b"checkout")
     q.stash(1000, quick)
-    assert q.after_batch() == (quick, True)  # served by the holder, which keeps the door
+    assert q.after_batch() == (quick, True)  # served by the holder, which keeps the turn
     slow = (_conn(1000, False), b"adopt")
     q.stash(1000, slow)
-    assert q.after_batch() == (None, True)  # nobody idle to take the door: the request waits
+    assert q.after_batch() == (None, True)  # nobody idle to take the turn: the request waits
     got: list[object] = []
 
     def take_two() -> None:
@@ -77,15 +77,15 @@ def test_the_door_holder_serves_a_quick_request_itself_and_passes_the_door_with_
     _wait_idle(q, 1)
     slow2 = (_conn(1001, False), b"adopt")
     q.stash(1001, slow2)
-    assert q.after_batch() == (slow2, False)  # the holder serves it, the idle thread takes the door
+    assert q.after_batch() == (slow2, False)  # the holder serves it, the idle thread takes the turn
     other.join(HANG_S)
-    assert got == [slow, DOOR]
+    assert got == [slow, TURN]
     assert q.after_batch() == (None, True)
 
 
 def test_a_closed_queue_releases_every_waiting_thread() -> None:
     q = FairQueue()
-    assert q.next() is DOOR
+    assert q.next() is TURN
     got: list[object] = []
     threads = [threading.Thread(target=lambda: got.append(q.next())) for _ in range(3)]
     for t in threads:
@@ -103,7 +103,7 @@ def test_only_requests_that_may_wait_on_more_than_the_registry_are_slow() -> Non
     assert not quick_request(b'{"v": 1, "op": "\\u0061dopt", "args": {}}')  # an escape spelling "adopt"
     for op in ("checkout", "checkin", "extend", "status", "list", "release", "ping", "whoami", "nonsense"):
         assert quick_request(json.dumps({"v": 1, "op": op, "args": {}}).encode())
-    # garbage is answered with an error at once: quick, and never an exception at the door
+    # garbage is answered with an error at once: quick, and never an exception at the acceptor
     for line in (b"", b"\xff\xfe", b"[" * 100_000, b'"adopt"', b'{"op": ["adopt"]}'):
         assert quick_request(line)
 

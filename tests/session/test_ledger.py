@@ -29,7 +29,7 @@ from calque.aws.store import RunStore
 from calque.gpu.sim import SimGpu
 from calque.ledger.events import Window
 from calque.ledger.instance_records import instance_spans, read_records
-from calque.ledger.pools import pool_summaries, pool_usage, spec_usage
+from calque.ledger.pool_usage import pool_summaries, pool_usage, spec_usage
 from calque.ledger.report import build_report, render_csv
 from calque.models import PoolSpec, Summary
 from calque.models.pool_names import pool_names

@@ -120,7 +120,7 @@ def user_data(
 from calque.cli.pool_iam import iam_policy  # noqa: E402
 from calque.cli.pool_list import pool_list  # noqa: E402
 from calque.cli.pool_runtime import stage_runtime  # noqa: E402
-from calque.cli.pool_warm import prewarm, warm_up  # noqa: E402
+from calque.cli.pool_warmth import prewarm, warm_up  # noqa: E402
 
 for _command in (pool_list, stage_runtime, iam_policy, warm_up, prewarm):
     pool.add_command(_command)

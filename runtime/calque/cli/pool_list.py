@@ -36,9 +36,6 @@ def _render(pools: PoolList) -> str:
 def pool_list(region: str | None, endpoint_url: str | None, profile: str | None, as_json: bool) -> None:
     """List the named pools in an account and region: a group's size and instances in service, a cohort's
     running instances (a pool of fixed instances, calque.gpu.ec2_cohort with pool:), the queue."""
-    from calque.aws.acquire.named_pools import list_pools
-    from calque.aws.clients import LazyClient
+    from calque.aws.acquire.named_pools import list_named_pools
 
-    where = {"region": region, "endpoint_url": endpoint_url, "profile": profile}
-    asg, sqs, ec2 = (LazyClient(service, **where) for service in ("autoscaling", "sqs", "ec2"))
-    emit(list_pools(asg, sqs, ec2), as_json, _render)
+    emit(list_named_pools(region=region, endpoint_url=endpoint_url, profile=profile), as_json, _render)

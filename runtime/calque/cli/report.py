@@ -10,7 +10,7 @@ activity history; ``--reconcile`` adds Cost Explorer's bill for its ``calque:poo
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -20,9 +20,10 @@ from calque.cli.options import json_option
 from calque.cli.output import emit, table
 from calque.cli.session import socket_option
 from calque.cli.session_front import broker_socket_option
+from calque.timefmt import utc_moment
 
 if TYPE_CHECKING:
-    from calque.ledger.pools import PoolLedger
+    from calque.ledger.pool_usage import PoolLedger
     from calque.models.ledger import HostLedger, LabSpend, LedgerKey, Reconciliation
     from calque.session.client.connection import SessionClient
 
@@ -83,16 +84,12 @@ def report(
         pools.append((name, taken_at, ledger.events))
         warnings += ledger.disagreements
         reconciled += [rec] if rec is not None else []
-    r = build_report(cast("LedgerKey", by), _utc(start), _utc(until), hosts, pools)
+    r = build_report(cast("LedgerKey", by), utc_moment(start), utc_moment(until), hosts, pools)
     r = r.model_copy(update={"warnings": warnings, "reconciled": reconciled})
     if as_csv:
         click.echo(render_csv(r), nl=False)
     else:
         emit(r, as_json, render_table)
-
-
-def _utc(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
 def _client(socket_path: Path) -> SessionClient:
@@ -113,14 +110,14 @@ def _pool(
     path: Path, start: float, until: float, reconcile: bool
 ) -> tuple[str, datetime, PoolLedger, Reconciliation | None]:
     from calque.ledger.events import Window
-    from calque.ledger.pools import spec_usage
+    from calque.ledger.pool_usage import spec_usage
     from calque.ledger.reconcile import reconcile_spec
     from calque.pool.spec import load_spec
 
     spec = load_spec(path)
     ledger = spec_usage(spec, Window(start, until))
     rec = reconcile_spec(spec, Window(start, until)) if reconcile else None
-    return spec.pool or spec.model, _utc(until), ledger, rec
+    return spec.pool or spec.model, utc_moment(until), ledger, rec
 
 
 @click.group()

@@ -8,7 +8,6 @@ host knows the caller by uid and decides by its own groups whether they may drai
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,31 +37,10 @@ munge_option = click.option(
 )
 
 
-def _is_here(host: str | None) -> bool:
-    if host is None:
-        return True
-    here = socket.gethostname()
-    return host in (here, here.split(".", 1)[0], socket.getfqdn())
-
-
 def _call(host: str | None, op: str, args: dict[str, Any], socket_path: Path, inst: Path, munge: Path | None) -> Any:
-    """``op`` on HOST's daemon: the local socket, or the institution's TCP path with munge."""
-    if _is_here(host):
-        from calque.session.client.connection import SessionClient
+    from calque.session.client.host_route import call_on_host  # on use: `calque session --help` stays light
 
-        return SessionClient(socket_path).call(op, **args)
-    from calque.errors import UsageError
-    from calque.session.institution import load_institution
-    from calque.session.remote import RemoteHost, new_request_id
-
-    assert host is not None
-    known = load_institution(inst)
-    entry = known.host(host)
-    if entry is None:
-        names = ", ".join(h.name for h in known.hosts) or "none"
-        raise UsageError(f"{host} is neither this host nor one of {inst}'s hosts ({names})")
-    remote = RemoteHost(entry.name, entry.address, entry.port, munge_socket=munge)
-    return remote.call(op, args, request_id=new_request_id())
+    return call_on_host(host, op, args, socket_path=socket_path, institution=inst, munge_socket=munge)
 
 
 def render_drained(d: Drained) -> str:

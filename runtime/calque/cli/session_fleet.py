@@ -9,7 +9,6 @@ service: scale-in protection while a session is live, the drain when the group e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,31 +18,6 @@ IMDS = "http://169.254.169.254"
 FLEET_GUARD = Path("/run/calque/fleet-guard")  # session/scalein.py: the daemon's and the helper's hand-over
 imds_option = click.option("--imds", default=IMDS, show_default=True, envvar="CALQUE_IMDS", help="The IMDSv2 endpoint.")
 class_option = click.option("--class", "fleet_class", required=True, help="The session-host class (teaching-rtx6000).")
-
-
-def _imds(endpoint: str) -> Any:
-    from calque.aws.imds import metadata_client
-    from calque.errors import UsageError
-
-    imds = metadata_client(endpoint)
-    if imds is None:
-        raise UsageError(f"offline: IMDS {endpoint} is not a loopback address")
-    return imds
-
-
-def _meta(imds: Any, path: str) -> str:
-    from calque.errors import InfrastructureError
-
-    value = imds.get(path)
-    if not value:
-        raise InfrastructureError(f"IMDS has no {path}: is this an EC2 instance?")
-    return str(value).strip()
-
-
-def _client(service: str, region: str | None, endpoint_url: str | None, profile: str | None) -> Any:
-    from calque.aws.clients import client
-
-    return client(service, region=region, endpoint_url=endpoint_url, profile=profile)
 
 
 @click.group()
@@ -64,14 +38,14 @@ def munge_key(
     from calque.aws.store import parse_s3_uri
     from calque.models.fleet import MungeKeySource
     from calque.ops.base import validated
-    from calque.session.fleet.mungekey import fetch_key, install_key
+    from calque.session.fleet.mungekey import install_key
+    from calque.session.fleet.this_host import ThisHost
 
     bucket, key = parse_s3_uri(s3_uri) if s3_uri else (None, None)
     source = validated(
         MungeKeySource, {"ssm_parameter": ssm_parameter, "s3_bucket": bucket, "s3_key": key}, "munge key"
     )
-    aws = "ssm" if source.ssm_parameter else "s3"
-    data = fetch_key(source, **{aws: _client(aws, region, endpoint_url, profile)})
+    data = ThisHost(region=region, endpoint_url=endpoint_url, profile=profile).munge_key(source)
     changed = install_key(data, path)
     click.echo(f"munge key {'installed at' if changed else 'unchanged at'} {path} ({len(data)} bytes)")
 
@@ -89,11 +63,12 @@ def host_config(template: Path, out: Path, port: int, imds: str) -> None:
 
     from calque.configfile import read_mapping
     from calque.session.config import SessionConfig
+    from calque.session.fleet.this_host import ThisHost
 
-    meta = _imds(imds)
+    here = ThisHost(imds)
     doc = read_mapping(template, "session config template", empty_ok=True)
-    doc["host_name"] = _meta(meta, "instance-id")
-    doc["listen_tcp"] = {"address": _meta(meta, "local-ipv4"), "port": port}
+    doc["host_name"] = here.instance_id
+    doc["listen_tcp"] = {"address": here.meta("local-ipv4"), "port": port}
     doc.setdefault("scale_in_guard", str(FLEET_GUARD))  # the helper's --guard: protection before a grant
     SessionConfig.model_validate(doc)  # what the daemon will read, checked before it is written
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,13 +89,13 @@ def register(
     """Register this host with the broker (an SSM parameter under its class's path)."""
     from calque.models.fleet import HostRegistration
     from calque.ops.base import validated
-    from calque.session.fleet.register import register as put
+    from calque.session.fleet.this_host import ThisHost
 
-    meta = _imds(imds)
-    iid = _meta(meta, "instance-id")
-    doc = {"name": iid, "address": _meta(meta, "local-ipv4"), "port": port, "offers": list(offers)}
+    here = ThisHost(imds, region=region, endpoint_url=endpoint_url, profile=profile)
+    iid = here.instance_id
+    doc = {"name": iid, "address": here.meta("local-ipv4"), "port": port, "offers": list(offers)}
     reg = validated(HostRegistration, {**doc, "fleet_class": fleet_class, "instance_id": iid}, "registration")
-    click.echo(f"registered {reg.name} at {put(_client('ssm', region, endpoint_url, profile), reg)}")
+    click.echo(f"registered {reg.name} at {here.register(reg)}")
 
 
 @fleet.command()
@@ -129,11 +104,11 @@ def register(
 @aws_options
 def deregister(fleet_class: str, imds: str, region: str | None, endpoint_url: str | None, profile: str | None) -> None:
     """Remove this host's registration (the broker stops routing to it)."""
-    from calque.session.fleet.register import deregister as drop
+    from calque.session.fleet.this_host import ThisHost
 
-    iid = _meta(_imds(imds), "instance-id")
-    gone = drop(_client("ssm", region, endpoint_url, profile), fleet_class, iid)
-    click.echo(f"{'deregistered' if gone else 'was not registered:'} {iid}")
+    here = ThisHost(imds, region=region, endpoint_url=endpoint_url, profile=profile)
+    gone = here.deregister(fleet_class)
+    click.echo(f"{'deregistered' if gone else 'was not registered:'} {here.instance_id}")
 
 
 @fleet.command()
@@ -157,46 +132,11 @@ def protect(
     region: str | None, endpoint_url: str | None, profile: str | None,
 ) -> None:  # fmt: skip
     """Keep this instance protected from scale-in while a session is live; drain when the group ends it."""
-    from calque.errors import UsageError
-    from calque.session.fleet import protect as p
-    from calque.session.fleet.register import deregister as drop
+    from calque.session.fleet.protect import serve
+    from calque.session.fleet.this_host import ThisHost
 
-    meta = _imds(imds)
-    iid = _meta(meta, "instance-id")
-    asg = _client("autoscaling", region, endpoint_url, profile)
-    found = p.find_group(asg, iid)
-    if found is None:
-        raise UsageError(f"{iid} is in no Auto Scaling group: nothing to protect")
-    host = p.FleetHost(asg, iid, found[0], found[1])
-
-    def live() -> int:
-        return p.live_sessions_of_daemon(socket_path)
-
-    def terminating() -> bool:
-        return bool(meta.get("autoscaling/target-lifecycle-state") == p.TERMINATING)
-
-    def leave() -> int:
-        ssm = _client("ssm", region, endpoint_url, profile)
-
-        def drain(by_s: float) -> bool:
-            # the call itself is quick; bounded by the wait so a hung one still leaves the hook in time
-            return p.run_drain_step(
-                p.drain_step(by_s, socket_path), timeout_s=min(60.0, p.drain_window(hold, every)[1])
-            )
-
-        return p.leave(
-            host, live, drain=drain, deregister=lambda: drop(ssm, fleet_class, iid), hold_s=hold, every=every
-        )
-
-    guarded = None
-    if guard is not None:
-        from calque.session.scalein import ScaleInGuard
-
-        g = ScaleInGuard(guard)
-        g.prepare()
-        # Asks older than this helper were answered by the one before it; a checkout waiting now asks
-        # again every few milliseconds.
-        guarded = p.Guarded(g, handled=g.marked_at("wanted"))
-        g.set_protected(bool(host.protected))  # the group's word at the start, before the first look
-    p.watch(host, live, terminating, leave, every=every, rounds=1 if once else None, guarded=guarded)
-    click.echo(f"{iid} in {host.group}: {'protected' if host.protected else 'not protected'} from scale-in")
+    here = ThisHost(imds, region=region, endpoint_url=endpoint_url, profile=profile)
+    host = serve(here, fleet_class, every=every, hold=hold, once=once, socket_path=socket_path, guard=guard)
+    click.echo(
+        f"{host.instance_id} in {host.group}: {'protected' if host.protected else 'not protected'} from scale-in"
+    )

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -28,7 +27,7 @@ from calque.gpu.migmodels import GpuMigState, GpuSuggestion, MigState, MigSugges
 from calque.gpu.placement import place
 from calque.gpu.replay import Ask, median, peak, refused
 from calque.models.mig_history import History, Refusal, Use
-from calque.timefmt import MINUTE, utc_text
+from calque.timefmt import MINUTE, utc_moment, utc_text
 
 CONFIG_NAME = "calque-suggested"
 DEFAULT_SESSION_S = 3600.0  # a refused ask never granted, of a profile with no session to measure
@@ -282,9 +281,9 @@ def _suggestion(
     return MigSuggestion(
         host=host,
         registry=history.path,
-        since=_dt(history.since),
-        until=_dt(history.until),
-        refusals_recorded_since=_dt(history.recorded_since) if history.recorded_since is not None else None,
+        since=utc_moment(history.since),
+        until=utc_moment(history.until),
+        refusals_recorded_since=utc_moment(history.recorded_since) if history.recorded_since is not None else None,
         changed=bool(changed),
         refusals_avoided=before_total - after_total,
         gpus=gpus,
@@ -293,10 +292,6 @@ def _suggestion(
         assumptions=list(ASSUMPTIONS),
         layout=layout,
     )
-
-
-def _dt(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
 def _reasons(history: History, profiles: Iterable[ProfileDemand], gpus: list[GpuSuggestion]) -> list[str]:

@@ -1,5 +1,5 @@
 """A lab's month-to-date use against its budget: the checkout gate, the 80 % notice and ``pool.yml``'s
-spend gate all read it here, so the rule (which events count, what the limit is) exists once.
+lab-budget gate all read it here, so the rule (which events count, what the limit is) exists once.
 
 A month is the calendar month in UTC. GPU-hours budgets count every event's GPU-seconds; dollar
 budgets count the events' EC2 prices (what the institution pays; Modal's price is for comparison).

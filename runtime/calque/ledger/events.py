@@ -9,15 +9,11 @@ counts only inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from calque.gpu.catalog import load_catalog
 from calque.ledger.prices import ec2_usd_per_gpu_hour, instance_card, instance_usd_per_hour, modal_usd_per_gpu_second
 from calque.models.ledger import UsageEvent, UsageSource
-
-
-def utc(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)
+from calque.timefmt import utc_moment
 
 
 def slice_fraction(card: str | None, kind: str, profile: str, active_thread_percentage: int | None = None) -> float:
@@ -77,8 +73,8 @@ def session_event(span: SessionSpan, window: Window) -> UsageEvent | None:
         user=span.user,
         profile=span.profile,
         card=span.card,
-        started_at=utc(a),
-        ended_at=utc(b),
+        started_at=utc_moment(a),
+        ended_at=utc_moment(b),
         seconds=b - a,
         gpu_fraction=span.gpu_fraction,
         gpu_seconds=gpu_s,
@@ -110,8 +106,8 @@ def pool_event(
         lab=lab_of_pool(pool),
         profile=instance_type,
         card=card,
-        started_at=utc(start),
-        ended_at=utc(end),
+        started_at=utc_moment(start),
+        ended_at=utc_moment(end),
         seconds=seconds,
         gpu_fraction=float(gpus),
         gpu_seconds=gpu_s,

@@ -14,7 +14,7 @@ from calque.aws.acquire.group import pool_groups
 from calque.ledger.budgets import month_start
 from calque.ledger.events import Window, lab_of_pool
 from calque.ledger.instance_records import instance_spans, read_records_at
-from calque.ledger.pools import pool_usage
+from calque.ledger.pool_usage import pool_usage
 from calque.models.ledger import UsageEvent
 from calque.models.pool_names import POOL_TAG, USAGE_TAG
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from calque.aws.errors import aws_errors
 from calque.ledger.events import Window
-from calque.ledger.pools import spec_usage
+from calque.ledger.pool_usage import spec_usage
 from calque.models import PoolSpec
 from calque.models.ledger import Reconciliation, UsageEvent
 from calque.models.pool_names import POOL_TAG

@@ -18,7 +18,7 @@ POOL_TAG = "calque:pool"
 delete a resource whose tag names another pool."""
 USAGE_TAG = "calque:usage"
 """Tag key on a pool's Auto Scaling group: the ``s3://`` prefix of its instances' usage records, so
-the ledger finds them from the group (``ledger/gate.py``)."""
+the ledger finds them from the group (``ledger/budget_gate.py``)."""
 
 MAX_POOL_NAME = 64
 _SEGMENT = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"

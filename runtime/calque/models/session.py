@@ -32,6 +32,7 @@ from calque.models.session_args import RequestArgs as RequestArgs
 from calque.models.session_args import SessionId as SessionId
 from calque.models.session_args import SessionRefArgs as SessionRefArgs
 from calque.models.versions import SESSION_PROTOCOL_VERSION
+from calque.timefmt import utc_text
 
 # A researcher's `calque session status` validates one or two of these models: each builds its
 # validator on first use, not when this module is imported (bench/cli_startup.py).
@@ -141,8 +142,8 @@ class Drain(CalqueModel):
     def describe(self) -> str:
         """One sentence for a refusal, naming where, who and why."""
         where = "this host" if self.gpu is None else f"GPU {self.gpu}"
-        until = f"; live sessions there end by {self.deadline:%Y-%m-%d %H:%M:%SZ}" if self.deadline else ""
-        return f"{where} is drained by {self.by_user} since {self.since:%Y-%m-%d %H:%M:%SZ}: {self.reason}{until}"
+        until = f"; live sessions there end by {utc_text(self.deadline)}" if self.deadline else ""
+        return f"{where} is drained by {self.by_user} since {utc_text(self.since)}: {self.reason}{until}"
 
 
 class SliceState(CalqueModel):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from calque.aws.acquire import Acquirer, Consent
-from calque.aws.acquire.gate import SPEND_FLAGS, TERMINATE_FLAGS
+from calque.aws.acquire.spend_gate import SPEND_FLAGS, TERMINATE_FLAGS
 from calque.errors import UsageError
 from calque.models.acquire import CohortInstance, CohortResult, CohortSpec, LaunchAttempt, LaunchOptions, Market
 from calque.models.base import CalqueModel

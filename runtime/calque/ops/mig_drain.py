@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from calque.errors import UsageError
 from calque.gpu.migmodels import MigPlan, SliceHolder, runnable
 from calque.ops.mig_sessions import SessionDaemon
+from calque.timefmt import CLOCK, utc_text
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WINDOW = re.compile(r"^\s*(\S+)\s+(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
@@ -132,7 +133,8 @@ class LayoutDrain:
                 return left
             ends = max((h.ends for h in left if h.ends), default=None)
             self.say(
-                f"waiting for {len(left)} session(s) to run out" + (f" (the last by {ends:%H:%M:%S}Z)" if ends else "")
+                f"waiting for {len(left)} session(s) to run out"
+                + (f" (the last by {utc_text(ends, CLOCK)})" if ends else "")
             )
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         return left
@@ -150,7 +152,7 @@ def predicted(gpus: list[int], plan: MigPlan, wait: float) -> list[str]:
     until = max((s.ends for s in waits if s.ends), default=None)
     out = [f"GPU {i}: drain (no new checkouts while its layout changes)" for i in gpus]
     if waits:
-        by = f", the last by {until:%Y-%m-%d %H:%M:%SZ}" if until else ""
+        by = f", the last by {utc_text(until)}" if until else ""
         limit = f"{timedelta(seconds=int(wait))}"
         out.append(f"wait up to {limit} for {len(waits)} session(s) on destroyed slices to run out{by}")
     return out

@@ -17,7 +17,7 @@ from typing import Any
 
 from calque.aws.acquire import group as grp
 from calque.aws.acquire import template as tpl
-from calque.aws.acquire.gate import (
+from calque.aws.acquire.spend_gate import (
     SPEND_FLAGS,
     TERMINATE_FLAGS,
     check_spend_limit,
@@ -27,7 +27,7 @@ from calque.aws.acquire.gate import (
 from calque.aws.acquire.validate import check_launch_inputs
 from calque.durations import parse_seconds
 from calque.errors import InfrastructureError, RefusedError
-from calque.ledger.gate import check_lab_budget
+from calque.ledger.budget_gate import check_lab_budget
 from calque.models.pool_names import ForeignPoolError, pool_names
 from calque.ops.base import Operation
 from calque.ops.outcome import Failure, Outcome

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from calque.aws.acquire import group as grp
 from calque.aws.acquire import template as tpl
-from calque.aws.acquire.gate import Consent
+from calque.aws.acquire.spend_gate import Consent
 from calque.models.acquire import LaunchOptions
 from calque.models.base import CalqueModel, PoolName
 from calque.models.institution import LabBudget

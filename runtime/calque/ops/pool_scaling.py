@@ -8,7 +8,6 @@ to a group that does. ``absent`` deletes the alarms, policies and hook and leave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -16,8 +15,8 @@ from pydantic import Field, model_validator
 from calque.aws.acquire.scaling import PoolScaling, ScalingSettings, ScalingState, desired_scaling
 from calque.models.base import CalqueModel, PoolName
 from calque.models.pool_names import pool_names
-from calque.ops.base import Operation, validated
-from calque.ops.outcome import Failure, Outcome
+from calque.ops.base import validated
+from calque.ops.scaling_op import ScalingOp, ScalingPlan
 
 
 class PoolScalingRequest(CalqueModel):
@@ -57,23 +56,10 @@ class PoolScalingResult(CalqueModel):
     lifecycle_hooks: list[str] = Field(default_factory=list)
 
 
-@dataclass
-class PoolScalingPlan:
-    request: PoolScalingRequest
-    scaling: PoolScaling
-    current: ScalingState
-    want: ScalingState | None  # None: absent
-    target: int | None
-
-    @property
-    def changed(self) -> bool:
-        return self.current.differs(self.want)
-
-    def actions(self) -> list[str]:
-        return self.current.actions_to(self.want)
+PoolScalingPlan = ScalingPlan[PoolScalingRequest]
 
 
-class PoolScalingOp(Operation[PoolScalingRequest, PoolScalingPlan, PoolScalingResult]):
+class PoolScalingOp(ScalingOp[PoolScalingRequest, PoolScalingResult]):
     name = "pool_scaling"
     Request = PoolScalingRequest
 
@@ -88,44 +74,23 @@ class PoolScalingOp(Operation[PoolScalingRequest, PoolScalingPlan, PoolScalingRe
         want = desired_scaling(names, settings)
         return PoolScalingPlan(request, scaling, scaling.read(want), want, settings.target)
 
-    def check(self, plan: PoolScalingPlan) -> Outcome[PoolScalingResult]:
-        outcome = self._outcome(plan, plan.actions(), check_mode=True)
-        if plan.want is not None and not plan.current.group_exists:
-            outcome.warnings.append(
-                f"no Auto Scaling group {plan.scaling.names.group} yet: the real run needs it "
-                "(calque.gpu.pool_group creates it first)"
-            )
-        return outcome
+    def no_group_warning(self, plan: PoolScalingPlan) -> str:
+        return (
+            f"no Auto Scaling group {plan.scaling.names.group} yet: the real run needs it "
+            "(calque.gpu.pool_group creates it first)"
+        )
 
-    def apply(self, plan: PoolScalingPlan) -> Outcome[PoolScalingResult]:
-        if not plan.changed:
-            return self._outcome(plan, [], check_mode=False)
-        if plan.want is None:
-            return self._outcome(plan, plan.scaling.remove(plan.current), check_mode=False)
-        if not plan.current.group_exists:
-            outcome = self._outcome(plan, [], check_mode=False)
-            outcome.changed = False
-            outcome.failure = Failure(
-                message=f"no Auto Scaling group {plan.scaling.names.group} for pool {plan.request.pool!r}: "
-                "create it first (calque.gpu.pool_group, playbooks/pool.yml), then set its scaling"
-            )
-            return outcome
-        return self._outcome(plan, plan.scaling.ensure(plan.current, plan.want), check_mode=False)
+    def no_group_failure(self, plan: PoolScalingPlan) -> str:
+        return (
+            f"no Auto Scaling group {plan.scaling.names.group} for pool {plan.request.pool!r}: "
+            "create it first (calque.gpu.pool_group, playbooks/pool.yml), then set its scaling"
+        )
 
-    def _outcome(self, plan: PoolScalingPlan, actions: list[str], *, check_mode: bool) -> Outcome[PoolScalingResult]:
-        after = plan.want or ScalingState(group_exists=plan.current.group_exists)
-        return Outcome[PoolScalingResult](
-            resource=self.name,
-            check_mode=check_mode,
-            changed=plan.changed,
-            before=plan.current.model_dump(exclude={"group_exists"}),
-            after=after.model_dump(exclude={"group_exists"}),
-            actions=actions,
-            result=PoolScalingResult(
-                group_name=plan.scaling.names.group,
-                target_backlog_per_instance=plan.target,
-                policies=sorted(after.policies),
-                alarms=sorted(after.alarms),
-                lifecycle_hooks=sorted(after.hooks),
-            ),
+    def result_for(self, plan: PoolScalingPlan, after: ScalingState) -> PoolScalingResult:
+        return PoolScalingResult(
+            group_name=plan.scaling.names.group,
+            target_backlog_per_instance=plan.target,
+            policies=sorted(after.policies),
+            alarms=sorted(after.alarms),
+            lifecycle_hooks=sorted(after.hooks),
         )

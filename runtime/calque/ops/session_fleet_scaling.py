@@ -9,7 +9,6 @@ unapplied; a group or alarm tagged for another pool is refused). The group itsel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
@@ -19,8 +18,8 @@ from calque.aws.acquire.scaling import PoolScaling, ScalingState
 from calque.models.base import CalqueModel
 from calque.models.fleet import ClassName, fleet_pool
 from calque.models.pool_names import pool_names
-from calque.ops.base import Operation, validated
-from calque.ops.outcome import Failure, Outcome
+from calque.ops.base import validated
+from calque.ops.scaling_op import ScalingOp, ScalingPlan
 
 
 class FleetScalingRequest(CalqueModel):
@@ -48,22 +47,10 @@ class FleetScalingResult(CalqueModel):
     steps: list[dict[str, float | int]] = Field(default_factory=list, description="the demand policy's steps")
 
 
-@dataclass
-class FleetScalingPlan:
-    request: FleetScalingRequest
-    scaling: PoolScaling
-    current: ScalingState
-    want: ScalingState | None  # None: absent
-
-    @property
-    def changed(self) -> bool:
-        return self.current.differs(self.want)
-
-    def actions(self) -> list[str]:
-        return self.current.actions_to(self.want)
+FleetScalingPlan = ScalingPlan[FleetScalingRequest]
 
 
-class FleetScalingOp(Operation[FleetScalingRequest, FleetScalingPlan, FleetScalingResult]):
+class FleetScalingOp(ScalingOp[FleetScalingRequest, FleetScalingResult]):
     name = "session_fleet_scaling"
     Request = FleetScalingRequest
 
@@ -77,44 +64,21 @@ class FleetScalingOp(Operation[FleetScalingRequest, FleetScalingPlan, FleetScali
             current.hooks = {}  # the hook holds each leaving host while it drains; it goes with the group
         return FleetScalingPlan(request, scaling, current, want if request.state == "present" else None)
 
-    def check(self, plan: FleetScalingPlan) -> Outcome[FleetScalingResult]:
-        outcome = self._outcome(plan, plan.actions(), check_mode=True)
-        if plan.want is not None and not plan.current.group_exists:
-            outcome.warnings.append(
-                f"no Auto Scaling group {plan.scaling.names.group} yet: the real run makes it first (pool_group)"
-            )
-        return outcome
+    def no_group_warning(self, plan: FleetScalingPlan) -> str:
+        return f"no Auto Scaling group {plan.scaling.names.group} yet: the real run makes it first (pool_group)"
 
-    def apply(self, plan: FleetScalingPlan) -> Outcome[FleetScalingResult]:
-        if not plan.changed:
-            return self._outcome(plan, [], check_mode=False)
-        if plan.want is None:
-            return self._outcome(plan, plan.scaling.remove(plan.current), check_mode=False)
-        if not plan.current.group_exists:
-            outcome = self._outcome(plan, [], check_mode=False)
-            outcome.changed = False
-            outcome.failure = Failure(
-                message=f"no Auto Scaling group {plan.scaling.names.group} for session class "
-                f"{plan.request.fleet_class!r}: create it first (playbooks/session_fleet.yml), then its scaling"
-            )
-            return outcome
-        return self._outcome(plan, plan.scaling.ensure(plan.current, plan.want), check_mode=False)
+    def no_group_failure(self, plan: FleetScalingPlan) -> str:
+        return (
+            f"no Auto Scaling group {plan.scaling.names.group} for session class "
+            f"{plan.request.fleet_class!r}: create it first (playbooks/session_fleet.yml), then its scaling"
+        )
 
-    def _outcome(self, plan: FleetScalingPlan, actions: list[str], *, check_mode: bool) -> Outcome[FleetScalingResult]:
-        after = plan.want or ScalingState(group_exists=plan.current.group_exists)
+    def result_for(self, plan: FleetScalingPlan, after: ScalingState) -> FleetScalingResult:
         demand = next((p for n, p in after.policies.items() if n.endswith("-demand")), {})
-        return Outcome[FleetScalingResult](
-            resource=self.name,
-            check_mode=check_mode,
-            changed=plan.changed,
-            before=plan.current.model_dump(exclude={"group_exists"}),
-            after=after.model_dump(exclude={"group_exists"}),
-            actions=actions,
-            result=FleetScalingResult(
-                group_name=plan.scaling.names.group,
-                policies=sorted(after.policies),
-                alarms=sorted(after.alarms),
-                lifecycle_hooks=sorted(after.hooks),
-                steps=list(demand.get("StepAdjustments", [])),
-            ),
+        return FleetScalingResult(
+            group_name=plan.scaling.names.group,
+            policies=sorted(after.policies),
+            alarms=sorted(after.alarms),
+            lifecycle_hooks=sorted(after.hooks),
+            steps=list(demand.get("StepAdjustments", [])),
         )

@@ -4,7 +4,7 @@ The bootstrap's ABANDON when a step before the runtime exists fails (the driver 
 runtime's install): no boto3 is there yet, so this file is written out by the user-data and run by
 the system's python3. It reads the instance's id and role credentials from IMDSv2, signs one
 ``CompleteLifecycleAction`` with SigV4 and posts it. Everything after the install uses boto3
-through ``calque.aws.clients`` (``calque.pool.worker.warmup``). Keep this file stdlib-only and short: it
+through ``calque.aws.clients`` (``calque.pool.worker.instance_ready``). Keep this file stdlib-only and short: it
 travels inside the user-data, which AWS caps at 16 KB.
 
 Usage: python3 lifecycle_signal.py IMDS REGION ENDPOINT GROUP HOOK RESULT

@@ -32,7 +32,7 @@ from calque.pool.submitter.submit import SETTLE_EVERY_S, PoolTarget, new_run_id
 from calque.pool.worker.stream import follow
 from calque.run.backend import Target
 from calque.run.outcome import value_of
-from calque.run.pools import PoolMap
+from calque.run.pool_mapping import PoolMap
 from calque.run.progress import Tally
 
 _FIRST_POLL_S = 0.02

@@ -19,7 +19,7 @@ from calque.errors import CalqueError, UsageError
 from calque.run.args import parse_entrypoint_args
 from calque.run.local_backend import LocalBackend
 from calque.run.pool_backend import PoolBackend
-from calque.run.pools import PoolMap
+from calque.run.pool_mapping import PoolMap
 from calque.run.progress import Tally
 from calque.run.proxies import Dispatcher
 from calque.warm import modal_shim

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from calque.aws.acquire.acquirer import Acquirer
-    from calque.aws.acquire.gate import Consent
+    from calque.aws.acquire.spend_gate import Consent
     from calque.models.acquire import CohortPlan, CohortResult, CohortSpec
 
 _HOME = {
     "Acquirer": "calque.aws.acquire.acquirer",
-    "Consent": "calque.aws.acquire.gate",
+    "Consent": "calque.aws.acquire.spend_gate",
     "CohortPlan": "calque.models.acquire",
     "CohortResult": "calque.models.acquire",
     "CohortSpec": "calque.models.acquire",

@@ -14,13 +14,6 @@ from typing import Any
 
 from calque.aws import pricing
 from calque.aws.acquire import cohort as cohort_ops
-from calque.aws.acquire.gate import (
-    Consent,
-    check_spend_limit,
-    price_cohort,
-    require_spend_consent,
-    require_terminate_consent,
-)
 from calque.aws.acquire.launch_spec import (
     build_user_data,
     cohort_tags,
@@ -29,6 +22,13 @@ from calque.aws.acquire.launch_spec import (
     run_instances_params,
 )
 from calque.aws.acquire.quota import preflight
+from calque.aws.acquire.spend_gate import (
+    Consent,
+    check_spend_limit,
+    price_cohort,
+    require_spend_consent,
+    require_terminate_consent,
+)
 from calque.aws.acquire.sweep import Candidate, candidates, sweep
 from calque.aws.clients import client
 from calque.aws.errors import translate

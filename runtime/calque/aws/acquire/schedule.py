@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from calque.aws.acquire.group import describe_group
+from calque.aws.clients import client
 from calque.aws.errors import aws_errors
 from calque.errors import RefusedError, UsageError
 from calque.models.pool_names import ForeignPoolError, pool_names
@@ -106,3 +107,19 @@ def prewarm(asg: Any, ec2: Any, pool: str, at: datetime, duration_s: int, instan
         put_action(asg, names.group, name, doc)
     shown = {k: {**v, "StartTime": v["StartTime"].isoformat()} for k, v in actions.items()}
     return PrewarmReport(pool=pool, group=names.group, actions=shown)
+
+
+def prewarm_pool(
+    pool: str,
+    at: datetime,
+    duration_s: int,
+    instances: int,
+    lead_s: int,
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    profile: str | None = None,
+) -> PrewarmReport:
+    """``calque pool prewarm`` in one account and region: :func:`prewarm` with its clients made here."""
+    asg, ec2 = (client(s, region=region, endpoint_url=endpoint_url, profile=profile) for s in ("autoscaling", "ec2"))
+    return prewarm(asg, ec2, pool, at, duration_s, instances, lead_s)

@@ -3,7 +3,7 @@
 A warm pool holds instances that launched once, ran the bootstrap up to "ready" (driver check,
 runtime and wheelhouse installed, workload downloaded, its declared weights fetched into the local
 cache) and then stopped; scale-out starts one instead of booting a new one, and its worker comes up
-without repeating the bootstrap (``calque.pool.worker.warmup``). An instance enters the warm pool only
+without repeating the bootstrap (``calque.pool.worker.instance_ready``). An instance enters the warm pool only
 through the ``calque-ready`` hook on ``autoscaling:EC2_INSTANCE_LAUNCHING``: the bootstrap completes
 it CONTINUE once ready and ABANDON when a step failed (AWS then terminates the instance). The same
 hook holds an instance leaving the warm pool for service until its worker's checks pass.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calque.aws.acquire.acquirer import Acquirer
-from calque.aws.acquire.gate import Consent, check_spend_limit, price_cohort, require_spend_consent
+from calque.aws.acquire.spend_gate import Consent, check_spend_limit, price_cohort, require_spend_consent
 from calque.aws.clients import client, offline
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError, InfrastructureError, UsageError

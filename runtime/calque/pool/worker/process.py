@@ -29,12 +29,12 @@ from calque.models import PoolSpec
 from calque.models.pool_loads import load_prefix
 from calque.pool.bootstrap import materialize_workload, start_worker_process
 from calque.pool.worker.instance import AsgInstance, InstanceGuard, NoInstance, discover
+from calque.pool.worker.instance_ready import skip_built
 from calque.pool.worker.loadguard import LoadGuard
 from calque.pool.worker.loop import Worker, WorkerReport
 from calque.pool.worker.metrics import Metrics, worker_labels
 from calque.pool.worker.slots import host_slot
 from calque.pool.worker.usage import InstanceUsage, RecordedInstance, boot_time
-from calque.pool.worker.warmup import skip_built
 from calque.pool.worker.witness import WitnessLine, witnessed
 from calque.warm import WarmSupervisor
 from calque.warm.loader import load_workload

@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 from calque.aws.errors import AWS_ERRORS
@@ -30,13 +29,10 @@ from calque.models.instance_usage import (
     record_uri,
 )
 from calque.pool.worker.instance import InstanceGuard
+from calque.timefmt import utc_moment
 
 log = logging.getLogger("calque.pool.usage")
 PROC_ENV = "CALQUE_PROC"  # where /proc is (the kernel's boot time); tests point it at a stand-in
-
-
-def _utc(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
 def boot_time() -> float | None:
@@ -70,8 +66,8 @@ class InstanceUsage:
             instance_id=instance_id,
             instance_type=instance_type,
             writer=writer,
-            started_at=_utc(started_at if started_at is not None else now),
-            seen_at=_utc(now),
+            started_at=utc_moment(started_at if started_at is not None else now),
+            seen_at=utc_moment(now),
             lifecycle_state=lifecycle_state,
         )
         self.busy = False
@@ -100,8 +96,8 @@ class InstanceUsage:
                     now - r.seen_at.timestamp(),
                 )
                 self._put()
-                r = r.model_copy(update={"started_at": _utc(now)})
-            self.record = r.model_copy(update={"seen_at": _utc(now), "busy": self.busy})
+                r = r.model_copy(update={"started_at": utc_moment(now)})
+            self.record = r.model_copy(update={"seen_at": utc_moment(now), "busy": self.busy})
             self._put()
 
     def start(self, every_s: float = RECORD_HEARTBEAT_S) -> InstanceUsage:
@@ -123,9 +119,9 @@ class InstanceUsage:
             self._thread.join(5)
         now = time.time()
         with self._lock:
-            update: dict[str, object] = {"seen_at": _utc(now), "busy": self.busy}
+            update: dict[str, object] = {"seen_at": utc_moment(now), "busy": self.busy}
             if end is not None:
-                update.update(ended_at=_utc(now), end=end)
+                update.update(ended_at=utc_moment(now), end=end)
             self.record = self.record.model_copy(update=update)
             self._put()
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from calque.durations import format_duration
 from calque.errors import InfrastructureError
 from calque.models.view_reader import READERS, ViewError, read_view
+from calque.timefmt import utc_text
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,8 +78,8 @@ class DrainView:
 
     def describe(self) -> str:  # as ``Drain.describe`` says it
         where = "this host" if self.gpu is None else f"GPU {self.gpu}"
-        until = f"; live sessions there end by {self.deadline:%Y-%m-%d %H:%M:%SZ}" if self.deadline else ""
-        return f"{where} is drained by {self.by_user} since {self.since:%Y-%m-%d %H:%M:%SZ}: {self.reason}{until}"
+        until = f"; live sessions there end by {utc_text(self.deadline)}" if self.deadline else ""
+        return f"{where} is drained by {self.by_user} since {utc_text(self.since)}: {self.reason}{until}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The session daemon: the privileged service behind the socket (root, under systemd).
 
 Read in this order: ``process.py`` (which process builds what), ``host.py`` (what they share),
-``listener.py`` and ``frontdoor.py`` (the socket), ``service.py`` and ``checkout.py`` (what each request
+``listener.py`` and ``acceptor.py`` (the socket), ``service.py`` and ``checkout.py`` (what each request
 does), ``registry.py`` (SQLite), ``enforcer.py`` and ``cleanup.py`` (timers, ends), ``guard.py`` and
 ``nodes.py`` (the capability nodes), ``adopt.py`` and ``cgroup.py`` (a session is a cgroup).
 Nothing here is imported by the researcher's command (``calque.session.client``); the two share the

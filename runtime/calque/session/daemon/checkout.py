@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from datetime import datetime, timezone
 
 from calque.durations import parse_duration
 from calque.models.session import CheckoutArgs, Session, Slice
@@ -21,12 +20,9 @@ from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.ledger import billed_lab, budget_gate, record_lab
 from calque.session.daemon.nodes import grant
 from calque.session.daemon.protection import protected
-from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions, ts
+from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions
 from calque.session.daemon.wire import RequestError
-
-
-def fmt_time(d: datetime) -> str:
-    return d.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+from calque.timefmt import utc_moment, utc_text
 
 
 def view(host: Host, held: Held) -> Session:
@@ -121,7 +117,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door
     cands, down = _offered(host, _candidates(host, args))
     now = time.time()
     sid = "s-" + secrets.token_hex(5)
-    expires = ts(now + ttl)
+    expires = utc_moment(now + ttl)
     lim = ids.limits(c)
     try:
         with protected(host.config):  # a fleet host: scale-in protection before the grant
@@ -173,7 +169,7 @@ def checkout(host: Host, ids: Identities, c: Caller, args: CheckoutArgs, *, door
 
 def _busy_message(exc: NoFreeSlice, down: list[str]) -> str:
     busy = "; ".join(
-        f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {fmt_time(h.session.expires_at)}"
+        f"{h.slice.id} ({h.slice.profile}, gpu {h.slice.gpu_index}) until {utc_text(h.session.expires_at)}"
         for h in exc.busy
     )
     if exc.other_users:
@@ -181,7 +177,7 @@ def _busy_message(exc: NoFreeSlice, down: list[str]) -> str:
         until = max(h.session.expires_at for h in exc.other_users)
         busy += ("; " if busy else "") + (
             f"free MPS slots on {', '.join(daemons)} are not offered to you while another user holds "
-            f"slots there (MPS serialises different users' clients), until {fmt_time(until)} at the latest"
+            f"slots there (MPS serialises different users' clients), until {utc_text(until)} at the latest"
         )
     busy += "".join(f"; not offered: {d}" for d in down)
     busy += "".join(f"; not offered: {d.describe()}" for d in exc.drains)

@@ -28,8 +28,8 @@ from calque.session.daemon.rows import (
     drain_of,
     held_of,
     slice_json,
-    ts,
 )
+from calque.timefmt import utc_moment
 
 
 def bind_first_free(
@@ -154,8 +154,8 @@ def checkout_answer(
             uid=uid,
             gid=gid,
             user=user,
-            created_at=ts(now),
-            expires_at=ts(now + ttl),
+            created_at=utc_moment(now),
+            expires_at=utc_moment(now + ttl),
             env=env,
         )
         return Held(session=s, slice=sl, last_active=now, handed_from=found.previous_uid), True

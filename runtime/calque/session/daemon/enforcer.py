@@ -34,7 +34,8 @@ from calque.session.daemon.inventory import processes_on
 from calque.session.daemon.mpsdaemons import MpsWatch
 from calque.session.daemon.nodes import end_session, reassert_nodes
 from calque.session.daemon.notices import notify_server_logs, notify_terminals
-from calque.session.daemon.rows import Held, ts
+from calque.session.daemon.rows import Held
+from calque.timefmt import utc_moment
 
 log = logging.getLogger("calque.session")
 
@@ -44,7 +45,7 @@ RETRY_AFTER_S = 1.0
 
 
 def iso(epoch: float) -> str:
-    return ts(epoch).isoformat()
+    return utc_moment(epoch).isoformat()
 
 
 class Enforcer:

@@ -4,7 +4,7 @@ each of them (service, enforcer, guard, clean-up, metrics), so no component reac
 It holds the config, the registry, the audit log, the GPU reader with the slice inventory over it, the
 MPS daemons' last answers, the sessions' cgroups, the node lock (one writer of the capability nodes'
 ownership across every process) and the event that wakes the timers. Which process builds what is
-``process.py``'s business: the main process has the timers and no front door, a worker the front door
+``process.py``'s business: the main process has the timers and no acceptor, a worker the acceptor
 and no timers, the metrics process neither.
 """
 

@@ -35,7 +35,8 @@ from calque.session.daemon.identity import Identities
 from calque.session.daemon.idlemail import IdleMail
 from calque.session.daemon.inventory import pids_on
 from calque.session.daemon.notices import notify_server_logs, notify_terminals
-from calque.session.daemon.rows import Held, ts
+from calque.session.daemon.rows import Held
+from calque.timefmt import utc_moment
 
 log = logging.getLogger("calque.session")
 
@@ -47,7 +48,7 @@ def idle_clock(policy: IdlePolicy | None, h: Held, exempt: bool) -> tuple[dateti
     """(last seen active, ends if it stays idle) for ``calque session status``; (None, None) when off."""
     if policy is None or exempt:
         return None, None
-    return ts(h.last_active), ts(h.last_active + policy.for_)
+    return utc_moment(h.last_active), utc_moment(h.last_active + policy.for_)
 
 
 class IdleWatch:

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from calque.errors import CalqueError
 from calque.ledger.budgets import budget_state, month_of, month_start, refusal
-from calque.ledger.events import SessionSpan, Window, session_event, slice_fraction, utc
+from calque.ledger.events import SessionSpan, Window, session_event, slice_fraction
 from calque.ledger.prices import ec2_usd_per_gpu_hour
 from calque.models.institution import Institution, Lab
 from calque.models.ledger import HostLedger, LabSpend, UsageEvent
@@ -26,6 +26,7 @@ from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, groups_of
 from calque.session.daemon.wire import RequestError
 from calque.session.institution import load_institution
+from calque.timefmt import utc_moment
 
 _SPANS = """
 SELECT u.uid, u.user, u.kind, u.profile, u.gpu, u.started_at, u.ended_at,
@@ -114,8 +115,8 @@ def host_ledger(host: Host, since: float, until: float, uid: int | None = None) 
     return HostLedger(
         host=host_name(host),
         taken_at=datetime.now(timezone.utc),
-        since=utc(since),
-        until=utc(until),
+        since=utc_moment(since),
+        until=utc_moment(until),
         events=host_events(host, since, until, uid),
         budgets=[spend_of(host, lab, until) for lab in labs],  # as the checkout gate sees them
     )
@@ -192,7 +193,7 @@ def spend_of(host: Host, lab: Lab, now: float | None = None, *, with_elsewhere: 
     hour is summed once an hour (a user's lab is read then); the last hour's ends and the live
     sessions at every call, found through ``usage_ended_at``: a checkout pays for an hour, not a month."""
     t = now if now is not None else time.time()
-    start = month_start(utc(t)).timestamp()
+    start = month_start(utc_moment(t)).timestamp()
     hour = max(start, t - t % 3600 - 60.0)  # a minute's margin: an end written just after its time still counts
     key = (str(host.config.db), lab.name, hour)
     before = _BEFORE_HOUR.get(key)
@@ -204,11 +205,11 @@ def spend_of(host: Host, lab: Lab, now: float | None = None, *, with_elsewhere: 
     recent = _sum(host, lab, _ENDED, {"since": start, "until": t, "lo": hour, "hi": t + 1.0})
     live = _sum(host, lab, _LIVE, {"since": start, "until": t})
     gpu_s, usd = before[0] + recent[0] + live[0], before[1] + recent[1] + live[1]
-    month = month_of(utc(t))
+    month = month_of(utc_moment(t))
     if with_elsewhere:  # the institution's other hosts, as the broker last summed them
         other_h, other_usd = _elsewhere(host, lab.name, month)
         gpu_s, usd = gpu_s + other_h * 3600.0, usd + other_usd
-    return budget_state(lab, gpu_s / 3600.0, usd, utc(t), overrides(host, lab.name, month))
+    return budget_state(lab, gpu_s / 3600.0, usd, utc_moment(t), overrides(host, lab.name, month))
 
 
 def billed_lab(host: Host, c: Caller, asked: str | None) -> Lab | None:
@@ -262,7 +263,7 @@ def override(host: Host, c: Caller, lab_name: str, extra: float, reason: str) ->
     if lab is None or lab.budget is None:
         raise RequestError("not_found", f"no lab {lab_name!r} with a budget in institution.yaml")
     now = time.time()
-    month = month_of(utc(now))
+    month = month_of(utc_moment(now))
     host.registry.execute(
         "INSERT INTO budget_overrides(lab, month, at, extra, by_uid, reason) VALUES (?,?,?,?,?,?)",
         (lab_name, month, now, extra, c.uid, reason),

@@ -1,5 +1,5 @@
 """The listening sockets (bound by the main process, inherited by the workers) and, in a worker
-process, the front doors serving them: each request parsed, its caller named, the service's answer
+process, the fair acceptors serving them: each request parsed, its caller named, the service's answer
 sent. The unix socket's caller is whoever SO_PEERCRED says; the TCP socket's (``listen_tcp``) is whom
 the request's munge credential vouches for (``crosshost.py``)."""
 
@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 
 from calque.session.config import TcpListen
-from calque.session.daemon.frontdoor import Conn, FrontDoor
+from calque.session.daemon.acceptor import Conn, FairAcceptor
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError, error, ok, parse_request, quick_request
 from calque.session.files import prepare_socket
@@ -45,7 +45,7 @@ def bind_tcp(listen: TcpListen) -> socket.socket:
 
 
 def _address_key(sock: socket.socket) -> tuple[int, int, int]:
-    """A TCP connection's key for the front door's per-client bound and fair queue: its address, as a
+    """A TCP connection's key for the acceptor's per-client bound and fair queue: its address, as a
     negative number (never a uid). The caller's identity comes later, from its credential."""
     try:
         host = sock.getpeername()[0]
@@ -61,19 +61,19 @@ def unbind_socket(sock: socket.socket, path: Path) -> None:
 
 
 class Listener:
-    """A worker process's front door on the inherited socket, serving ``service``."""
+    """A worker process's acceptor on the inherited socket, serving ``service``."""
 
     def __init__(self, service: Service, fd: int, tcp_fd: int | None = None) -> None:
         self.service = service
         cfg = service.host.config
         self.sock = socket.socket(fileno=fd)
-        self.tcp: FrontDoor | None = None
+        self.tcp: FairAcceptor | None = None
         if tcp_fd is not None:
             from calque.session.daemon.crosshost import CrossHost
             from calque.session.institution import load_institution
 
             self.crosshost = CrossHost(service, load_institution(cfg.institution))
-            self.tcp = FrontDoor(
+            self.tcp = FairAcceptor(
                 socket.socket(fileno=tcp_fd),
                 self._serve_tcp,
                 threads=cfg.max_connections,
@@ -83,7 +83,7 @@ class Listener:
                 quick=quick_request,
                 identify=_address_key,
             )
-        self.door = FrontDoor(
+        self.acceptor = FairAcceptor(
             self.sock,
             self._serve,
             threads=cfg.max_connections,
@@ -94,17 +94,17 @@ class Listener:
         )
 
     def start(self) -> None:
-        self.door.start()
+        self.acceptor.start()
         if self.tcp is not None:
             self.tcp.start()
 
     def drain(self, timeout: float) -> None:
         """Stop taking requests and wait (bounded) for those being served."""
-        doors = [self.door] if self.tcp is None else [self.door, self.tcp]
-        for door in doors:
-            door.stopping = True
+        acceptors = [self.acceptor] if self.tcp is None else [self.acceptor, self.tcp]
+        for acceptor in acceptors:
+            acceptor.stopping = True
         deadline = time.monotonic() + timeout
-        while any(d.in_flight for d in doors) and time.monotonic() < deadline:
+        while any(d.in_flight for d in acceptors) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def _serve(self, conn: Conn, line: bytes) -> bytes:

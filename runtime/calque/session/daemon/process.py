@@ -2,8 +2,8 @@
 
 * The main process binds the socket, runs the timers and reclaims (``Enforcer``, with the node guard)
   and keeps the other processes running; it serves no client.
-* ``processes`` worker processes serve requests on the inherited socket through the front door
-  (``listener.py``, ``frontdoor.py``): a ``Service`` and the check-in clean-up; no timers.
+* ``processes`` worker processes serve requests on the inherited socket through the fair acceptor
+  (``listener.py``, ``acceptor.py``): a ``Service`` and the check-in clean-up; no timers.
 * The metrics process (when metrics are on) serves the port and/or writes the textfile: the
   registry, the slice inventory and the audit events; no socket, no service.
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from calque.models.session import Drain, Session, Slice
 from calque.session.daemon.schema import HOST_WIDE
+from calque.timefmt import utc_moment
 
 SLICE_CACHE = 4096  # parsed slice_json texts kept; a host has far fewer distinct slices
 
@@ -42,10 +42,6 @@ def slice_json(sl: Slice) -> str:
     return hit[1]
 
 
-def ts(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
-
-
 @dataclass(frozen=True)
 class Held:
     """A session row with the slice it holds (as the slice was at checkout)."""
@@ -71,7 +67,7 @@ def held_of(row: sqlite3.Row) -> Held:
     sl = slice_of(row["slice_json"])
     env = json.loads(row["env_json"])
     if "CALQUE_SESSION_EXPIRES" in env:  # the deadline as it is now, after any extension
-        env["CALQUE_SESSION_EXPIRES"] = ts(row["expires_at"]).isoformat()
+        env["CALQUE_SESSION_EXPIRES"] = utc_moment(row["expires_at"]).isoformat()
     s = Session(
         id=row["id"],
         slice_id=row["slice_id"],
@@ -81,10 +77,10 @@ def held_of(row: sqlite3.Row) -> Held:
         uid=row["uid"],
         gid=row["gid"],
         user=row["user"],
-        created_at=ts(row["created_at"]),
-        expires_at=ts(row["expires_at"]),
+        created_at=utc_moment(row["created_at"]),
+        expires_at=utc_moment(row["expires_at"]),
         notice_sent=bool(row["notice_sent"]),
-        ended_at=ts(row["ended_at"]) if row["ended_at"] is not None else None,
+        ended_at=utc_moment(row["ended_at"]) if row["ended_at"] is not None else None,
         end_reason=row["end_reason"],
         env=env,
     )
@@ -133,8 +129,8 @@ def drain_of(row: sqlite3.Row) -> Drain:
         reason=row["reason"],
         by_user=row["by_user"],
         by_uid=row["by_uid"],
-        since=ts(row["since"]),
-        deadline=ts(deadline) if deadline is not None else None,
+        since=utc_moment(row["since"]),
+        deadline=utc_moment(deadline) if deadline is not None else None,
     )
 
 

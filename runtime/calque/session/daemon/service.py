@@ -32,7 +32,7 @@ from calque.models.session import (
     UndrainArgs,
 )
 from calque.session.daemon import drains
-from calque.session.daemon.checkout import checkout, fmt_time, view
+from calque.session.daemon.checkout import checkout, view
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.door import Door
 from calque.session.daemon.host import Host
@@ -41,9 +41,10 @@ from calque.session.daemon.ledger import budget_gate, session_lab
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
-from calque.session.daemon.rows import Held, covering, ts
+from calque.session.daemon.rows import Held, covering
 from calque.session.daemon.usage import usage_report
 from calque.session.daemon.wire import RequestError
+from calque.timefmt import utc_moment, utc_text
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -203,7 +204,7 @@ class Service:
             elif other is not None:
                 st.why_not = (
                     f"another user holds an MPS slot on GPU {sl.gpu_index} (MPS serialises different users' "
-                    f"clients): not yours until they check in, by {fmt_time(other.session.expires_at)} at the latest"
+                    f"clients): not yours until they check in, by {utc_text(other.session.expires_at)} at the latest"
                 )
             if h is not None and (c.admin or h.session.uid == c.uid):
                 st.holder, st.holder_uid, st.session_id = h.session.user, h.session.uid, h.session.id
@@ -249,12 +250,12 @@ class Service:
         for h in done.sessions:
             if h.session.id not in done.shortened:
                 continue
-            was = fmt_time(ts(done.shortened[h.session.id]))
+            was = utc_text(utc_moment(done.shortened[h.session.id]))
             self.host.audit.record("drain_deadline", h, by_uid=c.uid, reason=reason, was=was)
             notify_terminals(
                 h.session.uid,
                 f"{d.describe()}. Session {h.session.id} on {h.slice.id} now ends at "
-                f"{fmt_time(h.session.expires_at)} (was {was}): save your work",
+                f"{utc_text(h.session.expires_at)} (was {was}): save your work",
             )
         self.host.timers_due.set()  # the moved deadlines: notices and ends on time
         self.host.changed()  # the broker lists this host now and routes around the drain
@@ -275,7 +276,7 @@ class Service:
     def op_report(self, c: Caller, args: ReportArgs) -> Any:
         since_s = parse_duration(args.since, what="since")  # parses: checked by ReportArgs
         until = datetime.now(timezone.utc)
-        since = ts(until.timestamp() - since_s)
+        since = utc_moment(until.timestamp() - since_s)
         report = usage_report(self.host.registry, since, until, None if c.admin else c.uid)
         return report.model_dump(mode="json")
 

@@ -72,7 +72,7 @@ _SLOW_NAMES = tuple(op.encode() for op in sorted(SLOW_OPS))
 
 
 def quick_request(line: bytes) -> bool:
-    """Whether serving ``line`` waits on nothing but the registry, so the front door may serve it
+    """Whether serving ``line`` waits on nothing but the registry, so the acceptor's turn holder may serve it
     itself; anything unparsable is quick too (its answer is an error)."""
     if b"\\" not in line and not any(name in line for name in _SLOW_NAMES):
         return True  # no slow op's name anywhere, nor an escape that could spell one: no need to parse

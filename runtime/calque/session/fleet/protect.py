@@ -28,11 +28,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.errors import aws_errors
+from calque.errors import UsageError
+from calque.session.fleet.register import deregister
 from calque.session.scalein import ScaleInGuard
+
+if TYPE_CHECKING:
+    from calque.session.fleet.this_host import ThisHost
 
 log = logging.getLogger("calque.session.fleet")
 TERMINATING = "Terminated"
@@ -246,3 +251,53 @@ def _between(host: FleetHost, guarded: Guarded | None, every: float) -> None:
             guarded.protect_if_wanted(host)
         except Exception as exc:  # AWS slow or refusing: the checkout waits, the next try is soon
             log.warning("fleet helper: protecting for a checkout: %s", exc)
+
+
+def serve(
+    here: ThisHost,
+    fleet_class: str,
+    *,
+    every: float,
+    hold: float,
+    once: bool = False,
+    socket_path: str | None = None,
+    guard: Path | None = None,
+) -> FleetHost:
+    """``calque session fleet protect``: this instance's protection kept to its daemon's live sessions
+    (with ``guard``, a checkout's ask answered between looks) until the group ends it, then the way out
+    (drain, deregister, the hook completed); one look with ``once``. The host as last seen."""
+    meta = here.metadata
+    iid = here.instance_id
+    asg = here.client("autoscaling")
+    found = find_group(asg, iid)
+    if found is None:
+        raise UsageError(f"{iid} is in no Auto Scaling group: nothing to protect")
+    host = FleetHost(asg, iid, found[0], found[1])
+
+    def live() -> int:
+        return live_sessions_of_daemon(socket_path)
+
+    def terminating() -> bool:
+        return bool(meta.get("autoscaling/target-lifecycle-state") == TERMINATING)
+
+    def on_leave() -> int:
+        ssm = here.client("ssm")
+
+        def drain(by_s: float) -> bool:
+            # the call itself is quick; bounded by the wait so a hung one still leaves the hook in time
+            return run_drain_step(drain_step(by_s, socket_path), timeout_s=min(60.0, drain_window(hold, every)[1]))
+
+        return leave(
+            host, live, drain=drain, deregister=lambda: deregister(ssm, fleet_class, iid), hold_s=hold, every=every
+        )
+
+    guarded = None
+    if guard is not None:
+        g = ScaleInGuard(guard)
+        g.prepare()
+        # Asks older than this helper were answered by the one before it; a checkout waiting now asks
+        # again every few milliseconds.
+        guarded = Guarded(g, handled=g.marked_at("wanted"))
+        g.set_protected(bool(host.protected))  # the group's word at the start, before the first look
+    watch(host, live, terminating, on_leave, every=every, rounds=1 if once else None, guarded=guarded)
+    return host

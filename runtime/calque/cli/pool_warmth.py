@@ -1,4 +1,5 @@
-"""``calque pool warm-up`` (on an instance: up to "ready", the launching hook) and ``calque pool prewarm``."""
+"""The EC2 warm pool's two commands: ``calque pool warm-up`` (on an instance: up to "ready", the warm pool's
+launching hook) and ``calque pool prewarm`` (scheduled warmth)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def warm_up(spec_path: str, wait_in_service: bool, as_json: bool) -> None:
     of the warm pool repeats nothing.
     """
     from calque.pool.spec import load_spec
-    from calque.pool.worker.warmup import warm_up as run
+    from calque.pool.worker.instance_ready import warm_up as run
 
     report = run(load_spec(spec_path), wait_in_service=wait_in_service)
     if as_json:
@@ -63,12 +64,12 @@ def prewarm(
     The group's minimum becomes --instances --lead before --at (UTC) and returns to its own minimum
     --for later. Recurring windows belong in inventory (calque_pool_schedule).
     """
-    from calque.aws.acquire.schedule import prewarm as run
-    from calque.ops.base import AwsSession
+    from calque.aws.acquire.schedule import prewarm_pool
 
-    aws = AwsSession(region=region, endpoint_url=endpoint_url, profile=profile)
-    start = at.replace(tzinfo=timezone.utc)
-    report = run(aws.client("autoscaling"), aws.client("ec2"), pool_name, start, duration, instances, lead)
+    start = at.replace(tzinfo=timezone.utc)  # click reads a naive time; --at is UTC
+    report = prewarm_pool(
+        pool_name, start, duration, instances, lead, region=region, endpoint_url=endpoint_url, profile=profile
+    )
     if as_json:
         click.echo(report.model_dump_json())
         return

@@ -1,9 +1,10 @@
-"""``pool.yml``'s spend gate against the lab's month: what the lab's pools cost this month (every
-instance of every group tagged with one of the lab's pool names, from the usage records its instances
-wrote where the group's ``calque:usage`` tag says, up to now, at its type's rate) against the lab's
-budget (``calque_labs.<lab>.budget``); and the broker's decision on the whole figure (sessions on every
-host plus pools, ``ledger/budgets.py``'s ``lab_month``): a lab whose pools it holds this month is
-refused too. No number is typed into inventory (``calque_lab_spent_elsewhere`` is deprecated)."""
+"""``pool.yml``'s lab-budget gate (the EC2 spend gate is ``aws/acquire/spend_gate.py``): what the lab's
+pools cost this month (every instance of every group tagged with one of the lab's pool names, from the
+usage records its instances wrote where the group's ``calque:usage`` tag says, up to now, at its type's
+rate) against the lab's budget (``calque_labs.<lab>.budget``); and the broker's decision on the whole
+figure (sessions on every host plus pools, ``ledger/budgets.py``'s ``lab_month``): a lab whose pools
+it holds this month is refused too. No number is typed into inventory (``calque_lab_spent_elsewhere``
+is deprecated)."""
 
 from __future__ import annotations
 

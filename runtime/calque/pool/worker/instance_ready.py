@@ -54,7 +54,7 @@ from calque.pool.bootstrap import materialize_workload
 from calque.pool.worker.usage import InstanceUsage, boot_time
 from calque.warm.loader import Workload, load_workload, split_workload, workload_digest
 
-log = logging.getLogger("calque.pool.worker.warmup")
+log = logging.getLogger("calque.pool.worker.instance_ready")
 READY_ENV = "CALQUE_READY_MARK"
 WEIGHTS_ENV = "CALQUE_WEIGHTS_CACHE"
 DEFAULT_READY = "/var/lib/calque/ready.json"

@@ -1,6 +1,6 @@
-"""The session socket's front door: no user's connections can starve another user's request.
+"""The session socket's fair acceptor: no user's connections can starve another user's request.
 
-One thread at a time in each process holds the door: it accepts every connection at once, learns its
+One thread at a time in each process holds the accept turn: it accepts every connection at once, learns its
 uid (SO_PEERCRED) and reads requests without blocking; an idle connection costs a descriptor, never a
 thread. A uid may hold ``per_uid`` connections at a time in a process: beyond that a new one is
 answered ``refused`` and closed at once. Complete requests wait in one queue per uid and are taken
@@ -8,12 +8,12 @@ round robin across uids, so a user with a thousand requests queued delays anothe
 one request per thread.
 
 A quick request (one that waits on nothing but the registry: check-out, check-in, status ...) is
-served by the door holder itself, which keeps the door: no hand-off between threads on its way, and
+served by the turn holder itself, which keeps the turn: no hand-off between threads on its way, and
 idle threads are woken for the other requests read with it. A slow one (``adopt`` waits for systemd,
-``report`` and ``metrics`` read a lot) goes with the door: an idle thread takes the door over and the
+``report`` and ``metrics`` read a lot) goes with the turn: an idle thread takes the turn over and the
 holder serves it (leader/follower), so accepting never waits on a slow request. A request that is not
-complete within ``timeout`` (or too large, or cut off) gets its error back from the door. The
-listening socket is watched with ``EPOLLEXCLUSIVE``: a connection wakes one process's door, not all.
+complete within ``timeout`` (or too large, or cut off) gets its error back from the acceptor. The
+listening socket is watched with ``EPOLLEXCLUSIVE``: a connection wakes one process's acceptor, not all.
 """
 
 from __future__ import annotations
@@ -49,19 +49,19 @@ class Conn:
     gid: int
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
-    quick: bool = False  # its request never waits on more than the registry: the door may serve it
+    quick: bool = False  # its request never waits on more than the registry: the turn holder may serve it
 
 
 Handler = Callable[[Conn, bytes], bytes]
 
 
-DOOR = object()  # what FairQueue.next gives the thread that is to hold the door next
+TURN = object()  # what FairQueue.next gives the thread that is to hold the accept turn next
 
 Item = tuple[Conn, bytes]
 
 
 class FairQueue:
-    """Complete requests, taken round robin across uids (one per uid per turn), and the door: the
+    """Complete requests, taken round robin across uids (one per uid per turn), and the turn: the
     one thread at a time that accepts and reads."""
 
     def __init__(self) -> None:
@@ -70,11 +70,11 @@ class FairQueue:
         self._cond = threading.Condition()
         self._size = 0
         self._idle = 0  # threads waiting in next()
-        self._door_free = True
+        self._turn_free = True
         self._closed = False
 
     def stash(self, uid: int, item: Item) -> None:
-        """Queue ``item`` without waking anyone: the door holder hands over once its batch is read."""
+        """Queue ``item`` without waking anyone: the turn holder hands over once its batch is read."""
         with self._cond:
             self._add(uid, item)
 
@@ -104,27 +104,27 @@ class FairQueue:
             self._cond.notify_all()
 
     def next(self) -> Item | object | None:
-        """For a thread with nothing to do: DOOR when the door is free (it comes first: somebody must
+        """For a thread with nothing to do: TURN when the turn is free (it comes first: somebody must
         accept), else the next request, None once closed; waits for one of them."""
         with self._cond:
             self._idle += 1
             try:
-                while not self._closed and not self._door_free and not self._turns:
+                while not self._closed and not self._turn_free and not self._turns:
                     self._cond.wait()
             finally:
                 self._idle -= 1
             if self._closed:
                 return None
-            if self._door_free:
-                self._door_free = False
-                return DOOR
+            if self._turn_free:
+                self._turn_free = False
+                return TURN
             return self._pop()
 
     def after_batch(self) -> tuple[Item | None, bool]:
-        """For the door holder after a batch: (request to serve, whether it keeps the door).
+        """For the turn holder after a batch: (request to serve, whether it keeps the turn).
 
-        The next request (round robin) when it is quick: the holder serves it and keeps the door, and
-        idle threads are woken for the rest. When it is not, and another thread is idle, the door goes
+        The next request (round robin) when it is quick: the holder serves it and keeps the turn, and
+        idle threads are woken for the rest. When it is not, and another thread is idle, the turn goes
         to that thread and the holder serves the request. (None, True): nothing to do, or a slow
         request and every other thread busy (a thread done serving takes it)."""
         with self._cond:
@@ -135,14 +135,14 @@ class FairQueue:
                 return None, True
             item = self._pop()
             if not quick:
-                self._door_free = True
-            wanted = self._size + (0 if quick else 1)  # one per request left, and one for the door
+                self._turn_free = True
+            wanted = self._size + (0 if quick else 1)  # one per request left, and one for the turn
             if wanted and self._idle:
                 self._cond.notify(min(self._idle, wanted))
             return item, quick
 
 
-class FrontDoor:
+class FairAcceptor:
     def __init__(
         self,
         listener: socket.socket,
@@ -172,8 +172,8 @@ class FrontDoor:
         self._waiting: collections.OrderedDict[int, Conn] = collections.OrderedDict()  # by deadline (fd order)
         self._refused: collections.OrderedDict[int, tuple[socket.socket, float]] = collections.OrderedDict()
         self._epoll = select.epoll()
-        # ``threads`` serve at once, and one more holds the door: the holder serves a slow request only
-        # when it can pass the door on, so with every other thread busy a new connection is still accepted.
+        # ``threads`` serve at once, and one more holds the turn: the holder serves a slow request only
+        # when it can pass the turn on, so with every other thread busy a new connection is still accepted.
         self.workers = [
             threading.Thread(target=self._work, name=f"session-worker-{i}", daemon=True) for i in range(threads + 1)
         ]
@@ -195,11 +195,11 @@ class FrontDoor:
         for t in self.workers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    # -- the door: accepting and reading ----------------------------------------------------------
+    # -- the turn: accepting and reading ----------------------------------------------------------
 
-    def _hold_door(self) -> Item | None:
+    def _take_turn(self) -> Item | None:
         """Accept and read, serving quick requests here, until a slow request is this thread's to
-        serve (another thread took the door); None when stopping."""
+        serve (another thread took the turn); None when stopping."""
         listener = self.listener.fileno()
         while not self.stopping:
             try:
@@ -217,7 +217,7 @@ class FrontDoor:
             item, kept = self._queue.after_batch()
             if item is not None:
                 if not kept:
-                    return item  # another thread holds the door now
+                    return item  # another thread holds the turn now
                 self._serve(item)
         for c in list(self._waiting.values()):
             self._drop(c)
@@ -339,13 +339,13 @@ class FrontDoor:
             if self._open[c.uid] <= 0:
                 del self._open[c.uid]
 
-    # -- the threads: each serves, and holds the door in its turn -----------------------------------
+    # -- the threads: each serves, and holds the turn in its turn -----------------------------------
 
     def _work(self) -> None:
         while True:
             item = self._queue.next()
-            if item is DOOR:
-                item = self._hold_door()
+            if item is TURN:
+                item = self._take_turn()
             if item is None:
                 return
             self._serve(cast(Item, item))
