@@ -18,8 +18,7 @@ import pytest
 from support.waits import HANG_S
 
 from .conftest import CLI, Host, User, as_user, wait_for
-from .institution import institution
-from .test_broker_front_tcp import _stand_in_ssh
+from .institution import institution, stand_in_ssh
 from .test_isolation import _gone, cgroup_parent  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -116,7 +115,7 @@ def test_jupyter_anywhere_starts_on_the_granted_host_and_names_it_in_the_tunnel(
         broker.write_institution()
         broker.start()
         alice = make_user()
-        env, log = _stand_in_ssh(broker)
+        env, log = stand_in_ssh(broker)
         env["HOME"] = str(_home(h, alice))
         cmd = [*broker.python, "-c", CLI, "session", "jupyter", "--anywhere", "--ttl", "1h"]
         lab = subprocess.Popen(as_user(alice, cmd), env=env, cwd=broker.dir, stderr=subprocess.PIPE, text=True)
