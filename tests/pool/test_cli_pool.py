@@ -156,11 +156,17 @@ def test_status_counts_two_workers_running_side_by_side_on_one_host(make_pool, c
     assert second.proc.wait(timeout=PROC_WAIT) == 0
     third = pool.start()
     third.wait_log("serving")
-    capsys.readouterr()
-    assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
-    records = json.loads(capsys.readouterr().out)["workers"]
-    assert sorted(r["slot"] for r in records) == sorted(r["slot"] for r in both)
-    assert {r["state"] for r in records} == {"serving"}
+
+    def records() -> list[dict[str, str]]:
+        capsys.readouterr()
+        assert run(["pool", "status", "--model", pool.model, "--bucket", pool.bucket, "--json"]) == 0
+        found: list[dict[str, str]] = json.loads(capsys.readouterr().out)["workers"]
+        return found
+
+    # The log line can come before the record's write lands over the stopped worker's: wait for the record.
+    now = wait_until(lambda: (r := records()) and {x["state"] for x in r} == {"serving"} and r, PROC_WAIT,
+                     "the restarted worker's record serving in its slot")  # fmt: skip
+    assert sorted(r["slot"] for r in now) == sorted(r["slot"] for r in both)
 
 
 def test_status_reads_the_workers_records_without_pydantic_and_prints_what_json_says(make_pool, capsys) -> None:
