@@ -281,3 +281,28 @@ def test_demand_is_waiters_less_grantable_free_slices_per_profile(tmp_path: Path
     # the request nobody waits on is no demand.
     assert (got.unserved, got.idle_hosts, got.hosts) == (3, 2, 2)
     store.close()
+
+
+def test_a_request_pinned_to_one_host_takes_only_its_hosts_slices_and_is_never_demand(tmp_path: Path) -> None:
+    """A plain ``checkout`` (or ``--gpu N``) on an institution's host waits for that host (and GPU): a
+    host the class adds could never serve it, so it is no demand however long it waits; and it takes
+    a free slice only where it could be granted one, never one an unpinned waiter could have."""
+    now = datetime.now(timezone.utc)
+    views = [HostView(name="h1", reachable=True, seen_at=now, slices=[_slice(0, "1g.5gb"), _slice(1, "1g.5gb")])]
+    store = Store(tmp_path / "state/broker.db")
+    t = now.timestamp() - 600
+    asks: list[tuple[str | None, int | None]] = [
+        ("fixed", None),  # on a host of no class, every slice there busy: scaling the class serves nobody
+        ("h1", 1),  # --gpu 1 on h1: takes h1's free slice of GPU 1
+        ("h1", 3),  # --gpu 3 on h1: nothing free there, and no new host has h1's GPU 3
+        (None, None),  # anywhere: takes h1's GPU 0 slice
+        (None, None),  # anywhere: unserved, the one reason to grow the class
+    ]
+    for i, (host, gpu) in enumerate(asks):
+        req = NewRequest(f"req-{i:05d}", 1000 + i, "u", "a", "mig", "1g.5gb", 3600.0, False, True, t, None,
+                         only_host=host, gpu=gpu)  # fmt: skip
+        store.submit(req, max_queued=9)
+    settings = DemandSettings(classes={"c": DemandClass(offers=["1g.5gb"])}, wait_s=30, region="us-east-1")
+    (got,) = count_demand(settings, store.in_state("queued"), views, {"h1": "c"}, now.timestamp())
+    assert (got.unserved, got.idle_hosts, got.hosts) == (1, 1, 1)
+    store.close()

@@ -74,7 +74,7 @@ def count_demand(
     """Each class's unserved requests and idle hosts, from the queue and the host cache as they are now.
 
     ``members`` maps a host's name to its class (hosts of no class count for none); a request no
-    client waits on now (``present``) is no demand. Supply is
+    client waits on now (``present``) is no demand, nor is one pinned to a host (``_less_pinned``). Supply is
     ``free_matching``: free, not drained, not unavailable; each free slice serves one waiter (those
     naming its profile first, then those taking any profile of its kind). Idle is "no busy slice",
     drained or not."""
@@ -88,12 +88,36 @@ def count_demand(
     for name, cls in sorted(settings.classes.items()):
         hosts = [v for v in by_class[name] if v.reachable]
         wanting = [r for r in rows if serves(cls.offers, r.kind, r.profile)]
-        unserved = _unserved(
-            wanting, [s for v in hosts for s in free_matching(v, "mig", None) + free_matching(v, "mps", None)]
-        )
+        free = [(v.name, s) for v in hosts for s in free_matching(v, "mig", None) + free_matching(v, "mps", None)]
+        unserved = _unserved([r for r in wanting if r.only_host is None], _less_pinned(wanting, free))
         idle = sum(1 for v in hosts if not any(s.busy for s in v.slices))
         out.append(ClassDemand(name, unserved, idle, len(hosts)))
     return out
+
+
+def _less_pinned(wanting: list[Row], free: list[tuple[str, SliceState]]) -> list[SliceState]:
+    """The free slices left once each request pinned to one host (a plain ``checkout`` or ``--gpu N``
+    on an institution's host) has taken one it matches there. A pinned request is never unserved
+    demand: a host the class adds could not serve it; nor may it take a slice on another host from
+    a waiter that host could serve."""
+    left = list(free)
+    for r in wanting:
+        if r.only_host is None:
+            continue
+        i = next(
+            (
+                i
+                for i, (host, s) in enumerate(left)
+                if host == r.only_host
+                and s.slice.kind == r.kind
+                and r.profile in (None, s.slice.profile)
+                and r.gpu in (None, s.slice.gpu_index)
+            ),
+            None,
+        )
+        if i is not None:
+            del left[i]
+    return [s for _, s in left]
 
 
 def _unserved(wanting: list[Row], free: list[SliceState]) -> int:
