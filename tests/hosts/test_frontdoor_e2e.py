@@ -25,7 +25,7 @@ import pytest
 from support import waits
 from support.waits import HANG_S
 
-from .estate import AGING, ALL, FRONT, LOGS, RESEARCH, TEACH_A, TEACH_B, Estate
+from .estate import AGING, ALL, FRONT, H100, LOGS, RESEARCH, TEACH_A, TEACH_B, Estate
 from .fleet import Fleet
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
@@ -287,3 +287,49 @@ def test_the_front_door_across_the_booted_estate(estate: Estate) -> None:
     until("alice granted", lambda: f.ssh(TEACH_A, "cat /tmp/fair-alice.t 2>/dev/null || :").stdout, 0.2)
     assert json.loads(f.ssh(TEACH_A, "cat /tmp/fair-alice.json").stdout)["host"] == bobs_next["host"]
     assert positions() == {"carol": 1}
+
+
+def test_one_reservation_occurrence_end_to_end(estate: Estate) -> None:
+    """Issue 38 on the booted estate: root on the front door reserves 2 of the H100 host's 1g.10gb
+    slices for lab-a, starting in a few seconds; alice (of lab-a) checks out on that host with
+    ``--reservation`` during the window: through the queue, under it, her session ending with the
+    window; the slice nobody used is held, then handed back after the release delay (the broker's
+    ``reservations`` and ``list --all`` say so)."""
+    f = estate.fleet
+    name = "lab-a-e2e"
+    start_in, release_s = 20, 10
+    at = datetime.fromtimestamp(time.time() + start_in).astimezone().isoformat()
+    made = f.ssh(
+        FRONT,
+        f"calque session reserve --name {name} --group lab-a --profile 1g.10gb --count 2 --at {at} "
+        f"--for 2m --release-unused-after {release_s}s --json",
+    )
+    occurrence = json.loads(made.stdout)["occurrences"][0]
+    start, end = (datetime.fromisoformat(t).timestamp() for t in occurrence)
+    try:
+        early = f.ssh(H100, f"calque session checkout --reservation {name} --ttl 1h", user="alice", check=False)
+        assert early.returncode == 4 and "not under way" in early.stderr, early.stderr
+        time.sleep(max(0.0, start - time.time()))  # the window opens on the broker's clock (this machine's)
+        got = f.ssh(
+            H100, f"calque session checkout --profile 1g.10gb --reservation {name} --ttl 1h --json", user="alice"
+        )
+        alice = json.loads(got.stdout)
+        assert f"under reservation {name}" in got.stderr, got.stderr
+        assert datetime.fromisoformat(alice["expires_at"]).timestamp() <= end + 1.5, (alice, end)
+
+        def now() -> dict[str, Any]:
+            views = json.loads(f.ssh(FRONT, "calque session reservations --json").stdout)
+            state: dict[str, Any] = next(v["now"] for v in views if v["reservation"]["name"] == name)
+            return state
+
+        seen = now()
+        if time.time() < start + release_s - 1:  # a loaded machine may already be past the release
+            assert (seen["used"], seen["held"], seen["handed_back"]) == (1, 1, 0), seen
+        back = until("the unused slice handed back", lambda: (s := now())["handed_back"] == 1 and s)
+        assert (back["used"], back["held"]) == (1, 0), back
+        assert time.time() >= start + release_s - 1.5
+        assert f"{name} now" in (listed := f.ssh(FRONT, "calque session list --all").stdout), listed
+        assert "1 handed back" in listed
+        f.ssh(H100, f"calque session checkin {alice['id']}", user="alice")
+    finally:
+        f.ssh(FRONT, f"calque session reservations --cancel {name}", check=False)

@@ -6,7 +6,9 @@ and its slices never move; a second run changes nothing; outside ``calque_gpu_la
 change is refused before anything changes (check mode says so). And ``calque session drain --by`` on
 that host: the session on the drained GPU ends at the new deadline (reason ``drained``), the drain
 outlives a restart of ``calque-session.service``, and ``undrain`` gives the GPU back. The checkouts name
-GPUs, so the institution's broker is stopped for the module (the host in degraded mode)."""
+GPUs (``--gpu N``) and go through the institution's queue with the broker up, pinned to this host and
+GPU. And the one door (issue 39): a user's direct checkout on the host's own socket is refused while
+the broker answers and served once the broker has been silent for the host's ``degraded_after``."""
 
 from __future__ import annotations
 
@@ -27,32 +29,40 @@ from .institution import INSTITUTION
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
 
 AUDIT = "/var/log/calque/session-audit.jsonl"
+PY = "/opt/calque/venv/bin/python"
 # The layout's own part of site.yml (its preflight and MIG tasks) on this host alone, the estate converged.
 ROLE = ("--limit", H100, "--tags", "gpu_layout_mig")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _broker_silent(booted_estate: Estate) -> Any:
-    """These sessions name their GPUs (``--gpu N``), which the institution's queue does not hand out (it
-    hands out slices): the broker is stopped, and once the H100 host has heard nothing from it for its
-    ``degraded_after`` the host serves checkouts directly (degraded mode, docs/session.md) for this
-    module; the broker is started again after it, and the host back on the queue, for the modules after."""
-    booted_estate.converge()  # what the `estate` fixture does, once for the session
-    f = booted_estate.fleet
-    f.ssh(FRONT, "systemctl stop calque-broker.service")
-    _until_degraded(booted_estate)
-    yield
-    f.ssh(FRONT, "systemctl start calque-broker.service")
-    until(lambda: not _degraded(booted_estate), "the H100 host takes checkouts through the queue again", every=1.0)
+# A user's own direct checkout on the host's socket, around the CLI (what the one door refuses while
+# the broker answers): the daemon's answer, one JSON line.
+RAW_CHECKOUT = r"""
+import json, socket
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect("/run/calque/session.sock")
+    s.sendall(json.dumps({"version": 1, "op": "checkout", "args": {"ttl": "10m"}}).encode() + b"\n")
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+print(buf.decode().strip())
+"""
 
 
 def _degraded(estate: Estate) -> bool:
     return "degraded mode" in estate.fleet.ssh(H100, "calque session list", user="bob", check=False).stderr
 
 
-def _until_degraded(estate: Estate) -> None:
-    """A daemon (re)started gives the silent broker its ``degraded_after`` before it serves directly."""
-    until(lambda: _degraded(estate), "the H100 host serves directly once the broker is silent", every=1.0)
+def _broker_sees(estate: Estate, gpu: int) -> str:
+    """How the broker last saw GPU ``gpu`` of the H100 host: "drained", "free", "busy" or "unreachable"."""
+    views = json.loads(estate.fleet.ssh(FRONT, "calque session list --all --json").stdout)
+    v = next(v for v in views if v["name"] == H100)
+    if not v["reachable"]:
+        return "unreachable"
+    mine = [st for st in v["slices"] if st["slice"]["gpu_index"] == gpu]
+    return "drained" if any(st["drained"] for st in mine) else "free" if any(not st["busy"] for st in mine) else "busy"
 
 
 def _layout_vars(estate: Estate, **more: Any) -> Path:
@@ -154,12 +164,15 @@ def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain
     drained = json.loads(f.ssh(H100, "calque session drain --gpu 5 --by 20s --reason 'fan swap' --json").stdout)
     assert drained["shortened"] == [carol["id"]] and drained["drain"]["by_user"] == "root"
 
+    # Through the queue: the broker's answer names the drain (busy for now: exit 5, a later moment may serve it).
+    until(lambda: _broker_sees(estate, 5) == "drained", "the broker sees GPU 5 drained")
     refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
-    assert refused.returncode == 4 and "GPU 5 is drained by root" in refused.stderr and "fan swap" in refused.stderr
+    assert refused.returncode == 5 and "GPU 5 is drained by root" in refused.stderr, refused.stderr
+    assert "fan swap" in refused.stderr
     f.ssh(H100, "systemctl restart calque-session.service")  # a drain is in the registry, not the process
-    _until_degraded(estate)
+    until(lambda: _broker_sees(estate, 5) == "drained", "the broker lists the restarted host, GPU 5 drained")
     refused = f.ssh(H100, "calque session checkout --gpu 5 --ttl 10m", user="dave", check=False)
-    assert refused.returncode == 4 and "fan swap" in refused.stderr, refused.stderr
+    assert refused.returncode == 5 and "fan swap" in refused.stderr, refused.stderr
     listed = f.ssh(H100, "calque session list", user="dave").stdout
     assert "drained: GPU 5 is drained by root" in listed
     assert 'calque_session_drained{gpu="5"} 1.0' in f.ssh(H100, "calque session metrics").stdout
@@ -175,6 +188,38 @@ def test_drain_by_ends_the_sessions_there_survives_a_service_restart_and_undrain
     assert len(notices) == 1 and notices[0]["reason"] == "fan swap"
 
     assert "fan swap" in f.ssh(H100, "calque session undrain --gpu 5").stdout
-    dave = _as(estate, "dave", "calque session checkout --gpu 5 --ttl 10m --json")
+    # A place in the queue for GPU 5: granted as soon as the broker sees the undrain.
+    dave = _as(estate, "dave", "calque session checkout --gpu 5 --ttl 10m --wait --wait-timeout 5m --json")
     assert dave["gpu_index"] == 5
     f.ssh(H100, f"calque session checkin {dave['id']}", user="dave")
+
+
+def test_a_direct_checkout_is_refused_while_the_broker_answers_and_served_once_it_is_silent(estate: Estate) -> None:
+    """Issue 39's one door on a booted host: dave's request on the host's own socket (around the CLI)
+    is refused, naming the queue, while the broker answers; the broker stopped, once the host has
+    heard nothing from it for ``degraded_after`` it serves him directly (degraded mode, audited); the
+    broker back, the door closes again."""
+    f = estate.fleet
+    raw = f"{PY} -"
+    answer = json.loads(f.ssh(H100, raw, user="dave", input=RAW_CHECKOUT).stdout)
+    assert not answer["ok"] and answer["error"]["kind"] == "refused", answer
+    assert (
+        "institution's queue" in answer["error"]["message"] and "calque session checkout" in answer["error"]["message"]
+    )
+    f.ssh(FRONT, "systemctl stop calque-broker.service")
+    try:
+        until(lambda: _degraded(estate), "the H100 host serves directly once the broker is silent", every=1.0)
+        served = json.loads(f.ssh(H100, raw, user="dave", input=RAW_CHECKOUT).stdout)
+        assert served["ok"], served
+        sid = served["result"]["id"]
+        f.ssh(H100, f"calque session checkin {sid}", user="dave")
+        doors = [
+            (e["user"], e.get("door")) for e in _events(estate) if e.get("session") == sid and e["event"] == "checkout"
+        ]
+        assert doors == [("dave", "degraded")], doors
+        assert any(e["event"] == "door_degraded" for e in _events(estate))
+    finally:
+        f.ssh(FRONT, "systemctl start calque-broker.service")
+    until(lambda: not _degraded(estate), "the H100 host takes checkouts through the queue again", every=1.0)
+    again = json.loads(f.ssh(H100, raw, user="dave", input=RAW_CHECKOUT).stdout)
+    assert not again["ok"] and again["error"]["kind"] == "refused", again
