@@ -212,8 +212,9 @@ def billed(b: Broker, session_ids: set[str]) -> dict[str, str]:
 def test_a_window_caps_long_checkouts_before_it_serves_its_members_first_and_hands_unused_slices_back(
     make_user: Callable[..., User],
 ) -> None:
-    """4 slices; 3 reserved from S, for a minute, unused ones handed back 18 s in. Before S: a first
-    long checkout keeps its TTL (one slice is spare), a second is capped at S. From S: a researcher
+    """4 slices; 3 reserved from S for 20 minutes (no step waits for its end: room for a loaded
+    machine), unused ones handed back 18 s in. Before S: a first long checkout keeps its TTL (one
+    slice is spare), a second is capped at S. From S: a researcher
     of the lab with the better fair share waits, and the 3 members (the reserving lab a thousand
     times over its share) are granted ahead of her, their sessions ending with the window; one
     member checks in, and its slice stays held until the release delay, then goes to the researcher."""
@@ -227,10 +228,10 @@ def test_a_window_caps_long_checkouts_before_it_serves_its_members_first_and_han
         assert b.cli(c.students[3], "session", "checkin", f"{e['session']['id']}@{e['host']}").returncode == 0
 
         start = datetime.now(timezone.utc) + timedelta(seconds=12)
-        made = reserve(c, c.manager, "cs4xx-lab", 3, start, "--for", "60s", "--release-unused-after", "18s", "--json")
+        made = reserve(c, c.manager, "cs4xx-lab", 3, start, "--for", "20m", "--release-unused-after", "18s", "--json")
         assert made.returncode == 0, made.stderr
         start = when(json.loads(made.stdout)["occurrences"][0][0])
-        end = start + timedelta(seconds=60)
+        end = start + timedelta(minutes=20)
 
         kept = checkout(b, spare_holder)
         assert kept.returncode == 0, kept.stderr
@@ -290,6 +291,26 @@ def test_a_window_caps_long_checkouts_before_it_serves_its_members_first_and_han
         after = next(v["now"] for v in listed(b) if v["reservation"]["name"] == "cs4xx-lab")
         assert (after["used"], after["held"], after["handed_back"]) == (2, 0, 1), after
         assert "1 handed back" in b.cli(None, "session", "list", "--all").stdout
+
+        # calque report: the members' sessions are the reserving lab's usage, and the occurrence says
+        # how many of its slices the members used and how many went back to the queue.
+        asked = datetime.now(timezone.utc)
+        rep = b.cli(None, "report", "--institution", "--since", "1h", "--json")
+        answered = datetime.now(timezone.utc)
+        assert rep.returncode == 0, rep.stderr
+        r = json.loads(rep.stdout)
+        (occ,) = r["reservations"]
+        assert (occ["name"], occ["lab"], occ["reserved"], occ["sessions"]) == ("cs4xx-lab", "teaching", 3, 3), occ
+        assert occ["handed_back"] == 1 and when(occ["start"]) == start, occ
+        # Slice-hours: at least the 2 members who still hold theirs, each since their grant (made at
+        # most 1.5 s before the host's checkout); at most 3 slices since the start.
+        since = max(when(g["session"]["created_at"]) for g in grants[1:]) - timedelta(seconds=1.5)
+        low, high = 2 * (asked - since).total_seconds() / 3600, 3 * (answered - start).total_seconds() / 3600
+        assert low <= occ["slice_hours"] <= high, (occ, low, high)
+        labs = {row["key"]: row["gpu_hours"] for row in r["rows"]}
+        assert labs.get("teaching", 0) > 0, r["rows"]
+        human = b.cli(None, "report", "--institution", "--since", "1h")
+        assert "reservation cs4xx-lab (teaching)" in human.stdout and "1 handed back" in human.stdout, human.stdout
 
 
 def test_times_are_read_on_the_brokers_clock_and_a_long_event_folds_into_valid_ics() -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 import click
 
 from calque.cli.options import json_option
-from calque.cli.output import emit, table
+from calque.cli.output import emit, table, warn
 from calque.cli.session import socket_option
 from calque.cli.session_front import broker_socket_option
 from calque.timefmt import utc_moment
@@ -25,6 +25,7 @@ from calque.timefmt import utc_moment
 if TYPE_CHECKING:
     from calque.ledger.pool_usage import PoolLedger
     from calque.models.ledger import HostLedger, LabSpend, LedgerKey, Reconciliation
+    from calque.models.reservation import OccurrenceUse
     from calque.session.client.connection import SessionClient
 
 BY = ("lab", "user", "pool", "profile", "host", "source")
@@ -85,7 +86,8 @@ def report(
         warnings += ledger.disagreements
         reconciled += [rec] if rec is not None else []
     r = build_report(cast("LedgerKey", by), utc_moment(start), utc_moment(until), hosts, pools)
-    r = r.model_copy(update={"warnings": warnings, "reconciled": reconciled})
+    occurrences = _occurrences(broker_socket, since) if institution else []
+    r = r.model_copy(update={"warnings": warnings, "reconciled": reconciled, "reservations": occurrences})
     if as_csv:
         click.echo(render_csv(r), nl=False)
     else:
@@ -104,6 +106,20 @@ def _institution(broker_socket: Path, since: str) -> list[HostLedger]:
 
     answer = BrokerClient(broker_socket).call("ledger", {"since": since})
     return [HostLedger.model_validate(h) for h in answer]
+
+
+def _occurrences(broker_socket: Path, since: str) -> list[OccurrenceUse]:
+    """Each class reservation's occurrences over the window: what its lab's members used, what went back."""
+    from calque.errors import CalqueError
+    from calque.models.reservation import ReservationView
+    from calque.session.client.broker import BrokerClient
+
+    try:
+        views = BrokerClient(broker_socket).call("reservations", {"since": since})
+    except CalqueError as exc:  # e.g. a broker older than reservations' usage: the hosts' rows alone
+        warn(f"no reservations' usage from the broker: {exc}")
+        return []
+    return sorted((o for v in views for o in ReservationView.model_validate(v).past), key=lambda o: o.start)
 
 
 def _pool(

@@ -102,6 +102,11 @@ def render_table(r: LedgerReport) -> str:
             f"reconcile {c.pool} {c.start} to {c.end}: ledger {_money(c.ledger_usd)} (instance-seconds at EC2 rates); "
             f"Cost Explorer {billed}{mark} (UnblendedCost, tag calque:pool)"
         )
+    for o in r.reservations:  # the members' use is in the reserving lab's row above
+        lines.append(
+            f"reservation {o.name} ({o.lab}) {o.start:%Y-%m-%d %H:%M}Z: {o.reserved} x {o.profile} reserved, "
+            f"{o.sessions} session(s) for {o.slice_hours:.2f} slice-hours, {o.handed_back} handed back"
+        )
     if r.total.unpriced_events:
         lines.append(f"{r.total.unpriced_events} event(s) had no EC2 or no Modal price (counted in GPU-hours only)")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field, StrictInt
 
 from calque.models.base import CalqueModel, VersionedModel
+from calque.models.reservation import OccurrenceUse
 from calque.models.versions import SESSION_PROTOCOL_VERSION
 
 _DEFERRED = ConfigDict(defer_build=True)
@@ -111,6 +112,9 @@ class LedgerReport(CalqueModel):
         default_factory=list, description="where a pool's group history disagrees with its usage records"
     )
     reconciled: list[Reconciliation] = Field(default_factory=list, description="calque report --reconcile")
+    reservations: list[OccurrenceUse] = Field(
+        default_factory=list, description="--institution: each class reservation's occurrences in the window"
+    )
 
 
 class LabSpend(CalqueModel):

@@ -52,6 +52,9 @@ class ReserveArgs(CalqueModel):
 class ReservationsArgs(CalqueModel):
     model_config = _DEFERRED
     name: ReservationName | None = None
+    since: Duration | None = Field(
+        None, description="also each occurrence that started this far back: what it was used for (calque report)"
+    )
 
 
 class UnreserveArgs(CalqueModel):
@@ -108,6 +111,24 @@ class OccurrenceState(CalqueModel):
     short: int = Field(0, description="reserved slices the institution could not hold (sessions ran into it)")
 
 
+class OccurrenceUse(CalqueModel):
+    """One occurrence that has started, as ``calque report`` shows it: the reserving lab's, what its
+    members used under it, and what went back to the queue."""
+
+    model_config = _DEFERRED
+    name: str
+    lab: str
+    profile: str
+    start: datetime
+    end: datetime
+    reserved: int
+    sessions: int = Field(description="members' checkouts granted under it")
+    slice_hours: float = Field(description="hours those sessions held their slices within the window, up to now")
+    handed_back: int = Field(
+        description="reserved slices unused at --release-unused-after, handed back to the queue (0 before then)"
+    )
+
+
 class ReservationView(CalqueModel):
     """``calque session reservations``: a reservation and its upcoming occurrences."""
 
@@ -115,3 +136,4 @@ class ReservationView(CalqueModel):
     reservation: Reservation
     occurrences: list[tuple[datetime, datetime]]
     now: OccurrenceState | None = None
+    past: list[OccurrenceUse] = Field(default_factory=list, description="with ``since``: each occurrence started")

@@ -11,6 +11,7 @@ that profile ask at any moment of any of its occurrences.
 
 from __future__ import annotations
 
+import builtins
 import grp
 import re
 from collections.abc import Callable, Mapping
@@ -20,12 +21,19 @@ from typing import Any
 from calque.durations import format_duration
 from calque.errors import RefusedError, UsageError
 from calque.models.base import positive_seconds
-from calque.models.reservation import Reservation, ReservationsArgs, ReservationView, ReserveArgs, UnreserveArgs
+from calque.models.reservation import (
+    OccurrenceUse,
+    Reservation,
+    ReservationsArgs,
+    ReservationView,
+    ReserveArgs,
+    UnreserveArgs,
+)
 from calque.session.broker.callers import Caller
 from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import lab_of
 from calque.session.broker.hosts import HostCache
-from calque.session.broker.store import Store
+from calque.session.broker.store import Row, Store
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DAY_TIME = re.compile(r"^\s*(?:([a-z]{3})[a-z]*\s+)?(\d{1,2}):(\d{2})\s*$", re.IGNORECASE)
@@ -89,6 +97,11 @@ def peak(spans: list[tuple[datetime, datetime, int]], within: tuple[datetime, da
         total += n
         most = max(most, total)
     return most
+
+
+def _live(r: Row, at: float) -> bool:
+    """Whether the session granted for ``r`` held its slice at ``at`` (the broker's view of its end)."""
+    return r.granted_at is not None and r.granted_at <= at and (r.ends_at is None or r.ends_at > at)
 
 
 def fleet_slices(config: BrokerConfig) -> dict[str, int]:
@@ -205,7 +218,11 @@ class Reservations:
         found = [r for r in self.all() if args.name in (None, r.name)]
         if args.name is not None and not found:
             raise UsageError(f"no reservation {args.name}; `calque session reservations` lists them")
-        return [self.view(r, now).model_dump(mode="json") for r in found]
+        views = [self.view(r, now) for r in found]
+        if args.since is not None:  # calque report: each occurrence started since then, as it was used
+            since = now - timedelta(seconds=positive_seconds(args.since, "since"))
+            views = [v.model_copy(update={"past": self.used_since(v.reservation, since, now)}) for v in views]
+        return [v.model_dump(mode="json") for v in views]
 
     def cancel(self, c: Caller, args: UnreserveArgs) -> dict[str, Any]:
         res = self.get(args.name)
@@ -223,6 +240,35 @@ class Reservations:
     def view(self, res: Reservation, now: datetime) -> ReservationView:
         """A reservation with its occurrences still to end (``holding.py`` fills in the one under way)."""
         return self.shown(ReservationView(reservation=res, occurrences=res.occurrences(now)))
+
+    def used_since(self, res: Reservation, since: datetime, now: datetime) -> builtins.list[OccurrenceUse]:
+        """Each occurrence of ``res`` under way since ``since`` and started by ``now``: its members'
+        grants under it (the broker's rows, kept for its fair-share window), the hours they held
+        their slices within it, and the reserved slices unused at the release moment (handed back)."""
+        out = []
+        for begin, end in res.occurrences(since):
+            if begin > now:
+                break
+            t0, t1, t = begin.timestamp(), end.timestamp(), now.timestamp()
+            rows = self.store.granted_under(res.name, t0, t1)
+            held = sum(
+                max(0.0, min(r.ends_at if r.ends_at is not None else t, t1, t) - (r.granted_at or t0)) for r in rows
+            )
+            back = 0
+            if res.release_unused_after_s is not None and t >= t0 + res.release_unused_after_s:
+                # From the release on, every reserved slice no member holds is the queue's: the most at
+                # once is the count less the fewest members' sessions live (at the release, or as one ends).
+                stop = min(t, t1)
+                moments = [t0 + res.release_unused_after_s]
+                moments += [r.ends_at for r in rows if r.ends_at is not None and moments[0] <= r.ends_at < stop]
+                fewest = min(sum(1 for r in rows if _live(r, at)) for at in moments)
+                back = max(0, res.count - fewest)
+            use = OccurrenceUse(
+                name=res.name, lab=res.lab, profile=res.profile, start=begin, end=end, reserved=res.count,
+                sessions=len(rows), slice_hours=held / 3600.0, handed_back=back,
+            )  # fmt: skip
+            out.append(use)
+        return out
 
     # -- the rules ----------------------------------------------------------------------------------
 

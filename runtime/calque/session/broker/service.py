@@ -315,6 +315,9 @@ class BrokerService:
                     raise RefusedError(f"not extended: {capped[1]}")
                 call["by"] = capped[0]
         answer = link.call(args.op, call, request_id=call_id(), as_user=c.user)
+        if args.op == "extend" and isinstance(answer, dict) and isinstance(answer.get("expires_at"), str):
+            until = datetime.fromisoformat(answer["expires_at"]).timestamp()
+            self.store.session_ended(args.host, args.session_id, until, extended=True)
         if capped is not None and isinstance(answer, dict):
             answer["warnings"] = [*answer.get("warnings", []), f"extended less than asked: {capped[1]}"]
         self.dispatcher.nudge(args.host)

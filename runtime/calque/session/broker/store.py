@@ -315,11 +315,13 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE requests SET held_until=MAX(held_until, ?) WHERE state='held'", (until,))
 
-    def session_ended(self, host: str, session_id: str, at: float) -> None:
-        """A granted session the host no longer holds: its usage stops at ``at``."""
+    def session_ended(self, host: str, session_id: str, at: float, *, extended: bool = False) -> None:
+        """A granted session the host no longer holds: its usage stops at ``at``; ``extended``: one
+        extended through the broker, ending at ``at`` now (a reservation counts it as used till then)."""
         with self._tx() as db:
             db.execute(
-                "UPDATE requests SET ends_at=MIN(ends_at, ?) WHERE host=? AND session_id=? AND granted_at IS NOT NULL",
+                f"UPDATE requests SET ends_at={'MAX' if extended else 'MIN'}(ends_at, ?)"
+                " WHERE host=? AND session_id=? AND granted_at IS NOT NULL",
                 (at, host, session_id),
             )
 
@@ -383,6 +385,11 @@ class Store:
         """Grants made under ``reservation`` since ``since`` whose session is live at ``now``."""
         where = "reservation=? AND state IN ('held', 'claimed') AND granted_at >= ? AND ends_at > ?"
         return self._rows(where, (reservation, since, now))
+
+    def granted_under(self, reservation: str, since: float, until: float) -> list[Row]:
+        """Every grant made under ``reservation`` over [since, until), live or ended."""
+        where = "reservation=? AND granted_at IS NOT NULL AND granted_at >= ? AND granted_at < ?"
+        return self._rows(where, (reservation, since, until))
 
     def set_ttl(self, request_id: str, ttl: float, note: str) -> Row | None:
         """A waiting request's TTL capped before its grant (a reservation's window ahead), with why."""
