@@ -149,3 +149,30 @@ def test_two_labs_pools_of_one_model_coexist_and_one_teardown_leaves_the_other(m
     ]
     assert names == [pool_names("lab-b/embedder").group]
     assert len(group("lab-b/embedder")["Instances"]) == 2
+
+
+def test_a_capacity_block_is_the_templates_market_and_target_and_the_group_names_the_template_alone(
+    make: Any,
+) -> None:
+    """A class (or pool) naming an EC2 Capacity Block: its launch template carries the capacity-block
+    market type and the block as its Capacity Reservation target (what moto 5.2 keeps; it implements no
+    Capacity Reservations, so nothing checks the block exists or launches into it), the group uses that
+    template with no mixed instances policy; a block with Spot, two types or a warm pool is refused."""
+    block = "cr-0123456789abcdef0"
+    req = make(pool="fleet/teaching", market="on-demand", instance_types=["p5.48xlarge"], count=1, max_size=1,
+               max_hourly_usd=60, capacity_block=block)  # fmt: skip
+    assert run(req).changed
+    name = pool_names("fleet/teaching")
+    lt = client("ec2").describe_launch_template_versions(LaunchTemplateName=name.template)["LaunchTemplateVersions"]
+    data = lt[0]["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": block}}
+    g = group("fleet/teaching")
+    assert "MixedInstancesPolicy" not in g and g["LaunchTemplate"]["LaunchTemplateId"] == lt[0]["LaunchTemplateId"]
+    assert not run(req).changed  # a second run changes nothing
+    one: dict[str, Any] = {"market": "on-demand", "instance_types": ["p5.48xlarge"], "count": 1, "max_size": 1}
+    for bad in ({"market": "spot"}, {"instance_types": ["p5.48xlarge", "p4d.24xlarge"]}):
+        with pytest.raises(ValueError, match="Capacity Block is one instance type"):
+            make(capacity_block=block, **{**one, **bad})
+    with pytest.raises(ValueError, match="capacity_block"):
+        make(capacity_block="sg-0123456789abcdef0")  # not a capacity reservation id

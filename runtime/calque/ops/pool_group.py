@@ -111,6 +111,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             key_name=r.key_name,
             tags=tags,
             hibernate=r.warm is not None and r.warm.state == "Hibernated",
+            capacity_block=r.capacity_block,
         )
         data, digest = tpl.template_data(inputs)
         tpl.dry_run(ec2, data, r.subnets[0] if r.subnets else None)
@@ -135,7 +136,7 @@ class PoolGroupOp(Operation[PoolGroupRequest, PoolGroupPlan, PoolGroupResult]):
             spot=r.market == "spot",
             max_lifetime_s=lifetime,
             zones=[] if r.subnets else grp.default_zones(ec2),
-            mixed=r.warm is None,
+            mixed=r.warm is None and r.capacity_block is None,  # a block: its one type, on the template
         )
         if before is None:
             plan.actions.append(f"create Auto Scaling group {n.group}: {r.min_size}..{r.top}, desired {plan.desired}")

@@ -44,6 +44,11 @@ class PoolGroupRequest(LaunchOptions):
     gate_only: bool = False
     wait_timeout: int = Field(600, ge=1, le=3600)
     warm: WarmPoolSettings | None = Field(None, description="an EC2 warm pool of bootstrapped instances")
+    capacity_block: str | None = Field(
+        None,
+        pattern=r"^cr-[0-9a-f]{8,17}$",
+        description="an EC2 Capacity Block for ML (its capacity reservation id) the group launches into",
+    )
     schedule: list[ScheduleEntry] = Field(default_factory=list, description="windows of a raised minimum")
     lab_budget: LabBudget | None = Field(None, description="the lab's monthly budget (calque_labs): spent, refused")
     lab_spent_elsewhere: float = Field(0.0, ge=0, description="deprecated and ignored: the broker's ledger counts them")
@@ -67,6 +72,13 @@ class PoolGroupRequest(LaunchOptions):
         if reserved:
             raise ValueError(f"tags {reserved} use the reserved calque: prefix; calque sets those itself")
         check_warm_request(self.warm, self.market, self.instance_types)
+        if self.capacity_block is not None and (
+            self.market != "on-demand" or len(self.instance_types) != 1 or self.warm is not None
+        ):
+            raise ValueError(
+                f"capacity_block {self.capacity_block}: a Capacity Block is one instance type bought ahead, so it "
+                "needs market: on-demand, exactly one instance type (the block's) and no warm pool"
+            )
         return self
 
     @property

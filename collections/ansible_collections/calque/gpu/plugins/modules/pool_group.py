@@ -218,6 +218,15 @@ options:
         description: The cron's IANA time zone.
         type: str
         default: UTC
+  capacity_block:
+    description:
+      - An EC2 Capacity Block for ML to launch into, by its capacity reservation id (C(cr-...)), bought in EC2 for
+        the block's one instance type, Availability Zone and dates.
+      - The launch template gets C(InstanceMarketOptions.MarketType=capacity-block) and the block as its
+        C(CapacityReservationSpecification) target, and the group names the template alone (no mixed instances policy).
+      - Needs O(market=on-demand), exactly one O(instance_types) (the block's) and no O(warm); O(subnets) must be in
+        the block's Availability Zone. Outside the block's dates EC2 launches nothing.
+    type: str
 extends_documentation_fragment:
   - calque.gpu.launch
   - calque.gpu.runtime
@@ -386,6 +395,7 @@ def main():
                 ready_timeout=dict(type="int", default=1800),
             ),
         ),
+        capacity_block=dict(type="str"),
         schedule=dict(
             type="list",
             elements="dict",
