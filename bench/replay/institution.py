@@ -11,8 +11,9 @@ from .mapping import SEVENTHS, Window
 # Each host: two A100-40GB cards, one whole (7g.40gb) and one cut 4g.20gb + 3g.20gb. Why: in the trace's
 # fractional asks about 45 % need more than 4/7 of a card (0.59-0.81), 30 % fit 4g, the rest 3g or less.
 CARDS: tuple[tuple[str, ...], ...] = (("7g.40gb",), ("4g.20gb", "3g.20gb"))
-POLICIES = ("fifo", "fair", "fair-4h")
-AGING_S = {"fifo": 1800.0, "fair": 1800.0, "fair-4h": 4 * 3600.0}  # the broker's default is 30 min
+POLICIES = ("fifo", "fair", "fair-4h", "fair-reclaim")
+AGING_S = {"fifo": 1800.0, "fair": 1800.0, "fair-4h": 4 * 3600.0, "fair-reclaim": 1800.0}  # broker default 30 min
+IDLE_FOR_S = 1800.0  # the daemon's default idle.for (30 min)
 POLICY_WORDS = {
     "fifo": "FIFO only: institution.yaml with no labs, so every user is in lab 'default' and the broker's order "
     "is arrival order",
@@ -20,6 +21,9 @@ POLICY_WORDS = {
     "by usage over the fair-share window per share, FIFO inside a lab; a request waiting past the aging bound (the "
     "broker's default, 30 min) goes ahead of every later one",
     "fair-4h": "fair share as above with the aging bound at 4 h (queue.aging: 4h): fair share ordering for longer",
+    "fair-reclaim": "fair share as 'fair', and every host daemon's idle reclaim on (session.yaml idle: the daemon's "
+    "defaults, below 5 %, memory_from 64 MiB, for 30 min (/ compression); warn 0: the notice has no terminal to "
+    "reach); the daemon reads the simulated utilisation once a replay second",
 }
 
 
@@ -49,6 +53,12 @@ class Shape:
             "max_queued_per_user": 1000,
         }
 
+    def idle_rule(self, window: Window, policy: str) -> dict[str, Any] | None:
+        """session.yaml's ``idle`` for the policy (None: reclaim off), in replay time."""
+        if not policy.endswith("reclaim"):
+            return None
+        return {"for": max(IDLE_FOR_S / window.compression, 1.0), "warn": 0}
+
     def institution_doc(self, policy: str, groups: dict[str, str]) -> dict[str, Any]:
         doc: dict[str, Any] = {"version": 1}
         if policy.startswith("fair"):
@@ -64,4 +74,7 @@ class Shape:
             "queue rules (broker defaults / compression; aging per policy): "
             + ", ".join(f"{k} {v:.3g}" for k, v in self.queue_rules(window).items()),
             *(f"policy {p}: {POLICY_WORDS[p]}" for p in POLICIES),
+            f"idle reclaim: for {IDLE_FOR_S / 60:g} trace min = "
+            f"{max(IDLE_FOR_S / window.compression, 1.0):.3g} replay s; "
+            f"the daemon samples once a replay second ({window.compression / 60:.3g} trace min)",
         ]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -42,6 +43,7 @@ class Running:
     dir: Path
     broker_socket: Path
     procs: list[subprocess.Popen[bytes]]
+    hosts: dict[str, Path]  # each host's directory: its gpus.json and audit.jsonl
 
 
 @contextmanager
@@ -100,7 +102,7 @@ def _munged(m: Path) -> Path:
     return m / "sock"
 
 
-def _host(d: Path, name: str, port: int, munge: Path) -> subprocess.Popen[bytes]:
+def _host(d: Path, name: str, port: int, munge: Path, idle: dict[str, Any] | None) -> subprocess.Popen[bytes]:
     from calque.gpu.sim import SimGpu
 
     h = d / name
@@ -124,6 +126,8 @@ def _host(d: Path, name: str, port: int, munge: Path) -> subprocess.Popen[bytes]
         "broker_nudge": f"127.0.0.1:{port}",
         "munge_socket": str(munge),
     }
+    if idle is not None:
+        cfg["idle"] = idle
     (h / "session.yaml").write_text(yaml.safe_dump(cfg))
     return _spawn(["session", "serve", "--config", str(h / "session.yaml")], h / "daemon.log")
 
@@ -137,7 +141,7 @@ def institution(shape: Shape, window: Window, policy: str, users: dict[str, LabU
     procs: list[subprocess.Popen[bytes]] = []
     try:
         names = [f"host{i + 1}" for i in range(shape.hosts)]
-        procs += [_host(d, n, port, munge) for n in names]
+        procs += [_host(d, n, port, munge, shape.idle_rule(window, policy)) for n in names]
         for n in names:
             _answers(d / n / "s.sock", f"host daemon {n}")
         b = d / "broker"
@@ -166,7 +170,7 @@ def institution(shape: Shape, window: Window, policy: str, users: dict[str, LabU
         (b / "broker.yaml").write_text(yaml.safe_dump(bcfg))
         procs.append(_spawn(["session", "broker", "--config", str(b / "broker.yaml")], b / "broker.log"))
         _answers(b / "broker.sock", "the broker")
-        yield Running(d, b / "broker.sock", procs)
+        yield Running(d, b / "broker.sock", procs, {n: d / n for n in names})
     finally:
         for p in procs:
             if p.poll() is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .holders import booked_s
 from .trace import Task
 
 DAY = 86400.0
@@ -54,7 +55,8 @@ class Request:
     asked: str  # the smallest profile covering the share
     profile: str  # the smallest offered profile covering ``asked``
     arrival: float  # replay seconds after the window's start
-    hold: float  # replay seconds
+    hold: float  # replay seconds: the task's run time, busy
+    booked: float = 0.0  # replay seconds the holder keeps the session unless it is ended first (holders.py)
 
 
 @dataclass
@@ -69,7 +71,7 @@ def covering(milli: int, offered: tuple[str, ...] = ALL_PROFILES) -> str | None:
     return min(fits, key=lambda p: SEVENTHS[p]) if fits else None
 
 
-def to_request(task: Task, window: Window, offered: tuple[str, ...]) -> Request | str:
+def to_request(task: Task, window: Window, offered: tuple[str, ...], holders: str = "prompt") -> Request | str:
     """The task's request, or why it is set aside (a counter's key)."""
     if task.num_gpu == 0:
         return "no GPU"
@@ -93,13 +95,14 @@ def to_request(task: Task, window: Window, offered: tuple[str, ...]) -> Request 
         profile=served,
         arrival=(task.created - window.start) / window.compression,
         hold=(task.deleted - task.scheduled) / window.compression,
+        booked=booked_s(task.deleted - task.scheduled, holders) / window.compression,
     )
 
 
-def demand(tasks: list[Task], window: Window, offered: tuple[str, ...]) -> Demand:
+def demand(tasks: list[Task], window: Window, offered: tuple[str, ...], holders: str = "prompt") -> Demand:
     d = Demand()
     for t in tasks:
-        got = to_request(t, window, offered)
+        got = to_request(t, window, offered, holders)
         if isinstance(got, Request):
             d.requests.append(got)
         else:

@@ -31,7 +31,18 @@ def test_a_tiny_trace_replays_through_the_real_broker(tmp_path: Path) -> None:
     args = ["--trace", str(trace), "--start-day", "0", "--days", "0.008", "--compression", "200", "--hosts", "1"]
     res = subprocess.run(
         # --grace: the second's grant is waited for, not raced against the window's end
-        [sys.executable, "-m", "bench.replay", *args, "--policies", "fifo", "--grace", str(HANG_S)],
+        [
+            sys.executable,
+            "-m",
+            "bench.replay",
+            *args,
+            "--policies",
+            "fifo",
+            "--holders",
+            "prompt",
+            "--grace",
+            str(HANG_S),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -56,3 +67,32 @@ def test_a_missing_trace_says_where_to_get_it(tmp_path: Path) -> None:
         timeout=HANG_S,
     )
     assert res.returncode == 2 and "github.com/alibaba/clusterdata" in res.stderr
+
+
+def test_idle_reclaim_ends_the_idle_booked_session_and_no_active_one(tmp_path: Path) -> None:
+    """A booked holder works 600 trace s, then leaves its slice idle to its 1 h TTL; the host daemon's real
+    idle reclaim (30 trace min) ends it first, and the second request gets the slice then, not at the TTL."""
+    trace = tmp_path / "pods.csv"
+    trace.write_text(
+        HEADER
+        + "p-first,1,1,1,810,,BE,Running,0,600,0\n"  # busy 1.5 replay s, booked 9 s, reclaimed after 4.5 s idle
+        + "p-second,1,1,1,650,,LS,Running,10,400,100\n"
+    )
+    args = ["--trace", str(trace), "--start-day", "0", "--days", "0.05", "--compression", "400", "--hosts", "1"]
+    res = subprocess.run(
+        [sys.executable, "-m", "bench.replay", *args, "--policies", "fair-reclaim", "--grace", str(HANG_S)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S * 2,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "holders (booked" in out and "idle reclaim: for 30 trace min = 4.5 replay s" in out
+    rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith("fair-reclaim ")}
+    assert rows[("fair-reclaim", "overall")][2:6] == ["2", "2", "0", "0"]
+    # Granted when the first was reclaimed (about 1.5 + 4.5 replay s: ~40 trace min), before its TTL (60 min).
+    assert float(rows[("fair-reclaim", "ls")][6].rstrip("m")) < 58.0
+    reclaim = next(s for line in out.splitlines() if (s := line.split())[0:1] == ["fair-reclaim"] and len(s) == 5)
+    held, reclaimed, ended, active = float(reclaim[1]), float(reclaim[2]), int(reclaim[3]), int(reclaim[4])
+    assert (ended, active) == (1, 0) and 0 < reclaimed < held
