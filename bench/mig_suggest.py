@@ -1,4 +1,11 @@
-"""``calque gpu mig suggest`` replay benchmark: a synthetic fortnight recorded on the current layout,
+"""``calque gpu mig suggest`` benchmark: a layout suggested from earlier weeks of a host's demand, scored
+on later weeks it never saw, against the layout it replaced.
+
+On the trace (the default; ``--trace PATH``): the Alibaba GPU trace's fractional-GPU tasks, as
+``bench/replay/mig_weeks.py`` says (every rule printed at the top). ``--synthetic``: the older
+synthetic fortnights below (its first output line says so).
+
+Synthetic: a synthetic fortnight recorded on the current layout,
 the suggestion made from it, and the next fortnight run on the current layout and on the suggested one.
 
 The host (the teaching host of the tests): two H100 80GB, GPU 0 cut into 7 x 1g.10gb, GPU 1 into
@@ -17,7 +24,8 @@ refused at their first try and asks lost (refused and never granted), on the cur
 suggested one, with suggested / current as a ratio; the replay's own prediction on A; the time
 ``suggest`` takes. Medians over ``seeds``.
 
-Run: .venv/bin/python bench/mig_suggest.py [--seeds 5] [--one-g-per-h 3.5] [--three-g-per-h 0.4] ...
+Run: .venv/bin/python bench/mig_suggest.py --trace ../shared/data/traces/alibaba-gpu-v2023-pods.csv
+     .venv/bin/python bench/mig_suggest.py --synthetic [--seeds 5] [--one-g-per-h 3.5] [--three-g-per-h 0.4] ...
 """
 
 from __future__ import annotations
@@ -27,10 +35,13 @@ import heapq
 import math
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench.replay importable
 
 from calque.gpu.planner import current_layout
 from calque.gpu.sim import SimGpu
@@ -123,6 +134,11 @@ def outcome(refusals: list[Refusal]) -> tuple[int, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trace", type=Path, help="alibaba cluster-trace-gpu-v2023 pods CSV (the default mode)")
+    p.add_argument("--synthetic", action="store_true", help="the synthetic fortnights instead of the trace")
+    p.add_argument("--hosts", type=int, default=2, help="trace: the host gets every N-th fractional task")
+    p.add_argument("--fit-from-day", type=float, default=112.0, help="trace: the history's first day")
+    p.add_argument("--history-weeks", type=int, default=2, help="trace: weeks the suggestion is fitted on")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--one-g-per-h", type=float, default=3.5)
     p.add_argument("--three-g-per-h", type=float, default=0.2)
@@ -131,6 +147,13 @@ def main() -> None:
     p.add_argument("--wait-share", type=float, default=0.5)
     p.add_argument("--max-wait-min", type=float, default=30)
     a = p.parse_args()
+    if not a.synthetic:
+        from bench.replay.mig_bench import on_trace
+
+        if a.trace is None:
+            p.error("--trace PATH (the Alibaba GPU trace), or --synthetic for the synthetic fortnights")
+        raise SystemExit(on_trace(a))
+    print("SYNTHETIC demand (--synthetic): invented Poisson fortnights, not the trace")
     with tempfile.TemporaryDirectory() as d:
         sim = SimGpu.create(Path(d) / "gpus.json", ["H100-80GB", "H100-80GB"])
         sim.enable_mig()
