@@ -1,4 +1,13 @@
-"""Idle reclaim benchmark: a simulated week of notebook sessions on one teaching host, reclaim off and on.
+"""Idle reclaim benchmark: the real host daemons' idle reclaim on the trace's demand, reclaim off and on.
+
+On the trace (the default; ``--trace PATH``, as root): ``bench/replay``'s session replay with two
+policies, fair share with reclaim off and on (``--policies fair,fair-reclaim``): real ``calque session
+serve`` daemons reclaim by the simulated utilisation the replayed holders set from the trace's run times
+(``bench/replay/holders.py``); every other ``bench.replay`` option passes through (``--holders prompt``
+for the other end of the holder model). ``--synthetic``: the older re-implementation below, on an
+invented week (its first output line says so).
+
+Synthetic: a simulated week of notebook sessions on one teaching host, reclaim off and on.
 
 The host: ``slices`` MIG slices (default 14: two H100 80GB cut into 7 x 1g.10gb). Requests arrive
 as a Poisson stream, ``weekday_per_h`` an hour from 09:00 to 18:00 Monday to Friday and
@@ -34,7 +43,9 @@ import argparse
 import math
 import random
 import statistics
+import sys
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 WEEK_MIN = 7 * 24 * 60
 
@@ -164,6 +175,19 @@ def _median(values: list[float]) -> float:
 
 
 def main() -> None:
+    if "--synthetic" not in sys.argv[1:]:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench.replay importable
+        from bench.replay.__main__ import main as replay
+
+        args = sys.argv[1:]
+        print("idle reclaim on the trace: bench.replay, fair share with the hosts' idle reclaim off and on")
+        raise SystemExit(
+            replay(
+                [*args, *([] if any(a.startswith("--policies") for a in args) else ["--policies", "fair,fair-reclaim"])]
+            )
+        )
+    sys.argv.remove("--synthetic")
+    print("SYNTHETIC demand (--synthetic): an invented week and a re-implementation of the rule, not the daemon")
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     for f in fields(Scenario):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
