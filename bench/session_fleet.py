@@ -1,4 +1,11 @@
-"""Session fleet benchmark: a replayed teaching week on one class of session hosts, three ways.
+"""Session fleet benchmark: a class of elastic session hosts, scaled by calque's own documents.
+
+On the trace (the default; ``--trace PATH``): the Alibaba GPU trace's fractional-GPU tasks as session
+requests, ``bench/replay/fleet_sim.py`` (calque's ``desired_fleet_scaling`` read, AWS's boot and
+scale-in choice modelled at both ends of cited ranges; every parameter printed at the top).
+``--synthetic``: the older invented teaching week below (its first output line says so).
+
+Synthetic: a replayed teaching week on one class of session hosts, three ways.
 
 The class: ``teaching-rtx6000``, g7e.2xlarge hosts (one RTX PRO 6000 96 GB cut into 4 x 1g.24gb:
 ``slices_per_host`` 4), on-demand. The week (minute by minute, seeded):
@@ -45,7 +52,8 @@ assumed, not measured: a GPU AMI loading the NVIDIA driver, the user-data's whee
 the MIG layout (a GPU reset to enable MIG), the session daemon and the registration read by the
 broker's next period (60 s). The same 420 s is the policy's ``EstimatedInstanceWarmup`` (``boot_s``).
 
-Run: .venv/bin/python bench/session_fleet.py [--seeds 5] [--boot-s 420] [--idle-s 1200] ...
+Run: .venv/bin/python bench/session_fleet.py --trace ../shared/data/traces/alibaba-gpu-v2023-pods.csv
+     .venv/bin/python bench/session_fleet.py --synthetic [--seeds 5] [--boot-s 420] [--idle-s 1200] ...
 """
 
 from __future__ import annotations
@@ -54,7 +62,9 @@ import argparse
 import math
 import random
 import statistics
+import sys
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from calque.aws import pricing
 from calque.aws.acquire.fleet_scaling import FleetScalingSettings
@@ -221,7 +231,28 @@ def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def _on_trace(argv: list[str]) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench.replay importable
+    from bench.replay.fleet_bench import on_trace
+
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--trace", type=Path, required=True, help="alibaba cluster-trace-gpu-v2023 pods CSV")
+    p.add_argument("--slices-per-host", type=int, default=2)
+    p.add_argument("--fit-from-day", type=float, default=112.0)
+    p.add_argument("--history-weeks", type=int, default=2)
+    p.add_argument("--boot-s", type=int, default=420, help="the policy's EstimatedInstanceWarmup (calque's boot_s)")
+    p.add_argument("--idle-s", type=int, default=1200)
+    p.add_argument("--max-step", type=int, default=10)
+    p.add_argument("--max-hosts", type=int, default=60)
+    p.add_argument("--seed", type=int, default=0, help="AWS's random tie-break among equal idle hosts")
+    return on_trace(p.parse_args(argv))
+
+
 def main() -> None:
+    if "--synthetic" not in sys.argv[1:]:
+        raise SystemExit(_on_trace(sys.argv[1:]))
+    sys.argv.remove("--synthetic")
+    print("SYNTHETIC demand (--synthetic): an invented teaching week, not the trace")
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     for f in fields(Scenario):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)

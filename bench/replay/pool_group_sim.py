@@ -163,7 +163,7 @@ class _Sim:
             self.stopped_s += self.stopped * max(0.0, min(t + TICK, self.s1) - max(t, self.s0))
         while len(self.live) < self.desired:
             self.launch(t)
-        for i in _scale_in(self.live, len(self.live) - self.desired, t, self.rng):
+        for i in scale_in_choice(self.live, len(self.live) - self.desired, t, self.rng):
             self.live.remove(i)
             self.billed.append((i.since, t))
             pool = self.pool
@@ -252,7 +252,7 @@ def run(
     return sim.result(queue, pending, usd_h, first_s)
 
 
-def _scale_in(live: list[Instance], n: int, t: float, rng: random.Random) -> list[Instance]:
+def scale_in_choice(live: list[Instance], n: int, t: float, rng: random.Random) -> list[Instance]:
     """AWS's default termination policy among instances not protected (a worker holding a claim protects
     its instance): the Availability Zone with the most instances, then closest to the next billing hour,
     then at random. All instances share one launch template, so that criterion ties."""

@@ -18,7 +18,7 @@ from calque.aws.acquire.schedule import recurring_actions  # noqa: E402
 
 from bench.replay.pool_demand import WEEK, Claim, claims_of, demand_by_hour, fit_hour_of_week  # noqa: E402
 from bench.replay.pool_figures import ends  # noqa: E402
-from bench.replay.pool_group_sim import Group, Instance, Policy, _scale_in, run  # noqa: E402
+from bench.replay.pool_group_sim import Group, Instance, Policy, run, scale_in_choice  # noqa: E402
 from bench.replay.pool_modal import run_modal  # noqa: E402
 from bench.replay.pools import schedule_entries  # noqa: E402
 from bench.replay.trace import Task  # noqa: E402
@@ -87,7 +87,7 @@ def test_the_policy_is_read_from_calques_documents() -> None:
 def test_scale_in_never_picks_a_busy_instance_and_balances_zones() -> None:
     busy = Instance(0, 0, 0, az=0, busy_until=5000)
     idle = [Instance(0, 0, 0, az=0), Instance(0, 0, 0, az=1), Instance(0, 0, 0, az=0)]
-    chosen = _scale_in([busy, *idle], 3, 1000, random.Random(1))
+    chosen = scale_in_choice([busy, *idle], 3, 1000, random.Random(1))
     assert busy not in chosen and len(chosen) == 3
     assert chosen[0].az == 0  # the zone with the most instances goes first
 
