@@ -17,15 +17,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .driver import Outcome, replay
+from .driver import LEAD_S, Outcome, replay
 from .holders import HOLDER_WORDS, HOLDERS
 from .institution import POLICIES, Shape
 from .launch import institution, lab_users
 from .mapping import LAB_OF_QOS, SEVENTHS, Window, choices, demand
 from .report import allocation_ratio, reclaim_table, table
+from .reserve import reserve
 from .trace import TraceError, read_tasks
 
-NOT_YET = "not in this run: class reservations (the trace names no classes; see docs/benchmarks.md)"
 ANCHOR = (
     "anchor: large production schedulers report allocation ratios of 68-93 % (Alibaba's OSDI '26 GPU-cluster "
     "paper, as summarised publicly): thousands of whole GPUs shared by fractions, packed onto any card. Here a "
@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     print("  by lab: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.lab for r in d.requests).items())))
     print("  by slice: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.profile for r in d.requests).items())))
     print("  set aside: " + ", ".join(f"{k} {v}" for k, v in d.set_aside.most_common()))
-    print(f"  {NOT_YET}")
     if a.dry_run:
         return 0
     if os.geteuid() != 0:
@@ -102,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         for policy in policies:
             started = time.monotonic()
             with institution(shape, window, policy, users) as running:
+                if policy == "fair-reserve":
+                    reserve(running.broker_socket, users, window, LEAD_S)
                 results[policy] = replay(
                     running.broker_socket, users, d.requests, window.replay_s, running.hosts, a.grace
                 )

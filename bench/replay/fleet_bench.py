@@ -9,9 +9,9 @@ import sys
 import time
 
 from calque.aws import pricing
-from calque.aws.acquire.fleet_scaling import FleetScalingSettings
+from calque.ops.session_fleet_scaling import FleetScalingRequest
 
-from .fleet_sim import TICK, WAIT_S, FleetPolicy, run, summary, weekly_floor
+from .fleet_sim import CLASS, TICK, WAIT_S, FleetPolicy, run, summary, weekly_floor
 from .mapping import DAY
 from .pool_demand import WEEK, Claim, demand_by_hour, hour_of_week, week_of
 from .pool_figures import AWS_DOCS, FIGURES, ends
@@ -46,7 +46,10 @@ def on_trace(a: argparse.Namespace) -> int:
     slices = a.slices_per_host
     hist_peak = max(demand_by_hour(reqs, start, s0).values(), default=0)
     fixed = math.ceil(hist_peak / slices)
-    settings = FleetScalingSettings(slices_per_host=slices, boot_s=a.boot_s, idle_s=a.idle_s, max_step=a.max_step)
+    # the module's options, validated as session_fleet_scaling validates them (ops/session_fleet_scaling.py)
+    settings = FleetScalingRequest(
+        fleet_class=CLASS, slices_per_host=slices, boot_s=a.boot_s, idle_s=a.idle_s, max_step=a.max_step
+    ).settings()
     policy = FleetPolicy.of(settings)
     rate = pricing.rate(INSTANCE)
     floors = {

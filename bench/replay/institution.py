@@ -11,8 +11,10 @@ from .mapping import SEVENTHS, Window
 # Each host: two A100-40GB cards, one whole (7g.40gb) and one cut 4g.20gb + 3g.20gb. Why: in the trace's
 # fractional asks about 45 % need more than 4/7 of a card (0.59-0.81), 30 % fit 4g, the rest 3g or less.
 CARDS: tuple[tuple[str, ...], ...] = (("7g.40gb",), ("4g.20gb", "3g.20gb"))
-POLICIES = ("fifo", "fair", "fair-4h", "fair-reclaim")
-AGING_S = {"fifo": 1800.0, "fair": 1800.0, "fair-4h": 4 * 3600.0, "fair-reclaim": 1800.0}  # broker default 30 min
+POLICIES = ("fifo", "fair", "fair-4h", "fair-reclaim", "fair-reserve")
+AGING_S = {"fifo": 1800.0, "fair": 1800.0, "fair-4h": 4 * 3600.0, "fair-reclaim": 1800.0, "fair-reserve": 1800.0}
+RESERVED = ("ls", "7g.40gb", 1)  # (lab, profile, slices) the fair-reserve row's class reservation holds
+RELEASE_UNUSED_S = 900.0  # 15 trace min: an unused reserved slice goes back to the queue
 IDLE_FOR_S = 1800.0  # the daemon's default idle.for (30 min)
 POLICY_WORDS = {
     "fifo": "FIFO only: institution.yaml with no labs, so every user is in lab 'default' and the broker's order "
@@ -24,6 +26,9 @@ POLICY_WORDS = {
     "fair-reclaim": "fair share as 'fair', and every host daemon's idle reclaim on (session.yaml idle: the daemon's "
     "defaults, below 5 %, memory_from 64 MiB, for 30 min (/ compression); warn 0: the notice has no terminal to "
     "reach); the daemon reads the simulated utilisation once a replay second",
+    "fair-reserve": "fair-reclaim, and a class reservation made through the broker (calque session reserve) for the "
+    f"whole window: lab {RESERVED[0]}'s group holds {RESERVED[2]} x {RESERVED[1]} (its members go first on it), "
+    f"handed back to the queue when unused for {RELEASE_UNUSED_S / 60:g} trace min",
 }
 
 
@@ -55,7 +60,7 @@ class Shape:
 
     def idle_rule(self, window: Window, policy: str) -> dict[str, Any] | None:
         """session.yaml's ``idle`` for the policy (None: reclaim off), in replay time."""
-        if not policy.endswith("reclaim"):
+        if policy not in ("fair-reclaim", "fair-reserve"):
             return None
         return {"for": max(IDLE_FOR_S / window.compression, 1.0), "warn": 0}
 
