@@ -55,3 +55,14 @@ def test_reclaimed_idle_time_and_active_sessions_reclaimed() -> None:
     assert r.idle_held_h == pytest.approx(0.4) and r.idle_reclaimed_h == pytest.approx(0.4 + 0.65)
     # The window's end clips what a session would have held on to.
     assert reclaim_figures([_o(0, 20, 300, 40, "idle")], 100, 36).idle_reclaimed_h == pytest.approx(0.6)
+
+
+def test_the_mapping_gives_each_request_its_booked_hold() -> None:
+    from bench.replay.mapping import Window, demand
+    from bench.replay.trace import Task
+
+    task = Task("p", 1, 810, "BE", "Running", 100.0, 160.0, 160.0 + 4000)  # ran 4,000 s: booked 2 h
+    w = Window(start_day=0, days=1, compression=100)
+    (booked,) = demand([task], w, ("7g.40gb",), "booked").requests
+    (prompt,) = demand([task], w, ("7g.40gb",), "prompt").requests
+    assert (booked.hold, booked.booked) == (40.0, 72.0) and (prompt.hold, prompt.booked) == (40.0, 40.0)
