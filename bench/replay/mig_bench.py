@@ -62,7 +62,10 @@ def on_trace(a: argparse.Namespace) -> int:
     took = (time.perf_counter() - t0) * 1000
     suggested = sum((Counter(g.after) for g in s.gpus), Counter[str]())
     print(f"  current layout: {_fmt(current)}; suggested: {_fmt(suggested)} (suggest took {took:.0f} ms)")
-    print("  '7g|7g ref': both cards whole, a reference row no fit chose (it reads the scored weeks)")
+    print(
+        "  '7g|7g ref': both cards whole, picked by hand as a reference, not a contender (the trace's 7g share was "
+        "read on day 130, inside the scored weeks)"
+    )
     for r in s.reasons[:4]:
         print(f"    why: {r}")
     head = f"{'scored weeks':<22} {'layout':<10} {'asks':>5} {'refused':>8} {'lost':>6} {'wait h':>8}"
