@@ -1,4 +1,7 @@
-"""Pool scaling benchmark: a replayed bursty day against three ways of serving it (a simulation).
+"""Pool scaling benchmark, SYNTHETIC: an invented bursty day against ways of serving it (a simulation).
+
+Superseded for the institution's figures by ``bench/replay/pools.py`` (a public production trace through
+calque's own scaling code, scored on weeks its schedule never saw); kept as a quick what-if of the knobs.
 
 The day: three bursts of 2,000 items (at 09:00, 13:00 and 17:00 UTC, each submitted over 5 minutes
 as claims of 10 items), idle hours between and around them. Three ways to serve it:
@@ -283,6 +286,10 @@ def main() -> None:
         ),
     ]
     base = results[0]
+    print(
+        "SYNTHETIC: an invented day and a simulation of the policy; row (f) is scheduled from the bursts' own times"
+        " (foresight). On a real trace, warmth fitted on earlier weeks only: python -m bench.replay.pools"
+    )
     print(
         f"A replayed day: {len(sc.bursts_at_h)} bursts x {sc.items_per_burst} items at {sc.bursts_at_h} h UTC, "
         f"claims of {sc.batch_size} items, {sc.seconds_per_claim:g} s per claim, @enter {sc.enter_s:g} s"
