@@ -47,8 +47,13 @@ def play(
     cmd += ["-e", json.dumps(extra), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     doc = json.loads(proc.stdout)
-    tasks = {t["task"]["name"]: next(iter(t["hosts"].values())) for p in doc["plays"] for t in p["tasks"] if t["hosts"]}
+    tasks = {own_name(t): next(iter(t["hosts"].values())) for p in doc["plays"] for t in p["tasks"] if t["hosts"]}
     return proc.returncode, tasks
+
+
+def own_name(task: dict[str, Any]) -> str:
+    """A task's own name: the role's task "calque.gpu.pool : Pool instances ..." is "Pool instances ..."."""
+    return str(task["task"]["name"]).split(" : ", 1)[-1]
 
 
 def in_group(pool: str = "sandbox/embedder") -> list[str]:

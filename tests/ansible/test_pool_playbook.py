@@ -30,7 +30,8 @@ def pool_playbook(tmp_path: Path, *args: str) -> tuple[int, dict[str, dict[str, 
     cmd += [str(REPO / "playbooks/pool.yml"), "-e", f"calque_pool_spec_path={tmp_path / 'spec' / 'pool.yml'}", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     doc = json.loads(proc.stdout)
-    tasks = {t["task"]["name"]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]}
+    # by the task's own name: "calque.gpu.pool : Pool queue ..." is the role's task "Pool queue ..."
+    tasks = {t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]}
     return proc.returncode, tasks, proc.stderr
 
 
