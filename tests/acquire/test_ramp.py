@@ -87,7 +87,7 @@ def test_ramp_pays_enter_once_and_terminates_at_the_end(
     user_data = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
     text = base64.b64decode(user_data).decode()
     assert (
-        "/opt/calque/venv/bin/python -m calque.pool.worker --spec /etc/calque/pool.yml" in text
+        "/opt/calque/venv/bin/python -m calque.pool.worker --spec /etc/calque/pool.yaml" in text
     )  # the worker command alone
     # the instance installs this calque's wheel, staged under the ramp's prefix, through a presigned URL
     staged = [o["Key"] for o in client("s3").list_objects_v2(Bucket=BUCKET, Prefix="calque/ramps/")["Contents"]]

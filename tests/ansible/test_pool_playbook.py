@@ -53,7 +53,7 @@ def test_check_mode_plans_the_pool_and_creates_nothing(moto: str, tmp_path: Path
     assert group["changed"] and group["desired"] == 2 and group["max_size"] == 3
     assert "3 x g6.xlarge" in group["spend"] and "max_hourly_usd $5.00/h" in group["spend"]
     spec = tasks[SPEC_TASK]
-    assert "python -m calque.pool.worker --spec /etc/calque/pool.yml" in spec["user_data"]
+    assert "python -m calque.pool.worker --spec /etc/calque/pool.yaml" in spec["user_data"]
     # check mode uploads nothing: it built the wheel locally and signed its URL locally (no bucket yet)
     assert spec["runtime"]["uploaded"] is False and spec["runtime"]["url"].startswith("http://127.0.0.1:")
     assert spec["runtime"]["wheelhouse_sha256"] is None  # its wheelhouse: built (and known) only by the real run

@@ -16,7 +16,7 @@ from calque.errors import UsageError
 @click.option("--pool", "pool", default=None, help="Pool spec file (PoolSpec YAML) serving the script's classes.")
 @click.option("--pools", "pools_file", default=None, type=click.Path(dir_okay=False),
               help="Names to pool spec files, or to a list of them, one pool per parameter set (YAML; "
-                   "default: calque-run.yml beside the script).")  # fmt: skip
+                   "default: calque-run.yaml beside the script).")  # fmt: skip
 @click.option("--local", is_flag=True, help="Run every call in this process (no queue, no AWS).")
 @click.option("--timeout", type=DURATION, default=3600.0, show_default=True,
               help="How long a call may wait with no claim finishing before it fails (seconds, 90m, 1h).")  # fmt: skip

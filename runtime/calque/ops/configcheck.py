@@ -1,7 +1,7 @@
 """Checking a configuration file exactly as the service that reads it will, before it is installed.
 
 The calque.gpu roles render ``/etc/calque/host.yaml``, ``/etc/calque/session.yaml`` and
-``/etc/calque/pool.yml`` and run ``calque config check KIND FILE`` on the host as the template's
+``/etc/calque/pool.yaml`` and run ``calque config check KIND FILE`` on the host as the template's
 ``validate:`` step, so a bad inventory value fails the play with the loader's own message and the
 installed file is never replaced by one the service would refuse. The summary also carries what a
 role needs from the file (a pool worker's shutdown bound for systemd's ``TimeoutStopSec``).

@@ -5,7 +5,7 @@ the user-data with ``calque.gpu.pool_spec`` (``calque.ops.pool_spec``, as does `
 user-data``) and hands it to ``calque.gpu.ec2_cohort``;
 ``calque ramp`` calls ``worker_user_data`` directly. The user-data (a shell script; calque's TTL
 boothook runs before it) installs the runtime in ``/opt/calque/venv``, writes the spec to
-``/etc/calque/pool.yml`` and starts the worker under systemd (``python -m calque.pool.worker``: ``calque
+``/etc/calque/pool.yaml`` and starts the worker under systemd (``python -m calque.pool.worker``: ``calque
 pool worker``'s command alone, not the whole CLI). ``spec_yaml`` is the spec file's text; where no
 instance can run it (the offline tier) a local worker process is started on the same text.
 
@@ -35,12 +35,13 @@ from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.clients import client
 from calque.aws.errors import aws_errors
 from calque.aws.store import parse_s3_uri
+from calque.confignames import POOL_SPEC_ON_HOST
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.pool_names import pool_names
 from calque.packaging.shell import RUNTIME_FUNCTIONS
 
-SPEC_PATH_ON_INSTANCE = "/etc/calque/pool.yml"
+SPEC_PATH_ON_INSTANCE = str(POOL_SPEC_ON_HOST)
 UNIT_NAME = "calque-pool-worker.service"
 CACHE_ENV = "CALQUE_WORKLOAD_CACHE"
 

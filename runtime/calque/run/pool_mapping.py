@@ -1,12 +1,13 @@
 """Which pool serves a class or function of the script: ``--pool SPEC``, or a small mapping file.
 
-The mapping file (``--pools FILE``, default ``calque-run.yml`` beside the script when it exists)::
+The mapping file (``--pools FILE``, default ``calque-run.yaml`` beside the script when it exists;
+``calque-run.yml``, its name until 0.1, is read with a warning for one release: ``calque.confignames``)::
 
     version: 1
     pools:
-      Embedder: ../pools/embedder-spec.yml     # class or function name -> its pool's spec file
-      generate: ../pools/llm-spec.yml
-      Translator: [../pools/translator-fr.yml, ../pools/translator-en.yml]   # one pool per parameter set
+      Embedder: ../pools/embedder-spec.yaml    # class or function name -> its pool's spec file
+      generate: ../pools/llm-spec.yaml
+      Translator: [../pools/translator-fr.yaml, ../pools/translator-en.yaml]  # one pool per parameter set
 
 A spec file is the PoolSpec that ``playbooks/pool.yml`` writes (``calque_pool_spec_path``): it names
 the pool's model (hence its queue), bucket, prefix, region, batch size and the class's parameters.
@@ -27,6 +28,7 @@ from pydantic import Field
 
 from calque.aws.clients import client
 from calque.configfile import load_model
+from calque.confignames import config_path
 from calque.errors import CalqueError, UsageError
 from calque.models import CalqueModel, PoolSpec
 from calque.pool.spec import load_spec
@@ -35,11 +37,11 @@ from calque.run.backend import Target
 from calque.warm import modal_shim
 from calque.warm.loader import coerce_parameter, parameter_set
 
-DEFAULT_POOLS_FILE = "calque-run.yml"
+DEFAULT_POOLS_FILE = "calque-run.yaml"
 
 
 class RunPools(CalqueModel):
-    """``calque-run.yml``: which pool spec serves each class or function of a script."""
+    """``calque-run.yaml``: which pool spec serves each class or function of a script."""
 
     version: int = 1
     pools: dict[str, str | list[str]] = Field(
@@ -56,7 +58,9 @@ class PoolMap:
         self.script = script
         self.default_spec = default_spec
         self.mapping: dict[str, list[Path]] = {}
-        path = Path(pools_file) if pools_file else script.parent / DEFAULT_POOLS_FILE
+        path = (
+            Path(pools_file) if pools_file else config_path(script.parent / DEFAULT_POOLS_FILE, "calque run pools file")
+        )
         self.pools_file = path
         if pools_file or path.is_file():
             doc = load_model(RunPools, path, "calque run pools file")

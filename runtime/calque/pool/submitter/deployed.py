@@ -2,7 +2,7 @@
 
 A named pool's Auto Scaling group carries the ``calque:pool`` tag (``calque pool list``), and its
 launch template's user-data carries the pool's spec (``calque.pool.bootstrap.worker_user_data``
-writes it, base64, to ``/etc/calque/pool.yml``). ``deployed_spec`` reads that spec back: the same
+writes it, base64, to ``/etc/calque/pool.yaml``). ``deployed_spec`` reads that spec back: the same
 file ``playbooks/pool.yml`` wrote at ``calque_pool_spec_path``, found with nothing but the name.
 
 A pool with no group (a cohort of fixed instances launched with ``calque.gpu.ec2_cohort``'s ``pool``

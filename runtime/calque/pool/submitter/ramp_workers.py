@@ -80,7 +80,7 @@ class LocalStandIn:
 
         self.spec = spec
         self.dir = Path(tempfile.mkdtemp(prefix="calque-ramp-"))
-        self.spec_path = write_spec(spec, self.dir / "pool.yml")
+        self.spec_path = write_spec(spec, self.dir / "pool.yaml")
         self.log_path = self.dir / "worker.log"
         self.bound_s = spec.queue.receive_wait + 2 * spec.shutdown_grace_s + 5
         env = {**os.environ, "CALQUE_WORKLOAD_CACHE": str(self.dir / "workloads")}
