@@ -1,7 +1,8 @@
 """The wheelhouse the ``runtime`` role installs calque from on a host (hosts reach no package index).
 
 Layout (ISSUE9-SHARED): exactly one ``calque-<version>-py3-none-any.whl``, its pinned dependency
-wheels, ``requirements.txt`` and ``SHA256SUMS``. Built once per content of the runtime (keyed by
+wheels, ``requirements.txt`` and ``SHA256SUMS``; and ``notebooks/`` (the ``notebooks`` extra's wheels, indexed
+alike) for the hosts that run the hub or notebooks (the estate's front door and one session host). Built once per content of the runtime (keyed by
 pyproject.toml, constraints.txt and the files under runtime/calque) and reused by every run. Uses
 ``calque runtime wheelhouse`` where this checkout has it, else ``pip wheel`` with the constraints.
 """
@@ -57,12 +58,14 @@ def ensure_wheelhouse() -> Path:
 def _build(dest: Path) -> None:
     bindir = Path(sys.executable).parent
     calque = bindir / "calque"
-    has_cmd = calque.exists() and (
-        subprocess.run([str(calque), "runtime", "wheelhouse", "--help"], capture_output=True, check=False).returncode
-        == 0
+    help_text = (
+        subprocess.run([str(calque), "runtime", "wheelhouse", "--help"], capture_output=True, text=True, check=False)
+        if calque.exists()
+        else None
     )
+    has_cmd = help_text is not None and help_text.returncode == 0 and "--notebooks" in help_text.stdout
     if has_cmd:
-        cmd = [str(calque), "runtime", "wheelhouse", str(dest)]
+        cmd = [str(calque), "runtime", "wheelhouse", "--notebooks", str(dest)]
     else:
         cmd = [
             sys.executable,

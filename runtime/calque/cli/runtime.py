@@ -35,6 +35,11 @@ def _render(house: dict[str, object]) -> str:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Use this built calque wheel instead of building the running calque's sources.",
 )
+@click.option(
+    "--notebooks",
+    is_flag=True,
+    help="Add notebooks/: the notebooks extra's wheels (JupyterHub, JupyterLab, configurable-http-proxy), indexed alike.",
+)
 @json_option
 def wheelhouse(
     out_dir: Path,
@@ -42,6 +47,7 @@ def wheelhouse(
     platform: str | None,
     hashes: bool,
     wheel_path: Path | None,
+    notebooks: bool,
     as_json: bool,
 ) -> None:
     """Write calque's wheel and every runtime dependency, pinned as in constraints.txt, to OUT_DIR.
@@ -49,7 +55,9 @@ def wheelhouse(
     OUT_DIR (new or empty) gets exactly one calque-<version>-py3-none-any.whl, the dependency wheels,
     requirements.txt and SHA256SUMS. A host with no index installs it with
     `pip install --no-index --find-links OUT_DIR -r OUT_DIR/requirements.txt`. Wheels come from pip's
-    configured index or cache (binary only).
+    configured index or cache (binary only). With --notebooks OUT_DIR/notebooks/ holds the notebooks
+    extra's wheels with their own requirements.txt and SHA256SUMS, for the hub and the session hosts'
+    single-user servers (installed into the same venv after the runtime).
     """
     from calque.packaging import build_wheelhouse
 
@@ -59,6 +67,7 @@ def wheelhouse(
         platform=platform,
         hashes=hashes,
         wheel=wheel_path,
+        notebooks=notebooks,
         progress=progress_to_stderr,
     )
     data: dict[str, object] = {

@@ -5,6 +5,12 @@
 (``sha256sum -c`` format). ``pip install --no-index --find-links OUT_DIR -r OUT_DIR/requirements.txt``
 installs calque with its pinned dependencies. The pins come from the package's own
 ``data/runtime-constraints.txt`` (generated from ``constraints.txt``), so no repository is needed.
+
+With ``notebooks`` the wheelhouse also holds ``notebooks/``: the ``notebooks`` extra's wheels (JupyterHub,
+JupyterLab, the Python ``configurable-http-proxy``; ``data/notebooks-constraints.txt``) with their own
+``requirements.txt`` and ``SHA256SUMS``. The top level stays the runtime's alone (hosts without notebooks
+get only it); a host that runs notebooks installs ``notebooks/requirements.txt`` into the runtime's venv
+too, with ``--find-links notebooks`` (the Ansible runtime and jupyterhub roles do).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from calque.errors import UsageError
 from calque.packaging.wheel import build_wheel, cache_root, sha256_file, wheel_name
 
 REQUIREMENTS = "requirements.txt"
+NOTEBOOKS = "notebooks"  # the folder of the notebooks extra's wheels, with its own requirements.txt
 SUMS = "SHA256SUMS"
 Progress = Callable[[str], None]
 
@@ -43,7 +50,16 @@ class Wheelhouse:
 
 def runtime_pins() -> dict[str, str]:
     """The runtime's dependency closure pinned as CI tested it (``calque/data/runtime-constraints.txt``)."""
-    text = resources.files("calque").joinpath("data/runtime-constraints.txt").read_text()
+    return _read_pins("runtime-constraints.txt")
+
+
+def notebooks_pins() -> dict[str, str]:
+    """What the ``notebooks`` extra adds to the runtime's closure, pinned alike (``data/notebooks-constraints.txt``)."""
+    return _read_pins("notebooks-constraints.txt")
+
+
+def _read_pins(name: str) -> dict[str, str]:
+    text = resources.files("calque").joinpath(f"data/{name}").read_text()
     pins: dict[str, str] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
@@ -61,6 +77,14 @@ def default_platform() -> str:
     """This controller's platform tag (``linux_x86_64`` -> ``manylinux2014_x86_64``: what PyPI ships)."""
     plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
     return "manylinux2014_" + plat.removeprefix("linux_") if plat.startswith("linux_") else plat
+
+
+def _platforms(plat: str, notebooks: bool) -> list[str]:
+    """``plat`` and, for the notebooks' wheels, its glibc 2.28 tag too: some (pyzmq, greenlet, argon2's
+    bindings) ship only manylinux_2_28 wheels, and every distribution the roles support has glibc >= 2.34."""
+    if notebooks and plat.startswith("manylinux2014_"):
+        return [plat, "manylinux_2_28_" + plat.removeprefix("manylinux2014_")]
+    return [plat]
 
 
 def _wheel_dist(filename: str) -> tuple[str, str]:
@@ -94,6 +118,7 @@ def build_wheelhouse(
     hashes: bool = False,
     wheel: str | Path | None = None,
     cached: bool = True,
+    notebooks: bool = False,
     progress: Progress = lambda _msg: None,
 ) -> Wheelhouse:
     """Write the calque wheel and its pinned dependency wheels, ``requirements.txt`` and ``SHA256SUMS`` to ``out_dir``.
@@ -103,15 +128,17 @@ def build_wheelhouse(
     ``cached``: the dependency wheels of an earlier build with the same pins, Python, platform and
     calque requirements come from the user's calque cache (``dependency-wheels/<key>/``, checked
     against the sha256s recorded when they were kept) instead of pip; a download is kept there.
+    ``notebooks``: the ``notebooks`` extra's wheels too, in ``notebooks/`` with their own index.
     """
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise UsageError(f"wheelhouse {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    stale = [p.name for p in out.iterdir() if p.suffix == ".whl" or p.name in (REQUIREMENTS, SUMS)]
+    stale = [p.name for p in out.iterdir() if p.suffix == ".whl" or p.name in (REQUIREMENTS, SUMS, NOTEBOOKS)]
     if stale:
         raise UsageError(f"wheelhouse {out} already holds {', '.join(sorted(stale)[:3])}...: give an empty directory")
-    pins = runtime_pins()
+    extra = notebooks_pins() if notebooks else {}
+    pins = {**runtime_pins(), **extra}
     with tempfile.TemporaryDirectory(prefix="calque-wheelhouse-") as tmp:
         if wheel is None:
             progress(f"building {wheel_name()} (setuptools, SOURCE_DATE_EPOCH)")
@@ -125,7 +152,7 @@ def build_wheelhouse(
         shutil.copyfile(calque_whl, out / calque_whl.name)
         pyver = python_version or default_python_version()
         plat = platform or default_platform()
-        kept = _dependency_cache(pins, pyver, plat, out / calque_whl.name) if cached else None
+        kept = _dependency_cache(pins, pyver, plat, out / calque_whl.name, notebooks) if cached else None
         if kept is not None and _restore(kept, out):
             progress(f"{len(pins)} pinned dependencies for Python {pyver} on {plat} from the cache {kept}")
         else:
@@ -135,25 +162,24 @@ def build_wheelhouse(
                     "--only-binary=:all:",
                     "--python-version",
                     pyver,
-                    "--platform",
-                    plat,
+                    *(arg for tag in _platforms(plat, notebooks) for arg in ("--platform", tag)),
                     "--constraint",
                     str(constraints),
                     "--dest",
                     str(out),
-                    str(out / calque_whl.name),
+                    str(out / calque_whl.name) + ("[notebooks]" if notebooks else ""),
                 ],
                 progress,
             )
             if kept is not None:
                 _keep([p for p in out.glob("*.whl") if p.name != calque_whl.name], kept)
-    return _index(out, calque_whl.name, pins, hashes, progress)
+    return _index(out, calque_whl.name, pins, hashes, progress, notebooks=extra)
 
 
 DEPENDENCY_INDEX = "wheels.json"  # file name -> sha256 of each kept dependency wheel
 
 
-def _dependency_cache(pins: dict[str, str], pyver: str, plat: str, calque_whl: Path) -> Path:
+def _dependency_cache(pins: dict[str, str], pyver: str, plat: str, calque_whl: Path, notebooks: bool = False) -> Path:
     """Where the dependency wheels for these pins, this Python and platform, and this wheel's requirements live.
 
     The key holds everything pip's choice depends on: the pins, the target, and what the calque wheel
@@ -164,7 +190,9 @@ def _dependency_cache(pins: dict[str, str], pyver: str, plat: str, calque_whl: P
         requires = sorted(
             line for line in whl.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")
         )
-    doc = {"pins": pins, "python": pyver, "platform": plat, "requires": requires}
+    doc: dict[str, object] = {"pins": pins, "python": pyver, "platform": plat, "requires": requires}
+    if notebooks:  # only then: the runtime's own wheelhouses keep their cache folders
+        doc["extras"] = ["notebooks"]
     key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "dependency-wheels" / key
 
@@ -204,22 +232,45 @@ def _keep(wheels: list[Path], kept: Path) -> None:
             shutil.rmtree(partial, ignore_errors=True)
 
 
-def _index(out: Path, calque_file: str, pins: dict[str, str], hashes: bool, progress: Progress) -> Wheelhouse:
-    """Check every wheel is pinned, then write ``requirements.txt`` and ``SHA256SUMS``."""
+def _index(
+    out: Path,
+    calque_file: str,
+    pins: dict[str, str],
+    hashes: bool,
+    progress: Progress,
+    *,
+    notebooks: dict[str, str],
+) -> Wheelhouse:
+    """Check every wheel is pinned, move the ``notebooks`` extra's into ``notebooks/``, then write each
+    folder's ``requirements.txt`` and ``SHA256SUMS``."""
     wanted = {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in pins.items()}
     wanted["calque"] = __version__
-    files = {p.name: sha256_file(p) for p in sorted(out.glob("*.whl"))}
+    extra = {re.sub(r"[-_.]+", "-", n).lower() for n in notebooks}
     found: dict[str, tuple[str, str]] = {}
-    for name in files:
-        dist, version = _wheel_dist(name)
+    for wheel in sorted(out.glob("*.whl")):
+        dist, version = _wheel_dist(wheel.name)
         if wanted.get(dist) != version:
-            raise UsageError(f"{name} is not pinned in runtime-constraints.txt ({dist}=={wanted.get(dist)})")
-        found[dist] = (version, name)
-    lines = []
-    for dist, (version, name) in sorted(found.items()):
-        lines.append(f"{dist}=={version}" + (f" --hash=sha256:{files[name]}" if hashes else "") + "\n")
-    (out / REQUIREMENTS).write_text("".join(lines))
-    sums = {**files, REQUIREMENTS: sha256_file(out / REQUIREMENTS)}
-    (out / SUMS).write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items())))
-    progress(f"wheelhouse {out}: {len(files)} wheels, {REQUIREMENTS}, {SUMS}")
+            raise UsageError(f"{wheel.name} is not pinned in the shipped constraints ({dist}=={wanted.get(dist)})")
+        found[dist] = (version, wheel.name)
+        if dist in extra:
+            (out / NOTEBOOKS).mkdir(exist_ok=True)
+            wheel.rename(out / NOTEBOOKS / wheel.name)
+    sums: dict[str, str] = {}
+    for folder in (out / NOTEBOOKS, out):  # notebooks/ first: its SHA256SUMS is listed in the top one's
+        if not folder.is_dir():
+            continue
+        files = {p.name: sha256_file(p) for p in sorted(folder.glob("*.whl"))}
+        lines = [
+            f"{dist}=={version}" + (f" --hash=sha256:{files[name]}" if hashes else "") + "\n"
+            for dist, (version, name) in sorted(found.items())
+            if name in files
+        ]
+        (folder / REQUIREMENTS).write_text("".join(lines))
+        listed = {**files, REQUIREMENTS: sha256_file(folder / REQUIREMENTS)}
+        if folder == out and (out / NOTEBOOKS).is_dir():
+            listed[f"{NOTEBOOKS}/{SUMS}"] = sha256_file(out / NOTEBOOKS / SUMS)
+        (folder / SUMS).write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(listed.items())))
+        prefix = "" if folder == out else f"{NOTEBOOKS}/"
+        sums.update({prefix + name: digest for name, digest in listed.items()})
+        progress(f"wheelhouse {folder}: {len(files)} wheels, {REQUIREMENTS}, {SUMS}")
     return Wheelhouse(out, calque_file, {d: v for d, (v, _) in found.items()}, sums)
