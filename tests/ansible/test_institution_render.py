@@ -1,6 +1,7 @@
 """The session_service role's templates rendered by real Ansible from an institution in inventory, and
 read back by the models the daemons load: this host's entry becomes ``listen_tcp`` and ``host_name``, the
-institution becomes ``/etc/calque/institution.yaml``; a host outside it listens on no TCP port."""
+institution becomes ``/etc/calque/institution.yaml``; a host outside it listens on no TCP port. Where
+notebooks run (``calque_notebooks``) the single-user server is the venv's and binds the host's address."""
 
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def _render(tmp_path: Path, host_name: str, **more: object) -> tuple[SessionConf
 
 @pytest.mark.slow
 def test_a_host_of_the_institution_listens_on_its_own_address(tmp_path: Path) -> None:
-    session, institution = _render(tmp_path, "teach-1")
+    session, institution = _render(tmp_path, "teach-1", calque_notebooks=True)
+    assert session.notebook_ip == "10.0.0.11"  # where the hub's proxy on the front door connects
+    assert session.notebook_command == ["/opt/calque/venv/bin/jupyterhub-singleuser", "--ip={ip}", "--port={port}"]
+    assert session.notebook_env["PATH"].startswith("/opt/calque/venv/bin:")
     assert session.listen_tcp is not None
     assert (session.listen_tcp.address, session.listen_tcp.port) == ("10.0.0.11", 7461)
     assert session.host_name == "teach-1"
@@ -75,6 +79,7 @@ def test_a_host_of_the_institution_listens_on_its_own_address(tmp_path: Path) ->
 def test_a_host_outside_the_institution_listens_on_no_tcp_port(tmp_path: Path) -> None:
     session, _ = _render(tmp_path, "elsewhere")
     assert session.listen_tcp is None and session.host_name is None
+    assert session.notebook_command == SessionConfig().notebook_command  # no notebooks here: the daemon's own
 
 
 @pytest.mark.slow

@@ -3,9 +3,11 @@
 The site e2e, the layout-drain e2e and the front-door e2e each booted and converged hosts of their own
 (3 + 1 + 4 hosts, about ten minutes each on a loaded 2-core machine). They share this estate instead:
 two teaching RTX PRO 6000 MIG hosts, a teaching 8x H100 MIG host, a research L40S MPS host and a
-front-door host, with munge, ``institution.yaml`` and the broker; the same four users (fixed uids, in
-their labs' groups) on every host. Whichever test first asks for ``estate`` converges it (site.yml
-once); the site e2e's first test runs it again (a second run changes nothing, front door included).
+front-door host, with munge, ``institution.yaml``, the broker and JupyterHub (``calque_notebooks`` on
+the front door and on teach-a, whose venv gets JupyterLab); the same four users (fixed uids, in their
+labs' groups) and the hub's service user on every host. Whichever test first asks for ``estate``
+converges it (site.yml once); the site e2e's first test runs it again (a second run changes
+nothing, front door and hub included).
 The modules run in one worker, in this order: site e2e, layout drain, front door (tests/conftest.py);
 each leaves the hosts as it found them, except where the next does not look (the H100's GPU 0 layout).
 """
@@ -42,6 +44,9 @@ USERS = {"alice": 3101, "bob": 3102, "carol": 3103, "dave": 3104}
 # The institution inventory's two labs (share 1 each), as Unix groups with one gid on every host.
 LABS = {"alice": "lab-a", "bob": "lab-a", "carol": "lab-b", "dave": "lab-b"}
 LAB_GIDS = {"lab-a": 3201, "lab-b": 3202}
+# The hub's service user (institution.yaml's hub.service_user): one uid on every host, as the directory's.
+HUB_USER, HUB_UID = "jupyterhub", 3150
+NOTEBOOK_HOSTS = (FRONT, TEACH_A)  # calque_notebooks: the hub on the front door, JupyterLab on teach-a
 LOGIN_HOSTS = (TEACH_A, H100)  # where the tests log users in by ssh
 # The front door's aging bound (seconds): the fair-share order holds until a request is this old. The
 # front-door e2e checks that order with a dozen commands inside it: room for them on a loaded machine.
@@ -131,6 +136,12 @@ def _add_users(f: Fleet) -> None:
             f.ssh(host, make)
         for host in LOGIN_HOSTS:
             f.authorize(host, user)
+    hub = (
+        f"id {HUB_USER} >/dev/null 2>&1 || "
+        f"useradd --system --uid {HUB_UID} --no-create-home --shell /usr/sbin/nologin {HUB_USER}"
+    )
+    for host in ALL:
+        f.ssh(host, hub)
 
 
 @pytest.fixture(scope="session")
@@ -150,16 +161,19 @@ def booted_estate(host_image: Path, wheelhouse: Path, request: pytest.FixtureReq
             prepare_dlami(fleet, hosts=list(GPU_HOSTS))
         with span("estate", "users and labs"):
             _add_users(fleet)
+        institution = {**run_institution(fleet, FRONT, offers=OFFERS), "hub": {"service_user": HUB_USER}}
+        notebooks: dict[str, object] = {"calque_notebooks": True}
         inventory, extra = institution_inventory(
             fleet,
             wheelhouse,
-            institution=run_institution(fleet, FRONT, offers=OFFERS),
+            institution=institution,
             host_vars={
-                TEACH_A: teaching_limits,
+                TEACH_A: {**teaching_limits, **notebooks},
                 TEACH_B: teaching_limits,
                 H100: {"calque_nvidia_driver_instance_type": "p5.48xlarge"},
                 RESEARCH: {"calque_session_service_mps": one_gpu_mps_slots()},
                 FRONT: {
+                    **notebooks,
                     "calque_session_frontdoor_queue": {
                         "max_queued_per_user": 20,
                         "claim_window": "30s",  # a grant nobody claims goes back within the test's patience

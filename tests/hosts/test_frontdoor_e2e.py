@@ -11,6 +11,9 @@ refused and audited by the broker; the broker killed with 20 queued requests com
 queue intact and grants no slice twice; a user cannot cancel another's request; a stopped host
 leaves the others serving and is back with its sessions; between labs, the one further below its
 share goes first, whoever queued earlier, until the earlier request has waited the aging bound.
+The calque.gpu.jupyterhub role's hub runs on the front door as the institution's hub user and its API
+answers; teach-a (``calque_notebooks``) has ``jupyterhub-singleuser`` in its venv and session.yaml's
+``notebook_*`` settings, teach-b (without) neither.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+import yaml
 from support import waits
 from support.waits import HANG_S
 
-from .estate import AGING, ALL, FRONT, H100, LOGS, RESEARCH, TEACH_A, TEACH_B, Estate
+from .estate import AGING, ALL, FRONT, H100, HUB_USER, LOGS, RESEARCH, TEACH_A, TEACH_B, Estate
 from .fleet import Fleet
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
@@ -333,3 +337,27 @@ def test_one_reservation_occurrence_end_to_end(estate: Estate) -> None:
         f.ssh(H100, f"calque session checkin {alice['id']}", user="alice")
     finally:
         f.ssh(FRONT, f"calque session reservations --cancel {name}", check=False)
+
+
+# The hub's REST API root answers anyone with its version; the image has no curl, so the host's Python asks.
+HUB_API = "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:8000/hub/api\").read().decode())'"
+SINGLEUSER = "/opt/calque/venv/bin/jupyterhub-singleuser"
+
+
+def test_the_hub_on_the_front_door_and_the_single_user_server_on_a_notebook_host(estate: Estate) -> None:
+    f = estate.fleet
+    assert f.ssh(FRONT, "systemctl is-active jupyterhub.service").stdout.strip() == "active"
+    assert f.ssh(FRONT, "systemctl show --property=User --value jupyterhub.service").stdout.strip() == HUB_USER
+    # The hub's API through the Python configurable-http-proxy on the bound address (it may still be starting).
+    answer = until("the hub's API answers through its proxy", lambda: f.ssh(FRONT, HUB_API, check=False).stdout)
+    assert json.loads(answer)["version"] == f.ssh(FRONT, "/opt/calque/venv/bin/jupyterhub --version").stdout.strip()
+    config = f.ssh(FRONT, "cat /etc/jupyterhub/jupyterhub_config.py").stdout
+    assert 'c.JupyterHub.spawner_class = "calque"' in config and 'c.JupyterHub.authenticator_class = "pam"' in config
+    # teach-a runs notebooks: the single-user server in the runtime's venv, and the daemon's notebook_* settings.
+    assert f.ssh(TEACH_A, f"{SINGLEUSER} --version").stdout.strip()
+    session = yaml.safe_load(f.ssh(TEACH_A, "cat /etc/calque/session.yaml").stdout)
+    assert session["notebook_command"][0] == SINGLEUSER
+    assert session["notebook_ip"] == f.host(TEACH_A).address
+    # teach-b does not: no notebooks extra and the daemon's defaults.
+    assert f.ssh(TEACH_B, f"test -e {SINGLEUSER}", check=False).returncode == 1
+    assert "notebook_command" not in yaml.safe_load(f.ssh(TEACH_B, "cat /etc/calque/session.yaml").stdout)

@@ -1,10 +1,11 @@
 """The wheelhouse the ``runtime`` role installs calque from on a host (hosts reach no package index).
 
 Layout (ISSUE9-SHARED): exactly one ``calque-<version>-py3-none-any.whl``, its pinned dependency
-wheels, ``requirements.txt`` and ``SHA256SUMS``; and ``notebooks/`` (the ``notebooks`` extra's wheels, indexed
-alike) for the hosts that run the hub or notebooks (the estate's front door and one session host). Built once per content of the runtime (keyed by
-pyproject.toml, constraints.txt and the files under runtime/calque) and reused by every run. Uses
-``calque runtime wheelhouse`` where this checkout has it, else ``pip wheel`` with the constraints.
+wheels, ``requirements.txt`` and ``SHA256SUMS``; and ``notebooks/`` (the ``notebooks`` extra's wheels,
+indexed alike) for the hosts that run the hub or notebooks (the estate's front door and teach-a).
+Built once per content of the runtime (keyed by pyproject.toml, constraints.txt and the files under
+runtime/calque) and reused by every run. Uses ``calque runtime wheelhouse --notebooks`` where this
+checkout has it, else ``pip wheel`` with the constraints (no notebooks/ then).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from calque import __version__
-from calque.packaging import build_wheel, build_wheelhouse, runtime_pins, wheel_name
+from calque.packaging import build_wheel, build_wheelhouse, notebooks_pins, runtime_pins, wheel_name
 from calque.packaging.wheel import source_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,3 +304,34 @@ def test_a_staged_wheelhouse_built_around_this_wheel_stands_and_any_other_is_bui
         assert rebuilt.uploaded and built(said)
         assert rebuilt.wheelhouse_sha256 == first.wheelhouse_sha256  # the same pins and wheel: the same tar
         assert s3.head_object(Bucket="lab-runs", Key=key)["Metadata"][WHEEL_SHA_METADATA] == first.sha256
+
+
+def test_a_notebooks_wheelhouse_keeps_the_runtimes_top_level_and_indexes_the_extra_in_its_own_folder(
+    tmp_path: Path,
+) -> None:
+    """The indexing step over one stand-in file per pinned wheel (its content is what the sums cover)."""
+    from calque.packaging.wheelhouse import _index
+
+    extra = notebooks_pins()
+    assert {"jupyterhub", "jupyterlab", "configurable-http-proxy"} <= {n.lower() for n in extra}
+    assert not set(extra) & set(runtime_pins())  # the extra's folder holds only what the runtime lacks
+    for name, version in {**runtime_pins(), **extra, "calque": __version__}.items():
+        (tmp_path / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_text(f"{name} {version}")
+    _index(tmp_path, wheel_name(), {**runtime_pins(), **extra}, False, lambda _msg: None, notebooks=extra)
+
+    def listed(folder: Path) -> dict[str, str]:
+        return dict(line.split("==") for line in (folder / "requirements.txt").read_text().split())
+
+    def norm(pins: dict[str, str]) -> dict[str, str]:
+        return {re.sub(r"[-_.]+", "-", n).lower(): v for n, v in pins.items()}
+
+    assert listed(tmp_path) == {**norm(runtime_pins()), "calque": __version__}
+    assert listed(tmp_path / "notebooks") == norm(extra)
+    assert len(list((tmp_path / "notebooks").glob("*.whl"))) == len(extra)
+    for folder in (tmp_path, tmp_path / "notebooks"):  # every file of a folder, and notebooks/'s index, summed
+        sums = dict(reversed(line.split("  ")) for line in (folder / "SHA256SUMS").read_text().splitlines())
+        assert set(sums) == {p.name for p in folder.glob("*.whl")} | {"requirements.txt"} | (
+            {"notebooks/SHA256SUMS"} if folder == tmp_path else set()
+        )
+        for name, digest in sums.items():
+            assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest

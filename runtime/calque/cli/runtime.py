@@ -38,7 +38,7 @@ def _render(house: dict[str, object]) -> str:
 @click.option(
     "--notebooks",
     is_flag=True,
-    help="Add notebooks/: the notebooks extra's wheels (JupyterHub, JupyterLab, configurable-http-proxy), indexed alike.",
+    help="Add notebooks/: the notebooks extra's wheels (JupyterHub, JupyterLab, the proxy), indexed alike.",
 )
 @json_option
 def wheelhouse(
