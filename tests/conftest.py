@@ -91,13 +91,16 @@ SITE_TIER = (
     "tests/hosts/test_frontdoor_e2e.py",
     "tests/hosts/test_molecule.py",
 )
+# Modules whose tests read one playbook run between them (a module-scoped result): one unit each, so the
+# run is made once, by whichever worker takes the module.
+SHARED_RUN_MODULES = ("tests/ansible/test_pool_playbook.py",)
 
 
 def _unit(nodeid: str) -> str:
-    """What one worker runs together: the site tier, a booted module, or a single test."""
+    """What one worker runs together: the site tier, a booted module, a module sharing a run, or a single test."""
     if nodeid.startswith(SITE_TIER):
         return HOSTS_TIER
-    if nodeid.startswith(HOSTS_TIER):
+    if nodeid.startswith((HOSTS_TIER, *SHARED_RUN_MODULES)):
         return nodeid.split("::", 1)[0]
     return nodeid
 
@@ -128,8 +131,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """A unit of work is the site tier, a booted module, or else a single test (a module-scoped fixture
-        is then set up once per worker that runs one of its tests: only tests/unit/test_packaging.py has one)."""
+        """A unit of work is the site tier, a booted module, a module sharing a run (SHARED_RUN_MODULES), or else
+        a single test (a module-scoped fixture is then set up once per worker that runs one of its tests:
+        tests/unit/test_packaging.py's)."""
 
         def _split_scope(self, nodeid: str) -> str:
             return _unit(nodeid)

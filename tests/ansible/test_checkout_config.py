@@ -71,22 +71,8 @@ def test_without_the_repository_config_the_collection_is_not_found(tmp_path: Pat
     assert "calque.gpu" in proc.stdout + proc.stderr
 
 
-@pytest.mark.slow
-def test_sandbox_pool_plays_in_check_mode_with_no_environment(moto: str, tmp_path: Path) -> None:
-    spec = tmp_path / "spec" / "pool.yml"
-    proc = ansible(
-        tmp_path,
-        "ansible-playbook",
-        "-i",
-        SANDBOX,
-        "playbooks/pool.yml",
-        "--check",
-        "-e",
-        f"calque_pool_spec_path={spec}",
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "localhost                  : ok=" in proc.stdout and "failed=0" in proc.stdout
-    assert not spec.exists()  # check mode wrote nothing
+# pool.yml --check with the sandbox inventory and no environment: test_pool_playbook.py's
+# test_sandbox_pool_plays_in_check_mode_with_no_environment, on the one check run that module's tests share.
 
 
 def host_var(tmp_path: Path, host: str, var: str) -> object:
