@@ -27,13 +27,18 @@ def changed(tasks: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(name for name, res in tasks.items() if res.get("changed") and name not in CHECK_ONLY)
 
 
+def failures(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The failed tasks' messages (what an assertion on a run's rc shows), not the whole run."""
+    return {name: res.get("msg") or res.get("stderr") or res for name, res in tasks.items() if res.get("failed")}
+
+
 def predicted_then_real(tmp_path: Path, **extra: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     before = in_group()
     rc, check = play(tmp_path, "pool.yml", "--check", "--diff", **extra)
-    assert rc == 0, check
+    assert rc == 0, failures(check)
     assert in_group() == before  # check mode launched and ended nothing
     rc, real = play(tmp_path, "pool.yml", **extra)
-    assert rc == 0, real
+    assert rc == 0, failures(real)
     assert changed(check) == changed(real)
     predicted, done = check[GROUP_TASK], real[GROUP_TASK]
     assert predicted["config"] == done["config"]  # the digest the real run launched with
@@ -81,13 +86,14 @@ def made_from_nothing(tmp_path: Path, first: dict[str, dict[str, Any]]) -> None:
 def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(moto: str, tmp_path: Path) -> None:
     """One pool through its life, each change checked before it is made: made from nothing (everything
     test_pool_playbook.py's from-nothing test asserted, whose three runs were these first three), unchanged,
-    a refused and then a consented roll to a new spec, an unhealthy instance replaced, a scale-out that needs
-    no terminate consent, a scale-in that does. (This test took over test_pool_group_playbook.py's spec-change and
+    a refused and then a consented roll to a new spec that also replaces an instance EC2 marked unhealthy (one
+    run for both: each is predicted by its check), a scale-out that needs no terminate consent, a scale-in that
+    does. (This test took over test_pool_group_playbook.py's spec-change and
     count tests, whose steps it repeated with a pool.yml run of its own each: every assertion of both
     is here, in this order of runs.)"""
     no_terminate = {"calque_i_understand_this_terminates_instances": False}
     rc, first = play(tmp_path, "pool.yml", **no_terminate)  # making a pool needs no terminate consent
-    assert rc == 0, first
+    assert rc == 0, failures(first)
     made_from_nothing(tmp_path, first)
     staged = first[SPEC_TASK]["runtime"]
     assert staged["wheelhouse_key"] and staged["wheelhouse_sha256"]  # the default path: a wheelhouse is staged
@@ -113,22 +119,20 @@ def test_check_diff_agrees_with_the_real_run_unchanged_new_spec_and_new_count(mo
     assert rc != 0 and "calque_i_understand_this_terminates_instances: true" in tasks[GROUP_TASK]["msg"]
     assert spec_file.read_text() == written and in_group() == instances
 
-    # with it: the spec file and the template change, every instance rolls to the new digest
+    # with it, and with an instance EC2 marks unhealthy: one run replaces that instance and rolls the
+    # other to the new digest (the spec file and the template change); check mode predicted both
+    client("autoscaling").set_instance_health(InstanceId=instances[0], HealthStatus="Unhealthy")
     check, real = predicted_then_real(tmp_path, calque_pool_spec=spec)
     planned = check[GROUP_TASK]
     assert changed(check) == sorted([SPEC_FILE_TASK, GROUP_TASK])
     assert planned["config"] != first[GROUP_TASK]["config"]
-    assert sorted(planned["rolling"]) == instances
+    assert planned["rolling"] == [instances[1]] and planned["diff"]["after"]["replaces"] == [instances[0]]
     assert planned["diff"]["before"]["config"] != planned["diff"]["after"]["config"]
     assert planned["diff"]["after"]["config"] == real[GROUP_TASK]["config"]
+    assert real[GROUP_TASK]["replaced"] == [instances[0]]  # the unhealthy one, replaced by this run
     assert real[GROUP_TASK]["template_version"] == 2 and real[GROUP_TASK]["refresh_id"]
     now = in_group()
-    assert len(now) == 2 and not set(now) & set(instances)
-
-    # an instance EC2 marks unhealthy is replaced by the next run
-    client("autoscaling").set_instance_health(InstanceId=now[0], HealthStatus="Unhealthy")
-    rc, tasks = play(tmp_path, "pool.yml", calque_pool_spec=spec)
-    assert rc == 0 and tasks[GROUP_TASK]["replaced"] == [now[0]] and now[0] not in in_group()
+    assert len(now) == 2 and not set(now) & set(instances)  # every instance replaced or rolled
 
     # a changed count: only the group changes, to 3, with no roll; scaling out needs no terminate consent
     three = {**SANDBOX_GROUP, "count": 3}
