@@ -78,7 +78,9 @@ def sandbox_check(moto: str, tmp_path_factory: pytest.TempPathFactory, _check_ru
         doc = json.loads(proc.stdout)
         _check_runs["run"] = CheckRun(
             rc=proc.returncode,
-            tasks={t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]},
+            tasks={
+                t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for p in doc["plays"] for t in p["tasks"]
+            },
             stats=doc["stats"]["localhost"],
             output=proc.stdout + proc.stderr,
             spec_written=spec.exists(),
