@@ -52,8 +52,8 @@ from calque.aws.acquire.launch_spec import (  # noqa: E402
     resolve_image,
     run_instances_params,
 )
+from calque.aws.aws_errors import kind  # noqa: E402
 from calque.aws.clients import client  # noqa: E402
-from calque.aws.errors import kind  # noqa: E402
 
 from tests.acquire.capacity import CallCounter, CapacityFaults  # noqa: E402
 

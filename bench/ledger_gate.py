@@ -4,7 +4,7 @@ Fills a real registry (SQLite, the daemon's schema) of a simulated A100-40GB hos
 ended sessions of 500 users over 90 days (a third of them this month, in the gate's window), then
 times the month of one budgeted lab:
 
-* calque: ``calque.session.daemon.ledger.spend_of`` (the month before this hour summed once an hour, the
+* calque: ``calque.session.daemon.daemon_ledger.spend_of`` (the month before this hour summed once an hour, the
   last hour's ends through ``usage_ended_at`` and the live sessions at every call; the first call is
   among those the median is taken of);
 * baseline: every session of the month as a priced usage event, summed (``host_events`` + ``lab_spend``),
@@ -30,10 +30,10 @@ import yaml
 from calque.gpu.sim import SimGpu
 from calque.ledger.budgets import lab_spend, month_start
 from calque.models.institution import Lab, LabBudget
-from calque.session.config import load_config
+from calque.session.daemon.daemon_ledger import host_events, spend_of
 from calque.session.daemon.host import Host
-from calque.session.daemon.ledger import host_events, spend_of
 from calque.session.daemon.schema import INSERT_USAGE
+from calque.session.session_config import load_config
 from calque.timefmt import utc_moment
 
 DAY = 86400.0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from calque.models.institution import Institution
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "collections/ansible_collections/calque/gpu/roles/session_service"

@@ -10,7 +10,7 @@ import yaml
 from calque.cli.main import run
 from calque.gpu.selection import BACKENDS, GpuSelection, open_reader
 from calque.gpu.sim import SimGpu
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 from calque.session.slices import load_reader
 
 REPO = Path(__file__).resolve().parents[2]

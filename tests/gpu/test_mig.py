@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from calque.errors import UsageError
 from calque.gpu.catalog import load_catalog
-from calque.gpu.errors import BusyInstancesError, LayoutError
 from calque.gpu.layout import LayoutEntry, load_layout, parse_entries
+from calque.gpu.nvml_errors import BusyInstancesError, LayoutError
 from calque.gpu.placement import place
 from calque.gpu.planner import MigPlanner
 from calque.gpu.sim import SimGpu

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from calque.cli.main import run
 from calque.errors import InfrastructureError, RefusedError, UsageError
-from calque.gpu.mps import MpsControl
+from calque.gpu.mps_control import MpsControl
 from calque.gpu.sim import SimGpu
 from calque.models.mps import MpsSettings
 

@@ -10,7 +10,7 @@ from typing import Any
 import pynvml
 import pytest
 from calque.cli.main import run
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.catalog import load_catalog
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.verify import verify

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.catalog import load_catalog
 from calque.gpu.hostconfig import load_gpu_config, open_backend
 from calque.gpu.sim import SimGpu

@@ -10,8 +10,8 @@ from calque.aws.clients import client
 from calque.aws.queue import PoolQueue
 from calque.models import QueueSettings
 from calque.pool.worker.backlog import NAME, BacklogSampler
-from calque.pool.worker.metrics import Metrics, worker_labels
-from calque.session.broker.metrics import BrokerCollector, collector_registry
+from calque.pool.worker.worker_metrics import Metrics, worker_labels
+from calque.session.broker.broker_metrics import BrokerCollector, collector_registry
 from calque.session.broker.store import NewRequest, Store
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families

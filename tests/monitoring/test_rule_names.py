@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from calque.models.ledger import LabSpend
-from calque.pool.worker.metrics import Metrics
-from calque.session.broker.metrics import BrokerCollector
-from calque.session.daemon.metrics import SessionCollector
+from calque.pool.worker.worker_metrics import Metrics
+from calque.session.broker.broker_metrics import BrokerCollector
+from calque.session.daemon.daemon_metrics import SessionCollector
 from prometheus_client.core import Metric
 from support.waits import HANG_S
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from calque.aws.aws_errors import StoreError
 from calque.aws.clients import client
-from calque.aws.errors import StoreError
 from calque.aws.store import RunStore
 from calque.models import ItemResult, RunRecord, Summary
 

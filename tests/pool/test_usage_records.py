@@ -86,14 +86,14 @@ def test_an_ended_pools_usage_and_gate_are_unchanged_once_ec2_forgets_its_instan
     fake_imds.paths["autoscaling/target-lifecycle-state"] = "InService"
     assert warm_up(spec).lifecycle == "none waiting"  # the boot's record, from the kernel's boot time
 
-    # the worker's guard, as process.py builds it on an Auto Scaling instance: busy, then drained
+    # the worker's guard, as worker_process.py builds it on an Auto Scaling instance: busy, then drained
     asg = client("autoscaling")
     asg.put_lifecycle_hook(
         AutoScalingGroupName=group, LifecycleHookName=TERMINATION_HOOK, DefaultResult="CONTINUE",
         LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING", HeartbeatTimeout=300,
     )  # fmt: skip
     guard = AsgInstance(asg, Imds(fake_imds.url), iid, group, tmp_path / "state")
-    usage = InstanceUsage(store, POOL, iid, "g6.xlarge", "worker-0", boot_time())  # as process.py makes it
+    usage = InstanceUsage(store, POOL, iid, "g6.xlarge", "worker-0", boot_time())  # as worker_process.py makes it
     worker = RecordedInstance(guard, usage.start())
     worker.register("w0")
     worker.holding("w0", lambda: True)

@@ -154,7 +154,7 @@ def test_a_lab_budget_in_institution_yaml_is_checked(tmp_path: Path) -> None:
 
 def test_a_host_that_never_answered_is_listed_stale_with_nothing(tmp_path: Path) -> None:
     from calque.ledger.report import build_report, render_table
-    from calque.session.broker.ledger import BrokerLedger
+    from calque.session.broker.broker_ledger import BrokerLedger
     from calque.session.broker.local import LocalHost
     from calque.session.broker.store import Store
 

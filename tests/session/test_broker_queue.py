@@ -181,8 +181,8 @@ def test_every_queued_request_the_queue_lists_has_its_position_though_requests_a
     tmp_path: Path,
 ) -> None:
     from calque.models.broker import QueueArgs
+    from calque.session.broker.broker_config import BrokerConfig
     from calque.session.broker.callers import Caller
-    from calque.session.broker.config import BrokerConfig
     from calque.session.broker.dispatch import Dispatcher
     from calque.session.broker.grants import Granter
     from calque.session.broker.hosts import HostCache

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from calque.gpu.sim import SimGpu
 from calque.models import GpuProcess
-from calque.session.config import SessionConfig
 from calque.session.daemon.acceptor import TURN, Conn, FairQueue
 from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.cleanup import Cleanup
@@ -22,6 +21,7 @@ from calque.session.daemon.identity import Caller
 from calque.session.daemon.isolation import acl_bytes, acl_users
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import quick_request
+from calque.session.session_config import SessionConfig
 from support.waits import HANG_S
 
 

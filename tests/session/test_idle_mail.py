@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from calque.errors import UsageError
-from calque.session.config import load_config
+from calque.session.session_config import load_config
 
 from .conftest import Host, User, wait_for
 from .test_idle_reclaim import _checkout, _ended_at, _events

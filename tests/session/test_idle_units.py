@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 import pytest
 from calque.models import DeviceSample, GpuProcess
 from calque.models.session import Session, Slice
-from calque.session.config import IdlePolicy, SessionConfig
 from calque.session.daemon.activity import slice_reading
 from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.rows import Held
+from calque.session.session_config import IdlePolicy, SessionConfig
 
 GPU = "GPU-00000000-0000-0000-0000-000000000001"
 MIG = "MIG-00000000-0000-0000-0000-000000000002"

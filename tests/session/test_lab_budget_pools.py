@@ -38,8 +38,8 @@ from calque.models.pool_names import pool_names
 from calque.pool.worker.instance import AsgInstance
 from calque.pool.worker.intake import Receiver
 from calque.pool.worker.usage import InstanceUsage
-from calque.session.broker.config import PoolLedgerSettings
-from calque.session.broker.ledger import BrokerLedger
+from calque.session.broker.broker_config import PoolLedgerSettings
+from calque.session.broker.broker_ledger import BrokerLedger
 from calque.session.broker.local import LocalHost
 from calque.session.broker.pool_budgets import PoolBudgets
 from calque.session.broker.store import Store

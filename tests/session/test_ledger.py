@@ -34,9 +34,9 @@ from calque.ledger.report import build_report, render_csv
 from calque.models import PoolSpec, Summary
 from calque.models.pool_names import pool_names
 from calque.pool.worker.usage import InstanceUsage
-from calque.session.config import load_config
-from calque.session.daemon import ledger
+from calque.session.daemon import daemon_ledger
 from calque.session.daemon.host import Host
+from calque.session.session_config import load_config
 
 from .conftest import LAB_A, LAB_B, User
 
@@ -137,7 +137,7 @@ def test_the_ledger_of_a_scripted_day_equals_the_hand_computed_one(
         _hold(teach, "s-old", bob, since - 3 * H, since - H)  # ended before the window: not counted
         _hold(research, "s-a2", alice, since - H, since + 7 * H)  # began before it: 7 h inside
         _hold(research, "s-b2", bob, until - 2 * H, None)  # live: counted to the window's end
-        hosts = [ledger.host_ledger(h, since, until) for h in (teach, research)]
+        hosts = [daemon_ledger.host_ledger(h, since, until) for h in (teach, research)]
     finally:
         teach.close()
         research.close()

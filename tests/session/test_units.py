@@ -16,13 +16,13 @@ import yaml
 from calque.cli.main import cli, run
 from calque.errors import InfrastructureError, UsageError
 from calque.models.session import Slice
-from calque.session.config import SessionConfig
 from calque.session.daemon.registry import Registry
 from calque.session.daemon.rows import NoFreeSlice, TooManySessions
 from calque.session.daemon.schema import USAGE_TABLE
 from calque.session.daemon.usage import usage_report
 from calque.session.daemon.wire import RequestError, parse_request, read_line
 from calque.session.fleet.assets import broker_unit, example_config, systemd_unit
+from calque.session.session_config import SessionConfig
 
 
 def _slices(n: int) -> list[Slice]:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from calque.aws import errors as aws
+from calque.aws import aws_errors as aws
 from calque.aws.clients import client, retry_config
 from calque.cli.main import run
 from calque.errors import InfrastructureError

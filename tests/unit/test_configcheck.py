@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from calque.cli.main import run
 from calque.models import PoolSpec
-from calque.pool.worker.process import shutdown_bound_s
+from calque.pool.worker.worker_process import shutdown_bound_s
 from support.waits import HANG_S
 
 GOOD = {

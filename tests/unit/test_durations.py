@@ -8,7 +8,7 @@ import pytest
 from calque.durations import DurationError, format_duration, parse_duration, parse_seconds
 from calque.errors import UsageError
 from calque.models import CohortSpec, PoolSpec, QueueSettings
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
-from calque.aws import errors as aws
+from calque.aws import aws_errors as aws
+from calque.aws.aws_errors import StoreError
 from calque.aws.clients import client, retry_config
-from calque.aws.errors import StoreError
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import InfrastructureError, UsageError, format_validation_error

@@ -11,7 +11,7 @@ import pytest
 from calque.errors import UsageError
 from calque.exposition import serve, write_textfile
 from calque.models import PoolSpec
-from calque.pool.worker.metrics import Metrics
+from calque.pool.worker.worker_metrics import Metrics
 from prometheus_client.parser import text_string_to_metric_families
 from support.waits import HANG_S
 

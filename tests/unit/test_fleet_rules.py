@@ -82,7 +82,7 @@ def test_the_munge_key_is_in_exactly_one_place(doc: dict[str, str]) -> None:
 
 
 def test_broker_yaml_takes_a_fleet_section_and_refuses_a_bad_one(tmp_path: Path) -> None:
-    from calque.session.broker.config import load_broker_config
+    from calque.session.broker.broker_config import load_broker_config
 
     good = tmp_path / "broker.yaml"
     good.write_text(

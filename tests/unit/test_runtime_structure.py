@@ -69,7 +69,7 @@ def _reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
 def test_the_walker_sees_lazy_and_package_imports() -> None:
     # cli/session.py imports the client inside functions; the client package from its __init__
     assert "calque.session.client.verbs" in imports_of("calque.cli.session")
-    assert "calque.session.daemon.process" in imports_of("calque.session.daemon.__main__")
+    assert "calque.session.daemon.daemon_process" in imports_of("calque.session.daemon.__main__")
 
 
 def test_no_import_circle_anywhere_in_the_runtime() -> None:
@@ -189,15 +189,17 @@ def test_botocore_is_imported_only_behind_the_aws_door_and_boto3_nowhere() -> No
     trees = _trees()
     botocore = sorted(m for m, t in trees.items() if "botocore" in _third_party_imports(t))
     outside = [m for m in botocore if not m.startswith("calque.aws.") and m != "calque.aws"]
-    assert outside == [], f"botocore imported outside calque/aws/ (use calque.aws.errors / clients): {outside}"
+    assert outside == [], f"botocore imported outside calque/aws/ (use calque.aws.aws_errors / clients): {outside}"
     boto3 = sorted(m for m, t in trees.items() if "boto3" in _third_party_imports(t))
     assert boto3 == [], f"boto3 imported (calque.aws.clients makes botocore clients; boto3 costs start-up): {boto3}"
 
 
 def test_no_private_name_is_taken_across_packages() -> None:
-    sample = ast.parse("from calque.warm import modal_shim\nfrom calque.aws.errors import _shorten\nmodal_shim._X\n")
+    sample = ast.parse(
+        "from calque.warm import modal_shim\nfrom calque.aws.aws_errors import _shorten\nmodal_shim._X\n"
+    )
     assert _private_reaches("calque.run.script", sample) == [
-        "calque.run.script imports calque.aws.errors._shorten",
+        "calque.run.script imports calque.aws.aws_errors._shorten",
         "calque.run.script reads calque.warm.modal_shim._X",
     ]  # the check itself
     offences = [o for m, t in _trees().items() for o in _private_reaches(m, t)]

@@ -13,7 +13,7 @@ from calque.models import ClaimRef, Manifest, PoolSpec, RunRecord, Summary
 from calque.models.base import VersionedModel, current_version
 from calque.models.ids import is_safe_id
 from calque.models.session import SessionRequest
-from calque.session.config import load_config
+from calque.session.session_config import load_config
 from pydantic import ValidationError
 
 NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -68,7 +68,7 @@ def test_the_current_version_and_an_omitted_one_read() -> None:
 
 def test_every_boundary_model_is_versioned() -> None:
     from calque.models import CohortSpec, ItemResult, RunReport, Session, SessionResponse, UsageReport
-    from calque.session.config import SessionConfig
+    from calque.session.session_config import SessionConfig
 
     for model in (ClaimRef, Manifest, Summary, ItemResult, RunRecord, RunReport, PoolSpec, CohortSpec):
         assert issubclass(model, VersionedModel), model
@@ -138,8 +138,8 @@ def test_pool_spec_key_parts_are_safe(field: str, value: str) -> None:
 
 
 def test_an_older_reader_meeting_a_newer_summary_says_what_to_upgrade(moto: str) -> None:
+    from calque.aws.aws_errors import StoreError
     from calque.aws.clients import client
-    from calque.aws.errors import StoreError
     from calque.aws.store import RunStore
 
     s3 = client("s3")

@@ -154,9 +154,9 @@ def client(
         factory: Any = session.create_client  # typed per service by the stubs; callers get Any either way
         with _collector_paused():
             made = factory(service, region_name=region, endpoint_url=endpoint, config=cfg)
-    from calque.aws.errors import name_the_call
+    from calque.aws.aws_errors import name_the_call
 
-    made.meta.events.register("after-call-error", name_the_call)  # errors name their call (calque.aws.errors)
+    made.meta.events.register("after-call-error", name_the_call)  # errors name their call (calque.aws.aws_errors)
     return made
 
 

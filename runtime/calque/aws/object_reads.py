@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from calque.aws.errors import StoreError, aws_errors, is_not_found, translate
+from calque.aws.aws_errors import StoreError, aws_errors, is_not_found, translate
 
 
 def list_etags(s3: Any, bucket: str, key_prefix: str, what: str) -> dict[str, str]:

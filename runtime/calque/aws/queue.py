@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
-from calque.aws.errors import aws_errors, describe, error_code, is_not_found, translate
+from calque.aws.aws_errors import aws_errors, describe, error_code, is_not_found, translate
 from calque.aws.naming import dlq_name, pool_queue_name
 from calque.aws.queue_depth import lookup_queue, missing_queue, queue_attributes, read_depth
 from calque.errors import CalqueError, InfrastructureError

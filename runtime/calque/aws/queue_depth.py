@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from calque.aws.errors import aws_errors, is_not_found, translate
+from calque.aws.aws_errors import aws_errors, is_not_found, translate
 from calque.errors import InfrastructureError
 from calque.models.pool_views import DepthView
 

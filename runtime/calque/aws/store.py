@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pydantic import BaseModel, ValidationError
 
-from calque.aws.errors import StoreError, aws_errors, is_not_found, is_precondition_failed, translate
+from calque.aws.aws_errors import StoreError, aws_errors, is_not_found, is_precondition_failed, translate
 from calque.aws.naming import pool_key_base
 from calque.errors import format_validation_error
 from calque.models import ItemError, ItemResult, Manifest, RunRecord, Summary

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 from botocore.exceptions import ClientError
 from pydantic import Field
 
-from calque.aws.errors import aws_errors, error_code
+from calque.aws.aws_errors import aws_errors, error_code
 from calque.models.base import CalqueModel
 from calque.models.pool_names import refuse_foreign
 

@@ -6,7 +6,7 @@ Exit codes (``calque.errors.EXIT_CODES``): 0 success; 1 partial failure or unexp
 error goes to stderr as ``{"error": {"kind": ..., "message": ..., "exit_code": N}}``. Two command
 lines end in exit codes: ``calque`` (``cli.main``), through this module, and a pool worker process
 (``python -m calque.pool.worker``, ``calque.pool.worker.entry``), which never loads click or ``cli/``
-and maps the same errors by ``calque.errors.refused_for`` and ``calque.aws.errors.translate_any``.
+and maps the same errors by ``calque.errors.refused_for`` and ``calque.aws.aws_errors.translate_any``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def run_command(command: click.Command, argv: list[str], prog_name: str) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except Exception as exc:
-        from calque.aws.errors import translate_any  # the error path only: start-up stays lean
+        from calque.aws.aws_errors import translate_any  # the error path only: start-up stays lean
 
         aws = translate_any(exc)  # a botocore error no `aws_errors` block caught still reads as a sentence
         if aws is None:

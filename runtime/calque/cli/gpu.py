@@ -9,12 +9,12 @@ import click
 
 from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import gpu_backend_options, json_option, shared_gpu_consent_option
-from calque.cli.outcome import emit_outcome
+from calque.cli.outcome_view import emit_outcome
 from calque.cli.output import emit, table
 from calque.errors import PartialFailure
 from calque.gpu.catalog import Catalog, load_catalog
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl
+from calque.gpu.mps_control import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl
 from calque.gpu.mps_units import MpsUnits, mps_units
 from calque.gpu.nvml import NvmlBackend
 from calque.gpu.selection import GpuSelection

@@ -12,7 +12,7 @@ import click
 
 from calque.cli.gpu_request import open_backend, progress, request_backend
 from calque.cli.options import DURATION, gpu_backend_options, json_option, session_socket_option
-from calque.cli.outcome import emit_outcome
+from calque.cli.outcome_view import emit_outcome
 from calque.cli.output import emit, table
 from calque.errors import RefusedError, UsageError
 from calque.gpu.migmodels import MigSuggestion
@@ -240,7 +240,7 @@ def mig_suggest(since: str, registry_file: Path | None, output: Path | None, gpu
     from calque.durations import parse_duration
     from calque.gpu.suggest import suggest
     from calque.session.client.history import read_history
-    from calque.session.config import load_config
+    from calque.session.session_config import load_config
 
     try:
         window = parse_duration(since, what="--since")

@@ -52,7 +52,7 @@ def queue(
 
     Settings left out keep an existing queue's values; a new queue gets the defaults.
     """
-    from calque.cli.outcome import emit_outcome
+    from calque.cli.outcome_view import emit_outcome
     from calque.ops.base import AwsSession
     from calque.ops.pool_queue import PoolQueueOp
 
@@ -96,7 +96,7 @@ def user_data(
     needs an index that has calque. With --wheelhouse-url the instance installs calque and exactly
     the dependency versions in constraints.txt from the staged wheelhouse, with no index.
     """
-    from calque.cli.outcome import emit_outcome
+    from calque.cli.outcome_view import emit_outcome
     from calque.ops.pool_spec import PoolSpecOp, PoolSpecRequest
     from calque.pool.spec import load_spec
 

@@ -82,7 +82,7 @@ def stage_runtime(
     `calque pool user-data` (--wheelhouse-url/--wheelhouse-sha256, or --runtime-url/--runtime-sha256
     for the wheel alone): instances download, check and install exactly the pinned versions.
     """
-    from calque.cli.outcome import emit_outcome
+    from calque.cli.outcome_view import emit_outcome
     from calque.ops.base import AwsSession
     from calque.ops.runtime import RuntimeOp
 

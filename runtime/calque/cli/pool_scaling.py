@@ -43,7 +43,7 @@ def scaling(
 
     The target is max(1, floor(latency / seconds-per-claim)) claims per in-service instance.
     """
-    from calque.cli.outcome import emit_outcome
+    from calque.cli.outcome_view import emit_outcome
     from calque.ops.base import AwsSession
     from calque.ops.pool_scaling import PoolScalingOp
 

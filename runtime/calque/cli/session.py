@@ -367,7 +367,7 @@ def serve(config_path: Path | None, metrics_port: int | None, metrics_addr: str 
     import os
     import sys
 
-    from calque.session.config import load_config
+    from calque.session.session_config import load_config
 
     cfg = load_config(config_path)
     updates = {k: v for k, v in paths.items() if v is not None}

@@ -62,8 +62,8 @@ def host_config(template: Path, out: Path, port: int, imds: str) -> None:
     import yaml
 
     from calque.configfile import read_mapping
-    from calque.session.config import SessionConfig
     from calque.session.fleet.this_host import ThisHost
+    from calque.session.session_config import SessionConfig
 
     here = ThisHost(imds)
     doc = read_mapping(template, "session config template", empty_ok=True)

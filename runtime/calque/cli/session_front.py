@@ -291,7 +291,7 @@ def add_to(session: click.Group) -> None:
         import os
         import sys
 
-        from calque.session.broker.config import load_broker_config
+        from calque.session.broker.broker_config import load_broker_config
 
         cfg = load_broker_config(config_path)
         updates = {k: v for k, v in paths.items() if v is not None}

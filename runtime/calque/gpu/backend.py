@@ -43,7 +43,7 @@ class GpuBackend(GpuReader, Protocol):
 
     Profile ids are the driver's GPU-instance profile ids (``nvidia-smi mig -lgip``, the catalog's
     ``profile_id``); a compute instance is named by how many compute slices it takes.
-    Errors are ``calque.gpu.errors.GpuDriverError`` subclasses carrying the NVML code.
+    Errors are ``calque.gpu.nvml_errors.GpuDriverError`` subclasses carrying the NVML code.
     """
 
     def driver_version(self) -> str:

@@ -9,7 +9,7 @@ from pydantic import Field
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import Card
 from calque.gpu.layout import card_of
-from calque.gpu.mps import MpsControl
+from calque.gpu.mps_control import MpsControl
 from calque.models import GpuDevice, GpuInstance, GpuProcess, MigDevice
 from calque.models.base import CalqueModel
 from calque.models.mps import MpsStatus

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from calque.gpu.backend import GpuBackend
-from calque.gpu.errors import GpuInUse, GpuNotSupported
 from calque.gpu.migmodels import GpuApplyResult, MigApplyResult, MigOp, MigPlan
+from calque.gpu.nvml_errors import GpuInUse, GpuNotSupported
 from calque.gpu.stopping import terminate_processes
 from calque.models import GpuProcess
 

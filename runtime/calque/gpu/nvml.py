@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES
 from calque.gpu.nvml_reads import NvmlReads

@@ -1,4 +1,4 @@
-"""The NVML adapter: the one place ``pynvml`` is loaded and its errors become ``calque.gpu.errors``.
+"""The NVML adapter: the one place ``pynvml`` is loaded and its errors become ``calque.gpu.nvml_errors``.
 
 ``pynvml`` (nvidia-ml-py) is imported when the adapter is opened, so tests put a strict fake module
 in its place and the same code runs. The discovery reads (``nvml_reads.py``), the control calls
@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.caps import mig_capability_devices
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog
 from calque.gpu.nvml_calls import NvmlCalls

@@ -19,7 +19,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.nvml_types import text_of
 from calque.models import DeviceSample
 from calque.models.gpu import SampleKind

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from calque.gpu.backend import GpuBackend
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, Card, GiProfile
-from calque.gpu.errors import BusyInstancesError, LayoutError
 from calque.gpu.layout import LayoutEntry, card_of
 from calque.gpu.mig_applier import apply_plan
 from calque.gpu.migmodels import (
@@ -35,6 +34,7 @@ from calque.gpu.migmodels import (
     layout_view,
     runnable,
 )
+from calque.gpu.nvml_errors import BusyInstancesError, LayoutError
 from calque.gpu.occupancy import FORCE_HINT, Occupancy
 from calque.gpu.placement import Placed, place, problems
 from calque.gpu.stopping import terminate_processes

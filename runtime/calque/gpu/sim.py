@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.placement import place
 from calque.gpu.sim_driver import SimDriver
 from calque.gpu.simload import set_load

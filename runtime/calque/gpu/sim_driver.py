@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from calque.errors import InfrastructureError, UsageError
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.backend import COMPUTE_MODES
 from calque.gpu.caps import mig_capability_devices
 from calque.gpu.catalog import COMPUTE_INSTANCE_PROFILES, load_catalog

@@ -9,7 +9,7 @@ the sum of the device's processes' memory.
 
 from __future__ import annotations
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.simstate import SimLoad, SimState, device_uuids, mig_devices_of
 from calque.models import DeviceSample
 from calque.models.gpu import SampleKind

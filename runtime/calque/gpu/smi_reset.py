@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 
 
 def nvidia_smi_reset(index: int, timeout_s: float = 120) -> None:

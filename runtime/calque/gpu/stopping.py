@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from calque.gpu.errors import GpuDriverError
+from calque.gpu.nvml_errors import GpuDriverError
 from calque.models import GpuProcess
 
 

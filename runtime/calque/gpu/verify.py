@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
-from calque.gpu import errors as nv
+from calque.gpu import nvml_errors as nv
 from calque.gpu.catalog import Card, load_catalog
 from calque.gpu.nvml import DriverProfile, NvmlBackend
 from calque.models.base import CalqueModel

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.aws.object_reads import get_many
 from calque.aws.store import RunStore, parse_s3_uri
 from calque.ledger.events import Window

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.ledger.events import Window
 from calque.ledger.pool_usage import spec_usage
 from calque.models import PoolSpec

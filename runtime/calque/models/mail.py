@@ -1,6 +1,6 @@
 """Mail through the institution's SMTP relay: where it goes and to whom, read by the broker
 (``broker.yaml``'s ``mail``: grants, ends, budgets) and by each host's session daemon
-(``session.yaml``'s ``mail``: the idle reclaim's warning). Sent by ``calque.session.mail``."""
+(``session.yaml``'s ``mail``: the idle reclaim's warning). Sent by ``calque.session.mail_sender``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """MPS control daemons as calque reports and plans them: the limits a person asks for, each daemon's
-state, the steps of a start or stop and what they did. ``calque.gpu.mps`` (``MpsControl``) fills them
+state, the steps of a start or stop and what they did. ``calque.gpu.mps_control`` (``MpsControl``) fills them
 in; the operation (``calque.ops.mps``) and ``calque gpu info`` report them.
 """
 

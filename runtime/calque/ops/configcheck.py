@@ -75,7 +75,7 @@ def _load(kind: ConfigKind, path: Path, against_host: bool, institution: Path | 
 
 
 def _broker(path: Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
-    from calque.session.broker.config import load_broker_config
+    from calque.session.broker.broker_config import load_broker_config
 
     cfg = load_broker_config(path)
     facts = {
@@ -122,7 +122,7 @@ def _host(path: str | Path) -> dict[str, Any]:
 
 
 def _session(path: str | Path, against_host: bool, institution: Path | None) -> dict[str, Any]:
-    from calque.session.config import load_config
+    from calque.session.session_config import load_config
 
     cfg = load_config(Path(path))
     here = _session_on_host(cfg) if against_host else {}
@@ -198,7 +198,7 @@ def _session_on_host(cfg: Any) -> dict[str, Any]:
 def _pool(path: str | Path) -> dict[str, Any]:
     from calque.aws.naming import pool_queue_name
     from calque.pool.spec import load_spec
-    from calque.pool.worker.process import shutdown_bound_s
+    from calque.pool.worker.worker_process import shutdown_bound_s
 
     spec = load_spec(path)
     return {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from calque.gpu.facts import HostGpuFacts, gather
-from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl
+from calque.gpu.mps_control import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl
 from calque.ops.base import Operation
 from calque.ops.gpu_host import GpuHostRequest
 from calque.ops.outcome import Outcome

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from calque.errors import RefusedError, UsageError
 from calque.gpu.backend import GpuBackend
-from calque.gpu.errors import BusyInstancesError
+from calque.gpu.nvml_errors import BusyInstancesError
 from calque.gpu.occupancy import FORCE_HINT
 from calque.gpu.planner import (
     BusyInstance,

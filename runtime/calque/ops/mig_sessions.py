@@ -39,7 +39,7 @@ class SessionDaemon:
 
     def _configured_socket(self) -> Path | None:
         from calque.errors import CalqueError
-        from calque.session.config import load_config
+        from calque.session.session_config import load_config
 
         if not self.config.exists():
             return None

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl, require_consent
+from calque.gpu.mps_control import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT, MpsControl, require_consent
 from calque.models.base import CalqueModel
 from calque.models.mps import MpsDaemon, MpsSettings, MpsStep, MpsUserModel
 from calque.ops.base import Operation, validated

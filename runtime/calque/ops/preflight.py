@@ -168,7 +168,7 @@ def _host_problems(v: dict[str, Any]) -> dict[str, str]:
 def model_problems(v: dict[str, Any]) -> dict[str, str]:
     """Variable -> message for what the runtime's models refuse."""
     from calque.gpu.layout import parse_entries
-    from calque.session.config import SessionConfig
+    from calque.session.session_config import SessionConfig
 
     out: dict[str, str] = {}
     built = _session_doc(v)

@@ -22,7 +22,7 @@ from calque.models.institution import Institution
 from calque.ops.base import Operation, validated
 from calque.ops.outcome import Outcome
 from calque.ops.runtime import RuntimeOp, RuntimePlan, RuntimeRequest, RuntimeResult
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 
 _UNBUILT = "0" * 64  # check mode before the first wheelhouse: the real run learns its sha256
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.aws.worker_role import RoleChange, WorkerRole
 from calque.errors import RefusedError, UsageError
 from calque.models.base import CalqueModel

@@ -32,8 +32,8 @@ import yaml
 
 from calque import __version__
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
+from calque.aws.aws_errors import aws_errors
 from calque.aws.clients import client
-from calque.aws.errors import aws_errors
 from calque.aws.store import parse_s3_uri
 from calque.confignames import POOL_SPEC_ON_HOST
 from calque.errors import UsageError

@@ -20,7 +20,7 @@ from calque.errors import UsageError
 from calque.models import Item, ItemResult
 from calque.models.values import TYPED, decode
 from calque.run.backend import Target
-from calque.run.outcome import value_of
+from calque.run.item_value import value_of
 from calque.run.progress import Tally
 from calque.warm import WarmSupervisor
 from calque.warm.loader import build_workload

@@ -31,7 +31,7 @@ from calque.pool.submitter.stage import StagedClaim, stage_run
 from calque.pool.submitter.submit import SETTLE_EVERY_S, PoolTarget, new_run_id
 from calque.pool.worker.stream import follow
 from calque.run.backend import Target
-from calque.run.outcome import value_of
+from calque.run.item_value import value_of
 from calque.run.pool_mapping import PoolMap
 from calque.run.progress import Tally
 

@@ -21,7 +21,7 @@ from calque.errors import InfrastructureError
 from calque.models import Item, ItemResult
 from calque.models.values import encode
 from calque.run.backend import Backend, Run, Target
-from calque.run.outcome import value_of
+from calque.run.item_value import value_of
 from calque.warm.loader import parameter_set
 from calque.warm.modal_shim import marks_of
 

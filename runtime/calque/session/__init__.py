@@ -9,6 +9,6 @@ Two rooms that never import each other:
   timers, node guard, cgroups, audit, metrics.
 
 Both speak the contracts of ``calque.models.session`` (each operation's arguments and answer).
-``config.py`` (the daemon's config, also read by ``calque config check``) and ``assets.py`` (the
+``session_config.py`` (the daemon's config, also read by ``calque config check``) and ``assets.py`` (the
 packaged systemd unit) belong to neither.
 """

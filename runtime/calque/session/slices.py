@@ -3,7 +3,7 @@ the configured MPS slots (refused where the config names a GPU the host lacks, o
 
 Shared by the daemon (``session/daemon/inventory.py`` caches it) and ``calque config check session``
 (which checks a file against this host exactly as the daemon would start on it), so it lives beside
-``config.py``, outside both rooms.
+``session_config.py``, outside both rooms.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from calque.gpu.backend import GpuReader
 from calque.gpu.selection import GpuSelection, open_reader
 from calque.models import GpuDevice
 from calque.models.session import Slice
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 
 
 def gpu_selection(config: SessionConfig) -> GpuSelection:

@@ -16,7 +16,7 @@ line) or ``EnterError`` (``@enter`` raised). Per-item failures never raise: they
 ``ok=False`` and an ``ItemError`` (type, message, traceback).
 
 To run a worker *process* against a spec (what systemd runs), use
-``calque.pool.worker.process.start_worker_process(spec_path, env=..., index=...)`` (a ``subprocess.Popen``
+``calque.pool.worker.worker_process.start_worker_process(spec_path, env=..., index=...)`` (a ``subprocess.Popen``
 of ``python -m calque.pool.worker --spec FILE``), or the CLI ``calque pool worker --spec FILE``.
 The stand-in ``modal`` module is put in place only inside the process that loads a workload.
 """

@@ -39,7 +39,7 @@ def item_error(exc: BaseException, script: Workload | None = None) -> ItemError:
     name = type_name(t)
     if script is not None and t.__module__ == script.module_name:
         # the script's own class, named relative to the script: the caller imported it under another
-        # module name (``calque.run.outcome`` finds it in its own copy of the script)
+        # module name (``calque.run.item_value`` finds it in its own copy of the script)
         name = f"{script.path.name}::{t.__qualname__}"
     try:
         message = str(exc)

@@ -61,7 +61,7 @@ class Workload:
 
 
 # The scripts this process imported, by file name: where a caller looks up an exception class that a
-# worker named relative to its script (``script.py::QuotaExceeded``, ``calque.run.outcome``).
+# worker named relative to its script (``script.py::QuotaExceeded``, ``calque.run.item_value``).
 SCRIPTS: dict[str, types.ModuleType] = {}
 
 

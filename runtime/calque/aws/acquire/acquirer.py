@@ -30,8 +30,8 @@ from calque.aws.acquire.spend_gate import (
     require_terminate_consent,
 )
 from calque.aws.acquire.sweep import Candidate, candidates, sweep
+from calque.aws.aws_errors import translate
 from calque.aws.clients import client
-from calque.aws.errors import translate
 from calque.errors import InfrastructureError, UsageError
 from calque.models.acquire import CohortPlan, CohortResult, CohortSpec, Lifecycle
 

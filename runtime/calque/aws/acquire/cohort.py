@@ -14,7 +14,7 @@ from typing import Any
 from botocore.exceptions import WaiterError
 
 from calque.aws.acquire.launch_spec import TAG_COHORT, TAG_EXPIRES
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import InfrastructureError
 from calque.models.acquire import CohortInstance
 

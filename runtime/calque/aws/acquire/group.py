@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from calque.aws.acquire.launch_spec import TAG_MANAGED
 from calque.aws.acquire.template import TAG_CONFIG
-from calque.aws.errors import aws_errors, error_code
+from calque.aws.aws_errors import aws_errors, error_code
 from calque.aws.naming import pool_key_base
 from calque.models.instance_usage import UsagePlace, usage_prefix
 from calque.models.pool_names import POOL_TAG, USAGE_TAG, pool_names, refuse_foreign

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import RefusedError
 from calque.models.pool_names import ForeignPoolError, PoolNames, refuse_foreign
 from calque.models.pool_views import DepthView, ScalingStatusView

@@ -15,7 +15,7 @@ from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from typing import Any
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import UsageError
 from calque.models.acquire import CohortSpec, Lifecycle
 

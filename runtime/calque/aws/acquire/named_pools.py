@@ -16,8 +16,8 @@ from pydantic import Field
 
 from calque.aws.acquire.group import pool_groups
 from calque.aws.acquire.launch_spec import TAG_COHORT
+from calque.aws.aws_errors import aws_errors
 from calque.aws.clients import LazyClient
-from calque.aws.errors import aws_errors
 from calque.models.base import CalqueModel
 from calque.models.pool_names import POOL_TAG
 

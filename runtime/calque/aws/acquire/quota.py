@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from calque.aws import pricing
-from calque.aws.errors import describe
+from calque.aws.aws_errors import describe
 from calque.errors import InfrastructureError
 from calque.models.acquire import Lifecycle
 

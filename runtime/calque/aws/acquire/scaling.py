@@ -31,7 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
 from calque.aws.acquire.group_status import GroupView, describe_group, policy_names, refuse_other_pools
-from calque.aws.errors import aws_errors, is_not_found, translate
+from calque.aws.aws_errors import aws_errors, is_not_found, translate
 from calque.models import QueueDepth
 from calque.models.base import CalqueModel
 from calque.models.pool_names import POOL_TAG, PoolNames

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from calque.aws.acquire.group import describe_group
+from calque.aws.aws_errors import aws_errors
 from calque.aws.clients import client
-from calque.aws.errors import aws_errors
 from calque.errors import RefusedError, UsageError
 from calque.models.pool_names import ForeignPoolError, pool_names
 from calque.models.warmth import PrewarmReport, ScheduleEntry

@@ -19,7 +19,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from calque.aws.acquire.quota import quota_class
-from calque.aws.errors import error_code, kind
+from calque.aws.aws_errors import error_code, kind
 from calque.models.acquire import LaunchAttempt, Lifecycle
 
 

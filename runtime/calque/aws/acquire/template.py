@@ -24,7 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from calque.aws.acquire.launch_spec import TAG_MANAGED, USER_DATA_LIMIT, _user_part_type, iso_z
-from calque.aws.errors import aws_errors, describe, error_code, is_not_found
+from calque.aws.aws_errors import aws_errors, describe, error_code, is_not_found
 from calque.errors import UsageError
 from calque.models.pool_names import refuse_foreign
 

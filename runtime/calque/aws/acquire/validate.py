@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from calque.aws.acquire.launch_spec import resolve_ami
-from calque.aws.errors import describe, error_code, is_not_found
+from calque.aws.aws_errors import describe, error_code, is_not_found
 from calque.errors import UsageError
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from calque.aws.errors import aws_errors, error_code
+from calque.aws.aws_errors import aws_errors, error_code
 from calque.models.warmth import WarmPoolSettings
 
 LAUNCH_HOOK = "calque-ready"

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from calque.aws.acquire.group import pool_groups
 from calque.aws.acquire.named_pools import pool_of, tagged_instances
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import UsageError, format_validation_error
 from calque.models import PoolSpec
 from calque.models.pool_names import POOL_TAG

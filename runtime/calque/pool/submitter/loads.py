@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from calque.aws.errors import StoreError
+from calque.aws.aws_errors import StoreError
 from calque.aws.store import RunStore, parse_s3_uri
 from calque.errors import InfrastructureError, UsageError
 from calque.models import LoadRecord

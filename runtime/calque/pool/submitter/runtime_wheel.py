@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from calque import __version__
+from calque.aws.aws_errors import ClientError, aws_errors, is_not_found
 from calque.aws.clients import client
-from calque.aws.errors import ClientError, aws_errors, is_not_found
 from calque.errors import UsageError
 from calque.packaging import build_wheel, build_wheelhouse, sha256_file, wheel_name
 from calque.packaging.wheelhouse import REQUIREMENTS, default_platform, default_python_version

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from calque.aws.queue import PoolQueue
 from calque.errors import CalqueError
-from calque.pool.worker.metrics import Metrics
+from calque.pool.worker.worker_metrics import Metrics
 
 log = logging.getLogger("calque.pool.worker.backlog")
 NAME = "calque_pool_queue_messages"

@@ -36,7 +36,7 @@ def serve(
     CUDA_VISIBLE_DEVICES entry, and forwards signals to them.
     """
     from calque.pool.spec import load_spec
-    from calque.pool.worker.process import run_worker, run_workers
+    from calque.pool.worker.worker_process import run_worker, run_workers
 
     spec = load_spec(
         spec_path,
@@ -115,7 +115,7 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         return _fail("aborted", 130)
     except Exception as exc:
-        from calque.aws.errors import translate_any  # the error path only: start-up stays lean
+        from calque.aws.aws_errors import translate_any  # the error path only: start-up stays lean
 
         aws = translate_any(exc)  # a botocore error no `aws_errors` block caught still reads as a sentence
         if aws is None:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from calque.aws.acquire.budget_hold import HOLD_TAG
 from calque.aws.acquire.scaling import TERMINATION_HOOK
-from calque.aws.errors import AWS_ERRORS, BotoCoreError, ClientError
+from calque.aws.aws_errors import AWS_ERRORS, BotoCoreError, ClientError
 from calque.aws.imds import Imds
 
 log = logging.getLogger("calque.pool.worker.instance")

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
+from calque.aws.aws_errors import BotoCoreError, ClientError, error_code
 from calque.aws.clients import client
-from calque.aws.errors import BotoCoreError, ClientError, error_code
 from calque.aws.imds import Imds, metadata_client
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore

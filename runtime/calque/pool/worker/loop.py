@@ -49,12 +49,12 @@ from calque.pool.worker.claims import ClaimChecker
 from calque.pool.worker.instance import InstanceGuard, LifecycleWatcher, NoInstance
 from calque.pool.worker.intake import Receiver
 from calque.pool.worker.lease import LIVE, Lease, Prepared, Role, State
-from calque.pool.worker.metrics import Metrics, worker_labels
 from calque.pool.worker.release import release_uncounted
 from calque.pool.worker.spot import SpotWatcher
 from calque.pool.worker.stream import chunk_sink
 from calque.pool.worker.summaries import SummaryMaker, now
 from calque.pool.worker.witness import NO_WITNESS, WitnessLine
+from calque.pool.worker.worker_metrics import Metrics, worker_labels
 from calque.pool.worker.writer import ClaimWriter, Finished
 from calque.warm import WarmSupervisor
 from calque.warm.drain_results import failed_drain

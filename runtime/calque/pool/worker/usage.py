@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from calque.aws.errors import AWS_ERRORS
+from calque.aws.aws_errors import AWS_ERRORS
 from calque.aws.store import RunStore
 from calque.models.instance_usage import (
     RECORD_HEARTBEAT_S,

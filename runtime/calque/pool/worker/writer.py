@@ -15,7 +15,7 @@ import queue as queue_mod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from calque.aws.errors import StoreError
+from calque.aws.aws_errors import StoreError
 from calque.aws.queue import PoolQueue
 from calque.aws.store import RunStore
 from calque.errors import CalqueError
@@ -24,8 +24,8 @@ from calque.models.ids import is_safe_id
 from calque.pool.worker.batching import Deleter
 from calque.pool.worker.claims import partial_ref
 from calque.pool.worker.lease import Lease, Role, State
-from calque.pool.worker.metrics import Metrics
 from calque.pool.worker.summaries import SummaryMaker
+from calque.pool.worker.worker_metrics import Metrics
 
 log = logging.getLogger("calque.pool.worker.loop")
 

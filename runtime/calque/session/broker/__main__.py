@@ -12,9 +12,9 @@ CONFIG_ENV = "CALQUE_BROKER_CONFIG_JSON"
 
 
 def main() -> int:
-    from calque.session.broker.config import BrokerConfig, load_broker_config
+    from calque.session.broker.broker_config import BrokerConfig, load_broker_config
+    from calque.session.broker.broker_process import run_broker
     from calque.session.broker.links import load_institution
-    from calque.session.broker.process import run_broker
 
     try:
         raw = os.environ.pop(CONFIG_ENV, None)

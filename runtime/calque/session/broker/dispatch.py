@@ -21,7 +21,7 @@ from functools import partial
 
 from calque.errors import CalqueError, NothingFreeError, RefusedError, UsageError
 from calque.models.session import Session
-from calque.session.broker.config import BrokerConfig
+from calque.session.broker.broker_config import BrokerConfig
 from calque.session.broker.fairness import Waiting, lab_usage, order
 from calque.session.broker.fairusage import Recorded
 from calque.session.broker.grants import Granter, checkout_args

@@ -8,10 +8,10 @@ the broker's service user acting for the user it names.
 from __future__ import annotations
 
 from calque.models.fleet import HostRegistration
-from calque.session.broker.config import BrokerConfig
+from calque.session.broker.broker_config import BrokerConfig
+from calque.session.broker.broker_process import Institution
 from calque.session.broker.hosts import HostLink
 from calque.session.broker.local import LocalHost
-from calque.session.broker.process import Institution
 from calque.session.institution import load_institution as load_file
 from calque.session.remote import RemoteHost
 

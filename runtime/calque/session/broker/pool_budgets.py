@@ -18,7 +18,7 @@ from calque.errors import CalqueError
 from calque.ledger.events import lab_of_pool
 from calque.ledger.lab_pools import lab_pool_events, lab_pool_places
 from calque.models.ledger import LabSpend, UsageEvent
-from calque.session.broker.config import PoolLedgerSettings
+from calque.session.broker.broker_config import PoolLedgerSettings
 
 log = logging.getLogger("calque.broker")
 

@@ -29,8 +29,8 @@ from calque.models.reservation import (
     ReserveArgs,
     UnreserveArgs,
 )
+from calque.session.broker.broker_config import BrokerConfig
 from calque.session.broker.callers import Caller
-from calque.session.broker.config import BrokerConfig
 from calque.session.broker.fairness import lab_of
 from calque.session.broker.hosts import HostCache
 from calque.session.broker.store import Row, Store

@@ -37,8 +37,8 @@ from calque.models.broker import (
     QueueArgs,
 )
 from calque.models.session import LedgerArgs, SessionErrorBody, SessionResponse, error_kind
+from calque.session.broker.broker_config import BrokerConfig
 from calque.session.broker.callers import Caller, caller
-from calque.session.broker.config import BrokerConfig
 from calque.session.broker.hub import acting_for
 from calque.session.broker.intake import Intake, Unread
 from calque.session.broker.nudges import NUDGE_MAX_BYTES, NudgeGate

@@ -20,13 +20,13 @@ from calque.models.base import positive_seconds
 from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
 from calque.models.reservation import ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import LedgerArgs, Session
+from calque.session.broker.broker_ledger import BrokerLedger
 from calque.session.broker.callers import Caller
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairness import chosen_lab
 from calque.session.broker.grants import Granter
 from calque.session.broker.holding import MIN_TTL_S
 from calque.session.broker.hosts import HostCache, call_id, free_matching, matching
-from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.offers import busy_message, check_offered
 from calque.session.broker.reservations import Reservations
 from calque.session.broker.rows import ENDED_UNGRANTED
@@ -47,9 +47,9 @@ class BrokerService:
         self.granter = granter
         self.dispatcher = dispatcher
         self.rules = dispatcher.config.queue
-        self.ledger: BrokerLedger | None = None  # set by the process (process.py)
-        self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (process.py)
-        self.reservations: Reservations | None = None  # class reservations (process.py)
+        self.ledger: BrokerLedger | None = None  # set by the process (broker_process.py)
+        self.labs: Mapping[str, frozenset[str]] = {}  # each lab's groups, institution.yaml's order (broker_process.py)
+        self.reservations: Reservations | None = None  # class reservations (broker_process.py)
 
     # -- checkout --anywhere ------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The session daemon: the privileged service behind the socket (root, under systemd).
 
-Read in this order: ``process.py`` (which process builds what), ``host.py`` (what they share),
+Read in this order: ``daemon_process.py`` (which process builds what), ``host.py`` (what they share),
 ``listener.py`` and ``acceptor.py`` (the socket), ``service.py`` and ``checkout.py`` (what each request
 does), ``registry.py`` (SQLite), ``enforcer.py`` and ``cleanup.py`` (timers, ends), ``guard.py`` and
 ``nodes.py`` (the capability nodes), ``adopt.py`` and ``cgroup.py`` (a session is a cgroup).

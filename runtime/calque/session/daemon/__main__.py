@@ -13,8 +13,8 @@ CONFIG_ENV = "CALQUE_SESSION_DAEMON_CONFIG"
 
 
 def main() -> int:
-    from calque.session.config import SessionConfig, load_config
-    from calque.session.daemon.process import run_daemon
+    from calque.session.daemon.daemon_process import run_daemon
+    from calque.session.session_config import SessionConfig, load_config
 
     try:
         raw = os.environ.pop(CONFIG_ENV, None)

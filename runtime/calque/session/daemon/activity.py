@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from calque.models import DeviceSample, GpuProcess
-from calque.session.config import IdlePolicy
 from calque.session.daemon.rows import Held
+from calque.session.session_config import IdlePolicy
 
 
 @dataclass(frozen=True)

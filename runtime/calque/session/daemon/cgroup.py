@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from calque.session.config import SessionConfig
+from calque.session.session_config import SessionConfig
 
 log = logging.getLogger("calque.session")
 

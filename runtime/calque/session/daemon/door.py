@@ -25,9 +25,9 @@ from datetime import datetime, timezone
 from calque.errors import CalqueError
 from calque.models.institution import Broker
 from calque.models.session_answers import BrokerPlace, DoorMode, DoorState
-from calque.session.config import SessionConfig
 from calque.session.daemon.audit import AuditLog
 from calque.session.institution import load_institution
+from calque.session.session_config import SessionConfig
 
 MARK_EVERY_S = 1.0  # a busy broker's requests touch the mark at most this often per process
 

@@ -4,7 +4,7 @@ each of them (service, enforcer, guard, clean-up, metrics), so no component reac
 It holds the config, the registry, the audit log, the GPU reader with the slice inventory over it, the
 MPS daemons' last answers, the sessions' cgroups, the node lock (one writer of the capability nodes'
 ownership across every process) and the event that wakes the timers. Which process builds what is
-``process.py``'s business: the main process has the timers and no acceptor, a worker the acceptor
+``daemon_process.py``'s business: the main process has the timers and no acceptor, a worker the acceptor
 and no timers, the metrics process neither.
 """
 
@@ -18,7 +18,6 @@ from pathlib import Path
 
 from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
-from calque.session.config import SessionConfig
 from calque.session.daemon.audit import AuditLog, EventTally
 from calque.session.daemon.cgroup import SessionCgroups
 from calque.session.daemon.hostlock import HostLock
@@ -28,6 +27,7 @@ from calque.session.daemon.nudge import Nudger
 from calque.session.daemon.registry import Registry
 from calque.session.files import lock_path
 from calque.session.institution import load_institution
+from calque.session.session_config import SessionConfig
 from calque.session.slices import load_reader
 
 log = logging.getLogger("calque.session")

@@ -13,7 +13,7 @@ import pwd
 import time
 from dataclasses import dataclass
 
-from calque.session.config import Limits, SessionConfig
+from calque.session.session_config import Limits, SessionConfig
 
 IDENTITY_CACHE_S = 5.0
 

@@ -27,7 +27,6 @@ from datetime import datetime
 from calque.durations import format_duration
 from calque.gpu.backend import GpuReader
 from calque.models import DeviceSample, GpuProcess
-from calque.session.config import IdlePolicy
 from calque.session.daemon.activity import Reading, slice_reading
 from calque.session.daemon.cleanup import alive, signal_pids
 from calque.session.daemon.host import Host
@@ -36,6 +35,7 @@ from calque.session.daemon.idlemail import IdleMail
 from calque.session.daemon.inventory import pids_on
 from calque.session.daemon.notices import notify_server_logs, notify_terminals
 from calque.session.daemon.rows import Held
+from calque.session.session_config import IdlePolicy
 from calque.timefmt import utc_moment
 
 log = logging.getLogger("calque.session")

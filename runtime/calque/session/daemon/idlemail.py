@@ -1,6 +1,6 @@
 """The idle reclaim's warning by mail (``mail`` in session.yaml): sent with the terminal notice, once
 per idle stretch, to the holder's address by the broker's rule (``mail.users``, else USER@``domain``).
-Delivery is a thread of its own (``calque.session.mail``): a relay that is slow, down or refusing
+Delivery is a thread of its own (``calque.session.mail_sender``): a relay that is slow, down or refusing
 delays nothing here and never keeps a slice; what became of each mail is an ``idle_mail`` line in the
 audit trail."""
 
@@ -14,7 +14,7 @@ from calque.durations import format_duration
 from calque.models.mail import MailRelay
 from calque.session.daemon.audit import AuditLog
 from calque.session.daemon.rows import Held
-from calque.session.mail import MailSender
+from calque.session.mail_sender import MailSender
 
 log = logging.getLogger("calque.session")
 

@@ -14,8 +14,8 @@ from calque.errors import CalqueError
 from calque.gpu.backend import GpuReader
 from calque.models import GpuProcess
 from calque.models.session import Slice
-from calque.session.config import SessionConfig
 from calque.session.daemon.wire import RequestError
+from calque.session.session_config import SessionConfig
 from calque.session.slices import gpu_selection, inventory
 
 # Only for backends without a layout stamp (NVML); the simulator's layout is checked on every request.

@@ -13,11 +13,11 @@ import time
 import zlib
 from pathlib import Path
 
-from calque.session.config import TcpListen
 from calque.session.daemon.acceptor import Conn, FairAcceptor
 from calque.session.daemon.service import Service
 from calque.session.daemon.wire import RequestError, error, ok, parse_request, quick_request
 from calque.session.files import prepare_socket
+from calque.session.session_config import TcpListen
 
 log = logging.getLogger("calque.session")
 

@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from calque.session.config import SessionConfig
 from calque.session.daemon.wire import RequestError
 from calque.session.scalein import ScaleInGuard
+from calque.session.session_config import SessionConfig
 
 ASK_EVERY_S = 0.02
 

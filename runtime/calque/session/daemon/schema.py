@@ -95,7 +95,7 @@ CREATE TABLE IF NOT EXISTS session_labs(
 # ``last_holder``: who held each slice last (written at every end). A checkout of a slice whose last
 # holder was another uid ends that uid's descriptors of its nodes before it answers (the hand-over).
 # Additive: an older calque ignores the table, so the schema version stays.
-# ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``ledger.py``: the
+# ``usage_ended_at``: the sessions that ended in a span, for a lab's month at checkout (``daemon_ledger.py``: the
 # hours before this one are summed once, the last hour's rows found through it); one page more per end.
 # ``budget_overrides``: an admin's extra allowance for a lab in a month (``budget_override``, audited).
 # ``budget_elsewhere``: each lab's month on the institution's other hosts, as the broker last summed it.

@@ -34,10 +34,10 @@ from calque.models.session import (
 from calque.session.daemon import drains
 from calque.session.daemon.checkout import checkout, view
 from calque.session.daemon.cleanup import Cleanup
+from calque.session.daemon.daemon_ledger import budget_gate, session_lab
 from calque.session.daemon.door import Door
 from calque.session.daemon.host import Host
 from calque.session.daemon.identity import Caller, Identities
-from calque.session.daemon.ledger import budget_gate, session_lab
 from calque.session.daemon.nodes import end_session
 from calque.session.daemon.notices import notify_terminals
 from calque.session.daemon.requests import parse_args
@@ -281,7 +281,7 @@ class Service:
         return report.model_dump(mode="json")
 
     def op_ledger(self, c: Caller, args: LedgerArgs) -> Any:
-        from calque.session.daemon.ledger import host_ledger, sees_all  # the price tables on first use
+        from calque.session.daemon.daemon_ledger import host_ledger, sees_all  # the price tables on first use
 
         until = time.time()
         since = until - parse_duration(args.since, what="since")  # parses: checked by LedgerArgs
@@ -289,18 +289,18 @@ class Service:
         return host_ledger(self.host, since, until, None if every else c.uid).model_dump(mode="json")
 
     def op_budget_override(self, c: Caller, args: BudgetOverrideArgs) -> Any:
-        from calque.session.daemon.ledger import override
+        from calque.session.daemon.daemon_ledger import override
 
         return override(self.host, c, args.lab, args.extra, args.reason).model_dump(mode="json")
 
     def op_budget_elsewhere(self, c: Caller, args: BudgetElsewhereArgs) -> Any:
-        from calque.session.daemon.ledger import elsewhere
+        from calque.session.daemon.daemon_ledger import elsewhere
 
         return elsewhere(self.host, c, args)
 
     def op_metrics(self, c: Caller, args: RequestArgs) -> Any:
         # prometheus_client only where metrics are read; holders by user for admins only
-        from calque.session.daemon.metrics import collector_registry, render
+        from calque.session.daemon.daemon_metrics import collector_registry, render
 
         reg = self._metrics.get(c.admin)
         if reg is None:

@@ -15,7 +15,7 @@ import pwd
 from pathlib import Path
 from typing import Any
 
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import RefusedError, UsageError
 from calque.models.fleet import MungeKeySource
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calque.aws.acquire.scaling import TERMINATION_HOOK
-from calque.aws.errors import aws_errors
+from calque.aws.aws_errors import aws_errors
 from calque.errors import UsageError
 from calque.session.fleet.register import deregister
 from calque.session.scalein import ScaleInGuard

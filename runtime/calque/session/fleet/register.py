@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from calque.aws.errors import ClientError, aws_errors, is_not_found
+from calque.aws.aws_errors import ClientError, aws_errors, is_not_found
 from calque.models.fleet import HostRegistration, registration_path
 
 

@@ -32,7 +32,7 @@ from calque.session.broker.hosts import HostLink, call_id
 from calque.session.broker.store import Store
 
 if TYPE_CHECKING:
-    from calque.session.broker.mail import Mailer
+    from calque.session.broker.broker_mail import Mailer
     from calque.session.broker.pool_budgets import PoolBudgets
 
 log = logging.getLogger("calque.broker")

@@ -25,7 +25,6 @@ from pathlib import Path
 from types import FrameType
 
 from calque.errors import CalqueError
-from calque.session.config import SessionConfig
 from calque.session.daemon.audit import EventTally
 from calque.session.daemon.cleanup import Cleanup
 from calque.session.daemon.enforcer import Enforcer
@@ -35,6 +34,7 @@ from calque.session.daemon.listener import Listener, bind_socket, bind_tcp, unbi
 from calque.session.daemon.nodes import reconcile
 from calque.session.daemon.service import Service
 from calque.session.files import PRIVATE_UMASK
+from calque.session.session_config import SessionConfig
 
 log = logging.getLogger("calque.session")
 
@@ -108,7 +108,7 @@ class MainProcess:
                 env[_ENV_TCP_FD] = str(self._tcp_fd)
                 fds = (fd, self._tcp_fd)
         return subprocess.Popen(
-            [sys.executable, "-c", f"from calque.session.daemon.process import {entry}; {entry}()"],
+            [sys.executable, "-c", f"from calque.session.daemon.daemon_process import {entry}; {entry}()"],
             pass_fds=fds,
             env=env,
         )
@@ -172,11 +172,11 @@ def worker_main() -> None:
 def metrics_main() -> None:
     """The metrics process: prometheus_client's one-thread server (bounded backlog, per-connection
     timeout) and/or the textfile, apart from the timers and from the request workers. Both carry
-    counts, never who holds what (``metrics.py``)."""
+    counts, never who holds what (``daemon_metrics.py``)."""
     from calque import exposition
+    from calque.session.daemon.daemon_metrics import collector_registry
     from calque.session.daemon.drains import listed
     from calque.session.daemon.inventory import SliceInventory
-    from calque.session.daemon.metrics import collector_registry
     from calque.session.daemon.registry import Registry
     from calque.session.slices import load_reader
 

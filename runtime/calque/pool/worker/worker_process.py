@@ -32,10 +32,10 @@ from calque.pool.worker.instance import AsgInstance, InstanceGuard, NoInstance, 
 from calque.pool.worker.instance_ready import skip_built
 from calque.pool.worker.loadguard import LoadGuard
 from calque.pool.worker.loop import Worker, WorkerReport
-from calque.pool.worker.metrics import Metrics, worker_labels
 from calque.pool.worker.slots import host_slot
 from calque.pool.worker.usage import InstanceUsage, RecordedInstance, boot_time
 from calque.pool.worker.witness import WitnessLine, witnessed
+from calque.pool.worker.worker_metrics import Metrics, worker_labels
 from calque.warm import WarmSupervisor
 from calque.warm.loader import load_workload
 

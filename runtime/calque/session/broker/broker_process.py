@@ -19,14 +19,14 @@ from calque.models.fleet import HostRegistration
 from calque.models.institution import Lab
 from calque.models.ledger import LabSpend
 from calque.session.broker.audit import BrokerAudit
-from calque.session.broker.config import BrokerConfig
+from calque.session.broker.broker_config import BrokerConfig
+from calque.session.broker.broker_ledger import BrokerLedger
 from calque.session.broker.demand import FleetDemand, LinkFactory
 from calque.session.broker.dispatch import Dispatcher
 from calque.session.broker.fairusage import HostRecords
 from calque.session.broker.grants import Granter
 from calque.session.broker.holding import Holding
 from calque.session.broker.hosts import HostCache, HostLink
-from calque.session.broker.ledger import BrokerLedger
 from calque.session.broker.nudges import NudgeGate
 from calque.session.broker.reservations import Reservations, fleet_slices
 from calque.session.broker.server import BrokerServer, Identify, Seal
@@ -47,7 +47,7 @@ class Institution:
     labs: Mapping[str, frozenset[str]]
     shares: Mapping[str, float]
     link: LinkFactory | None = None  # how to reach a host that registers later (an elastic class's)
-    budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: ledger.py)
+    budget_labs: tuple[Lab, ...] = ()  # the labs as institution.yaml has them (budgets: broker_ledger.py)
     name: str = "broker"
     hub_user: str | None = None  # the institution's JupyterHub: may ask for a slice for a named user
 
@@ -78,7 +78,7 @@ class Broker:
         dispatcher = Dispatcher(config, store, cache, granter, inst.shares)
         mailer = None
         if config.mail is not None:
-            from calque.session.broker.mail import Mailer
+            from calque.session.broker.broker_mail import Mailer
 
             mailer = Mailer(config.mail)
             dispatcher.on_grant, dispatcher.on_tick = mailer.granted, mailer.before_end
@@ -158,7 +158,7 @@ class Broker:
 
             self.server.bind_tcp(self.config.tcp_addr, self.config.tcp_port, identify)
         if self.config.metrics_port is not None:
-            from calque.session.broker.metrics import collector_registry
+            from calque.session.broker.broker_metrics import collector_registry
 
             ledger = self.service.ledger
 

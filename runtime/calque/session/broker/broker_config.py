@@ -2,7 +2,7 @@
 listens, the queue's rules, and the hosts it reaches on its own machine. The institution (its other
 hosts, the labs and their shares) is ``institution.yaml`` (``calque.models.institution``).
 
-Beside ``config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
+Beside ``session_config.py``, outside both rooms: ``calque session broker`` reads and checks it before it
 execs the broker, as ``calque session serve`` does the daemon's.
 """
 

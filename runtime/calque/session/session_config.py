@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from calque.configfile import load_model
-from calque.gpu.mps import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
+from calque.gpu.mps_control import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
 from calque.models.mail import MailRelay

@@ -1,6 +1,6 @@
 """Mail notices through the institution's SMTP relay: a queued request granted, (from the host
-cache's deadlines) a session about to end, and a lab near or over its budget (``ledger.py``). Sent
-by ``calque.session.mail`` (a thread per message, so a slow relay never delays a grant; a relay that
+cache's deadlines) a session about to end, and a lab near or over its budget (``broker_ledger.py``). Sent
+by ``calque.session.mail_sender`` (a thread per message, so a slow relay never delays a grant; a relay that
 refuses is logged, never retried into a storm)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from calque.models.mail import MailSettings
 from calque.session.broker.hosts import HostCache
 from calque.session.broker.store import Row, Store
-from calque.session.mail import MailSender
+from calque.session.mail_sender import MailSender
 
 log = logging.getLogger("calque.broker")
 
