@@ -1,4 +1,5 @@
-"""The instance metadata service (IMDSv2), and the one place a client of it is built.
+"""The instance metadata service (IMDSv2), and the one place a client of it is built (its address,
+``IMDS_ENDPOINT``, is ``calque.models.imds_address``: the specs default to it).
 
 IMDSv2: ``PUT /latest/api/token`` (with ``X-aws-ec2-metadata-token-ttl-seconds``) returns a token;
 every ``GET /latest/meta-data/...`` carries it as ``X-aws-ec2-metadata-token``. A pool worker reads its
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 
 from calque.aws.clients import is_loopback_url, offline
+from calque.models.imds_address import IMDS_ENDPOINT
 
 TOKEN_TTL_S = 21600
 _TIMEOUT_S = 1.0
@@ -63,6 +65,7 @@ def imds_allowed(endpoint: str) -> bool:
     return not offline() or is_loopback_url(endpoint)
 
 
-def metadata_client(endpoint: str) -> Imds | None:
-    """The IMDSv2 client of ``endpoint``, or None where it may not be reached (offline, not loopback)."""
+def metadata_client(endpoint: str = IMDS_ENDPOINT) -> Imds | None:
+    """The IMDSv2 client of ``endpoint`` (the instance's own by default), or None where it may not be
+    reached (offline, not loopback)."""
     return Imds(endpoint) if imds_allowed(endpoint) else None

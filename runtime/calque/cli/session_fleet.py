@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 
 from calque.cli.options import DURATION, aws_options
+from calque.models.imds_address import IMDS_ENDPOINT
 
-IMDS = "http://169.254.169.254"
 FLEET_GUARD = Path("/run/calque/fleet-guard")  # session/scalein.py: the daemon's and the helper's hand-over
-imds_option = click.option("--imds", default=IMDS, show_default=True, envvar="CALQUE_IMDS", help="The IMDSv2 endpoint.")
+imds_option = click.option(
+    "--imds", default=IMDS_ENDPOINT, show_default=True, envvar="CALQUE_IMDS", help="The IMDSv2 endpoint."
+)
 class_option = click.option("--class", "fleet_class", required=True, help="The session-host class (teaching-rtx6000).")
 
 

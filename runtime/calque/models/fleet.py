@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from pydantic import Field, StrictStr, model_validator
 
 from calque.models.base import BindAddress, CalqueModel, Seconds
+from calque.models.imds_address import IMDS_ENDPOINT
 
 CLASS_RULE = r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$"
 ClassName = Annotated[StrictStr, Field(pattern=CLASS_RULE, description="a session-host class, e.g. teaching-rtx6000")]
@@ -119,7 +120,7 @@ class SessionHostSpec(CalqueModel):
     fleet_class: ClassName
     region: str
     endpoint_url: str | None = Field(None, description="an AWS endpoint (moto in tests and the sandbox)")
-    imds_endpoint: str = "http://169.254.169.254"
+    imds_endpoint: str = IMDS_ENDPOINT
     session_config: dict[str, Any] = Field(default_factory=dict, description="the class's session.yaml")
     institution: dict[str, Any] = Field(description="institution.yaml: the broker and the labs (hosts: none)")
     mig_configs: dict[str, Any] = Field(default_factory=dict, description="named MIG configs (calque's layout format)")
