@@ -186,6 +186,7 @@ def _mps_run(
     state: str,
     check: bool,
     consent: bool,
+    *,  # then _mps_options' values, as start and stop receive them
     gpus: str | None,
     per_mig: bool,
     pipe_root: str,
@@ -228,34 +229,23 @@ def mps_start(
     pinned_memory_limit: str | None,
     check: bool,
     shared_gpu_consent: bool,
-    gpus: str | None,
-    per_mig: bool,
-    pipe_root: str,
-    log_root: str,
-    gpu: GpuSelection,
-    as_json: bool,
+    **where: Any,  # _mps_options' values
 ) -> None:
     """Start one MPS control daemon per GPU (EXCLUSIVE_PROCESS mode) with default client limits."""
-    limits = {"active_thread_percentage": active_thread_percentage, "pinned_memory_limit": pinned_memory_limit}
-    _mps_run("started", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json, **limits)
+    limits: dict[str, Any] = {
+        "active_thread_percentage": active_thread_percentage,
+        "pinned_memory_limit": pinned_memory_limit,
+    }
+    _mps_run("started", check, shared_gpu_consent, **where, **limits)
 
 
 @mps.command("stop")
 @click.option("--check", is_flag=True, help="Show what would change, change nothing.")
 @shared_gpu_consent_option
 @_mps_options
-def mps_stop(
-    check: bool,
-    shared_gpu_consent: bool,
-    gpus: str | None,
-    per_mig: bool,
-    pipe_root: str,
-    log_root: str,
-    gpu: GpuSelection,
-    as_json: bool,
-) -> None:
+def mps_stop(check: bool, shared_gpu_consent: bool, **where: Any) -> None:
     """Stop the MPS control daemons and put their GPUs back in DEFAULT compute mode."""
-    _mps_run("stopped", check, shared_gpu_consent, gpus, per_mig, pipe_root, log_root, gpu, as_json)
+    _mps_run("stopped", check, shared_gpu_consent, **where)
 
 
 def _render_units(u: MpsUnits) -> str:

@@ -25,6 +25,19 @@ endpoint_option = click.option(
 profile_option = click.option("--profile", envvar="AWS_PROFILE", default=None, help="AWS profile name.")
 
 
+def path_option(flag: str, dest: str, *, envvar: str, default: str | None, help: str) -> Callable[[F], F]:
+    """A path a verb reads (a socket, a file): also from ``envvar``, its default shown where it has one."""
+    return click.option(
+        flag,
+        dest,
+        type=click.Path(path_type=Path),
+        envvar=envvar,
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
 bucket_option = click.option(
     "--bucket", envvar="CALQUE_POOL_BUCKET", default=None, help="The pool's S3 bucket (or CALQUE_POOL_BUCKET)."
 )

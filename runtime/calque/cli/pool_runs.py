@@ -6,7 +6,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -35,7 +35,7 @@ def target_of(
     bucket: str | None,
     prefix: str,
     region: str | None,
-    endpoint: str | None,
+    endpoint_url: str | None,
     profile: str | None,
     spec_path: str | None = None,
 ) -> PoolTarget:
@@ -50,7 +50,7 @@ def target_of(
             raise UsageError("no pool: pass --spec FILE (the spec file pool.yml writes) or --model (the pool's model)")
         if not bucket:
             raise UsageError("no bucket: pass --bucket or set CALQUE_POOL_BUCKET to the pool's S3 bucket")
-        return PoolTarget(model, bucket, prefix, region, endpoint, profile, given_pool_queue())
+        return PoolTarget(model, bucket, prefix, region, endpoint_url, profile, given_pool_queue())
     from calque.pool.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -64,7 +64,7 @@ def target_of(
         bucket if flag("bucket") and bucket else spec.bucket,
         prefix if flag("prefix") else spec.prefix,
         region or spec.region,
-        endpoint or spec.endpoint_url,
+        endpoint_url or spec.endpoint_url,
         profile,
         given_pool_queue() or (spec.queue_name if not model or model == spec.model else None),
     )
@@ -203,21 +203,11 @@ def _claims_bar() -> Iterator[Callable[[int, int], None]]:
 @bucket_option
 @prefix_option
 @aws_options
-def results(
-    run_id: str,
-    spec_path: str | None,
-    model: str | None,
-    failed_only: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
+def results(run_id: str, failed_only: bool, **pool: Any) -> None:
     """Print a run's ItemResults as JSONL on stdout, in item order."""
     from calque.pool.submitter.runs import settled_results
 
-    target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
+    target = target_of(**pool)  # the options that name the pool, as target_of takes them
     record, out = settled_results(target, run_id)
     shown = [r for r in out if not r.ok] if failed_only else out
     for r in shown:
@@ -237,24 +227,14 @@ def results(
 @bucket_option
 @prefix_option
 @aws_options
-def sweep(
-    run_id: str,
-    spec_path: str | None,
-    model: str | None,
-    dry_run: bool,
-    bucket: str | None,
-    prefix: str,
-    region: str | None,
-    endpoint_url: str | None,
-    profile: str | None,
-) -> None:
+def sweep(run_id: str, dry_run: bool, **pool: Any) -> None:
     """Delete a run's orphaned results: objects no Summary vouches for (attempts that lost their lease).
 
     Prints each one's URI. Claims without a Summary yet are left alone.
     """
     from calque.pool.submitter import submit as core
 
-    target = target_of(model, bucket, prefix, region, endpoint_url, profile, spec_path)
+    target = target_of(**pool)
     store, record = core.load_run(target, run_id)
     for uri in store.sweep(record, dry_run=dry_run):
         click.echo(uri)

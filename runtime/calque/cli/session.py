@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from calque.cli.options import DURATION, gpu_backend_flags, json_option, shared_gpu_consent_option
+from calque.cli.options import DURATION, gpu_backend_flags, json_option, path_option, shared_gpu_consent_option
 from calque.cli.output import emit, table, to_json, warn
 from calque.cli.session_front import (
     all_hosts,
@@ -28,13 +29,11 @@ if TYPE_CHECKING:
     from calque.session.client.connection import SessionClient
     from calque.session.client.views import SessionView, SliceStateView
 
-socket_option = click.option(
+socket_option = path_option(
     "--socket",
     "socket_path",
-    type=click.Path(path_type=Path),
     envvar="CALQUE_SESSION_SOCKET",
     default=str(DEFAULT_SOCKET),
-    show_default=True,
     help="The session daemon's unix socket.",
 )
 
@@ -240,26 +239,45 @@ def extend(session_id: str | None, by: str, as_json: bool, socket_path: Path, br
     emit(core.extend(_client(socket_path), session_id, by), as_json, _render_session)
 
 
-@session.command()
-@click.option("--all", "every_host", is_flag=True, help="Your sessions on every host (the broker's view).")
-@json_option
-@socket_option
-@broker_socket_option
-def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
-    """Your sessions, with time left."""
+def _listing(every_host_help: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The options `status` and `list` share: --all (the broker's view of every host), --json, the sockets."""
+
+    def stack(f: Callable[..., None]) -> Callable[..., None]:
+        f = json_option(socket_option(broker_socket_option(f)))  # listed in this order, as written on top
+        return click.option("--all", "every_host", is_flag=True, help=every_host_help)(f)
+
+    return stack
+
+
+def _show_listing(
+    op: Literal["status", "list"], every_host: bool, as_json: bool, socket_path: Path, broker: Path
+) -> None:
+    """`status` (your sessions) and `list` (the slices) alike: every host's through the broker with
+    --all; else this host's, as the models' own JSON or as a table read without pydantic (views.py)."""
     if every_host:
-        all_hosts(broker_socket, as_json, mine=True)
+        all_hosts(broker, as_json, mine=op == "status")
         return
-    door_notice(socket_path)  # degraded mode: said on stderr, so --json stays the sessions
-    if as_json:  # the models' own JSON
+    door_notice(socket_path)  # degraded mode: said on stderr, so --json stays the answer
+    if as_json:
         from calque.session.client import verbs as core
 
-        click.echo(to_json(core.status(_client(socket_path))))
+        client = _client(socket_path)
+        click.echo(to_json(core.status(client) if op == "status" else core.list_slices(client)))
         return
-    from calque.session.client import views  # the human table, read without pydantic (views.py)
+    from calque.session.client import views
     from calque.session.wire import SessionSocket
 
-    click.echo(_render_sessions(views.sessions(SessionSocket(socket_path).call("status"))))
+    answer = SessionSocket(socket_path).call(op)
+    click.echo(
+        _render_sessions(views.sessions(answer)) if op == "status" else _render_slices(views.slice_states(answer))
+    )
+
+
+@session.command()
+@_listing("Your sessions on every host (the broker's view).")
+def status(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
+    """Your sessions, with time left."""
+    _show_listing("status", every_host, as_json, socket_path, broker_socket)
 
 
 @session.command("env")
@@ -286,25 +304,10 @@ def env_cmd(session_id: str | None, as_shell: bool, as_json: bool, socket_path: 
 
 
 @session.command("list")
-@click.option("--all", "every_host", is_flag=True, help="Every host's slices (the broker's view).")
-@json_option
-@socket_option
-@broker_socket_option
+@_listing("Every host's slices (the broker's view).")
 def list_cmd(every_host: bool, as_json: bool, socket_path: Path, broker_socket: Path) -> None:
     """Every slice on this host: free, or busy until when (admins also see holders)."""
-    if every_host:
-        all_hosts(broker_socket, as_json, mine=False)
-        return
-    door_notice(socket_path)
-    if as_json:  # the models' own JSON
-        from calque.session.client import verbs as core
-
-        click.echo(to_json(core.list_slices(_client(socket_path))))
-        return
-    from calque.session.client import views  # the human table, read without pydantic (views.py)
-    from calque.session.wire import SessionSocket
-
-    click.echo(_render_slices(views.slice_states(SessionSocket(socket_path).call("list"))))
+    _show_listing("list", every_host, as_json, socket_path, broker_socket)
 
 
 @session.command()
@@ -339,10 +342,9 @@ def report(since: str, as_json: bool, socket_path: Path) -> None:
 
 
 @session.command()
-@click.option(
+@path_option(
     "--config",
     "config_path",
-    type=click.Path(path_type=Path),
     envvar="CALQUE_SESSION_CONFIG",
     default=None,
     help="YAML config (default /etc/calque/session.yaml when present).",

@@ -8,29 +8,29 @@ host knows the caller by uid and decides by its own groups whether they may drai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from calque.cli.options import path_option
 from calque.cli.output import emit, table
 from calque.timefmt import utc_text
 
 if TYPE_CHECKING:
     from calque.models.session import Drain, Drained
 
-institution_option = click.option(
+institution_option = path_option(
     "--institution",
     "institution_path",
-    type=click.Path(path_type=Path),
     envvar="CALQUE_INSTITUTION",
     default="/etc/calque/institution.yaml",
-    show_default=True,
     help="The institution file naming the other hosts (for HOST other than this one).",
 )
-munge_option = click.option(
+munge_option = path_option(
     "--munge-socket",
-    type=click.Path(path_type=Path),
+    "munge_socket",
     envvar="CALQUE_MUNGE_SOCKET",
     default=None,
     help="munged's socket (default: munge's own) for HOST other than this one.",
@@ -65,17 +65,19 @@ def render_drains(ds: list[Drain]) -> str:
 
 
 def add_to(session: click.Group, socket_option: click.decorators.FC) -> None:
-    """Register ``drain`` and ``undrain`` on the ``session`` group."""
+    """Register ``drain``, ``undrain`` and ``drains`` on the ``session`` group."""
+
+    def reach_host(f: Callable[..., None]) -> Callable[..., None]:
+        """--json, and how HOST is reached: this host's socket, or the institution's hosts with munge."""
+        f = socket_option(institution_option(munge_option(f)))
+        return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(f)
 
     @session.command()
     @click.argument("host", required=False)
     @click.option("--gpu", type=click.IntRange(0, 1023), default=None, help="Drain this GPU index only.")
     @click.option("--by", default=None, help="Live sessions there end this soon, e.g. 2h (after a notice).")
     @click.option("--reason", required=True, help="Why: shown to everyone refused a checkout there.")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @socket_option  # type: ignore[untyped-decorator]
-    @institution_option
-    @munge_option
+    @reach_host
     def drain(
         host: str | None,
         gpu: int | None,
@@ -98,10 +100,7 @@ def add_to(session: click.Group, socket_option: click.decorators.FC) -> None:
     @session.command()
     @click.argument("host", required=False)
     @click.option("--gpu", type=click.IntRange(0, 1023), default=None, help="Undrain this GPU only (default: all).")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @socket_option  # type: ignore[untyped-decorator]
-    @institution_option
-    @munge_option
+    @reach_host
     def undrain(
         host: str | None,
         gpu: int | None,
@@ -125,10 +124,7 @@ def add_to(session: click.Group, socket_option: click.decorators.FC) -> None:
 
     @session.command()
     @click.argument("host", required=False)
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @socket_option  # type: ignore[untyped-decorator]
-    @institution_option
-    @munge_option
+    @reach_host
     def drains(
         host: str | None, as_json: bool, socket_path: Path, institution_path: Path, munge_socket: Path | None
     ) -> None:

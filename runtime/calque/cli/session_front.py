@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from calque.cli.options import path_option
 from calque.cli.output import emit, table, warn
 from calque.errors import CalqueError, UsageError
 from calque.timefmt import CLOCK, utc_text
@@ -19,13 +20,11 @@ if TYPE_CHECKING:
     from calque.models.session import Session
     from calque.session.client.broker import BrokerClient
 
-broker_socket_option = click.option(
+broker_socket_option = path_option(
     "--broker-socket",
     "broker_socket",
-    type=click.Path(path_type=Path),
     envvar="CALQUE_BROKER_SOCKET",
     default="/run/calque/broker.sock",
-    show_default=True,
     help="The broker's unix socket (on the front-door host; elsewhere institution.yaml's broker, over TCP).",
 )
 
@@ -276,10 +275,9 @@ def add_to(session: click.Group) -> None:
         emit(client.queue(all_users), as_json, _render_queue)
 
     @session.command()
-    @click.option(
+    @path_option(
         "--config",
         "config_path",
-        type=click.Path(path_type=Path),
         envvar="CALQUE_BROKER_CONFIG",
         default=None,
         help="YAML config (default /etc/calque/broker.yaml when present).",
