@@ -60,3 +60,13 @@ def validate(model: type[M], doc: Any, path: str | Path, what: str) -> M:
 def load_model(model: type[M], path: str | Path, what: str, *, empty_ok: bool = False) -> M:
     """Read ``path`` and validate it as ``model`` in one step."""
     return validate(model, read_mapping(path, what, empty_ok=empty_ok), path, what)
+
+
+def load_service_config(model: type[M], path: Path | None, default: Path, what: str) -> M:
+    """A service's config file: ``path``, else ``default`` where it exists, else every default (so a
+    host runs with no file); a missing file named explicitly is an error, an empty one all defaults."""
+    if path is None:
+        if not default.exists():
+            return model()
+        path = default
+    return load_model(model, path, what, empty_ok=True)

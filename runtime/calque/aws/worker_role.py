@@ -12,7 +12,7 @@ tagged for another pool is refused (``ForeignPoolError``), never adopted or dele
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
@@ -54,30 +54,32 @@ def _document(doc: Any) -> dict[str, Any]:
     return loaded
 
 
+class RoleDocuments(Protocol):
+    """What a pool's (``iam_policy.PoolIamDocuments``) and a class's (``fleet_iam.FleetIamDocuments``)
+    documents both name: the role, its profile, its one inline policy's name, its trust and tags."""
+
+    role_name: str
+    instance_profile_name: str
+    policy_name: str
+    trust_policy: dict[str, Any]
+    tags: dict[str, str]
+
+
 class WorkerRole:
     """Role ``role_name`` trusting ``trust``, with inline ``policy_name`` = ``policy``, in profile ``profile_name``."""
 
     def __init__(
-        self,
-        iam: Any,
-        *,
-        pool: str,
-        role_name: str,
-        profile_name: str,
-        policy_name: str,
-        trust: dict[str, Any],
-        policy: dict[str, Any],
-        tags: dict[str, str],
-        description: str,
+        self, iam: Any, documents: RoleDocuments, *, pool: str, policy: dict[str, Any], description: str
     ) -> None:
+        """The role ``documents`` describe, with ``policy`` (the workers' or the hosts') its one inline policy."""
         self.iam = iam
         self.pool = pool
-        self.role_name = role_name
-        self.profile_name = profile_name
-        self.policy_name = policy_name
-        self.trust = trust
+        self.role_name = documents.role_name
+        self.profile_name = documents.instance_profile_name
+        self.policy_name = documents.policy_name
+        self.trust = documents.trust_policy
         self.policy = policy
-        self.tags = tags
+        self.tags = documents.tags
         self.description = description
 
     # -- reading -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import time
 
 from calque.gpu.nvml_errors import GpuDriverError
 from calque.models import GpuProcess
+from calque.processes import pid_alive
 
 
 def terminate_processes(procs: list[GpuProcess], timeout_s: float = 10.0) -> None:
@@ -23,18 +24,8 @@ def terminate_processes(procs: list[GpuProcess], timeout_s: float = 10.0) -> Non
             raise GpuDriverError(4, f"cannot stop pid {pid} on the GPU: {exc}") from exc
     deadline = time.monotonic() + timeout_s
     while pids and time.monotonic() < deadline:
-        pids = {pid for pid in pids if _alive(pid)}
+        pids = {pid for pid in pids if pid_alive(pid)}
         time.sleep(0.1)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -150,44 +150,22 @@ def verify(backend: NvmlBackend) -> VerifyReport:
             diffs.append(Difference(gpu_index=g.index, card=None, field="card", catalog=None, driver=g.name))
             v.notes.append(f"{g.name!r} is not in the catalog; known: {', '.join(cat.cards)}")
             continue
-        card_ok = {"nvml_names": g.name in card.nvml_names}
-        card_ok["memory_mib"] = abs(card.memory_mib - g.memory_mib) <= MEMORY_TOLERANCE * card.memory_mib
+        # (the catalog's field, the difference's name, the catalog's value, the driver's, whether they agree)
+        checks: list[tuple[str, str, Any, Any, bool]] = [
+            ("nvml_names", "nvml_name", card.nvml_names, g.name, g.name in card.nvml_names)
+        ]
         if pci is not None and card.pci_device_ids:
-            card_ok["pci_device_ids"] = pci.upper() in (x.upper() for x in card.pci_device_ids)
-        v.confirmed += [f"card.{f}" for f, ok in card_ok.items() if ok and f in card.uncertain]
-        if g.name not in card.nvml_names:
-            diffs.append(
-                Difference(
-                    gpu_index=g.index,
-                    card=card.key,
-                    field="nvml_name",
-                    catalog=card.nvml_names,
-                    driver=g.name,
-                    uncertain="nvml_names" in card.uncertain,
-                )
-            )
-        if pci is not None and card.pci_device_ids and pci.upper() not in (x.upper() for x in card.pci_device_ids):
-            diffs.append(
-                Difference(
-                    gpu_index=g.index,
-                    card=card.key,
-                    field="pci_device_id",
-                    catalog=card.pci_device_ids,
-                    driver=pci,
-                    uncertain="pci_device_ids" in card.uncertain,
-                )
-            )
-        if abs(card.memory_mib - g.memory_mib) > MEMORY_TOLERANCE * card.memory_mib:
-            diffs.append(
-                Difference(
-                    gpu_index=g.index,
-                    card=card.key,
-                    field="memory_mib",
-                    catalog=card.memory_mib,
-                    driver=g.memory_mib,
-                    uncertain="memory_mib" in card.uncertain,
-                )
-            )
+            agree = pci.upper() in (x.upper() for x in card.pci_device_ids)
+            checks.append(("pci_device_ids", "pci_device_id", card.pci_device_ids, pci, agree))
+        agree = abs(card.memory_mib - g.memory_mib) <= MEMORY_TOLERANCE * card.memory_mib
+        checks.append(("memory_mib", "memory_mib", card.memory_mib, g.memory_mib, agree))
+        confirmed = {f for f, _, _, _, ok in checks if ok and f in card.uncertain}
+        v.confirmed += [f"card.{f}" for f in ("nvml_names", "memory_mib", "pci_device_ids") if f in confirmed]
+        diffs += [
+            Difference(gpu_index=g.index, card=card.key, field=name, catalog=c, driver=d, uncertain=f in card.uncertain)
+            for f, name, c, d, ok in checks
+            if not ok
+        ]
         supported = g.mig_current or g.mig_pending or _mig_supported(backend, g.index)
         v.mig_supported = supported
         if supported != card.mig:

@@ -10,8 +10,9 @@ imports the session models only, not the pool and acquire families with their ma
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from calque.lazyload import lazy_names
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from calque.models.acquire import (
@@ -110,13 +111,7 @@ _FAMILY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _FAMILY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'calque.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _FAMILY, globals())
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from calque.models.base import BindAddress, CalqueModel, PoolName, Seconds, VersionedModel, WholeSeconds
 from calque.models.ids import SafeId, check_id
+from calque.models.imds_address import IMDS_ENDPOINT
 from calque.models.pool_names import pool_names
 from calque.models.versions import POOL_SCHEMA_VERSION
 
@@ -73,11 +74,17 @@ class ItemError(CalqueModel):
     traceback: str = ""
 
 
-class ItemResult(VersionedModel):
-    """The outcome of one item; exactly one of ``value`` (when ok) or ``error`` (when not)."""
+class RunDocument(VersionedModel):
+    """A run's documents (its results, Summaries, record and report): where one is newer than
+    this calque, it is calque where the results are read that needs upgrading."""
 
     upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
     version: int = SCHEMA_VERSION
+
+
+class ItemResult(RunDocument):
+    """The outcome of one item; exactly one of ``value`` (when ok) or ``error`` (when not)."""
+
     index: int = Field(ge=0)
     ok: bool
     value: Any = None
@@ -173,15 +180,13 @@ class ClaimCost(CalqueModel):
     per_item_usd: float | None = Field(None, ge=0)
 
 
-class Summary(VersionedModel):
+class Summary(RunDocument):
     """What one claim cost and produced; written after every ItemResult, before the message is deleted.
 
     One per claim, written only if the claim has none yet; it names the one attempt's results it
     vouches for (``results_key``), so results from an attempt that lost its lease are never read.
     """
 
-    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
-    version: int = SCHEMA_VERSION
     run_id: SafeId
     claim_id: SafeId
     model: str
@@ -212,11 +217,9 @@ class Summary(VersionedModel):
     )
 
 
-class RunRecord(VersionedModel):
+class RunRecord(RunDocument):
     """What ``calque pool submit`` staged: written once under the run's prefix, read by ``results``."""
 
-    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
-    version: int = SCHEMA_VERSION
     run_id: SafeId
     model: str = Field(min_length=1)
     method: str = Field(min_length=1)
@@ -228,11 +231,9 @@ class RunRecord(VersionedModel):
     submitted_at: datetime
 
 
-class RunReport(VersionedModel):
+class RunReport(RunDocument):
     """What a run produced and cost, folded from its claims' Summaries (``calque pool submit``)."""
 
-    upgrade_hint: ClassVar[str] = "upgrade calque where the results are read (calque pool results/status)"
-    version: int = SCHEMA_VERSION
     run_id: SafeId
     model: str
     method: str
@@ -288,7 +289,7 @@ class PoolSpec(VersionedModel):
     workers: int = Field(1, ge=1, le=64, description="worker processes on this host")
     cuda_visible_devices: list[str] | None = Field(None, description="one entry per worker")
     instance_type: str | None = None
-    imds_endpoint: str = "http://169.254.169.254"
+    imds_endpoint: str = IMDS_ENDPOINT
     spot_watch: bool = Field(True, description="poll IMDSv2 for a spot interruption notice")
     spot_poll_s: Seconds = Field(5.0, gt=0, le=60, description="seconds between spot notice and lifecycle polls")
     scale_in_protection: bool = Field(

@@ -102,11 +102,12 @@ def _broker_with_institution(cfg: Any, path: Path) -> dict[str, Any]:
             f"the broker listens on port {cfg.tcp_port} (tcp_port), but the institution file {path} gives its port "
             f"as {inst.broker.port}, where researchers' clients and the hosts' nudges go; make them agree"
         )
-    return {
-        "institution": str(path),
-        "institution_hosts": len(inst.hosts),
-        "labs": [lab.name for lab in inst.labs],
-    }
+    return _institution_facts(path, inst)
+
+
+def _institution_facts(path: Path, inst: Any) -> dict[str, Any]:
+    """What a check prints of the institution file it read: where, how many hosts, which labs."""
+    return {"institution": str(path), "institution_hosts": len(inst.hosts), "labs": [lab.name for lab in inst.labs]}
 
 
 def _host(path: str | Path) -> dict[str, Any]:
@@ -166,12 +167,7 @@ def _session_with_institution(cfg: Any, path: Path) -> dict[str, Any]:
                 f"listen_tcp listens on port {cfg.listen_tcp.port}, but the institution file {path} lists host "
                 f"{name!r} on port {entry.port}, where the broker and the other hosts will connect; make them agree"
             )
-    return {
-        "institution": str(path),
-        "institution_hosts": len(inst.hosts),
-        "labs": [lab.name for lab in inst.labs],
-        "broker": inst.broker.name if inst.broker is not None else None,
-    }
+    return {**_institution_facts(path, inst), "broker": inst.broker.name if inst.broker is not None else None}
 
 
 def _session_on_host(cfg: Any) -> dict[str, Any]:

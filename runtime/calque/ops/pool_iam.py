@@ -42,13 +42,9 @@ class PoolRoleOp(WorkerRoleOp[PoolRoleRequest, PoolRoleResult]):
         )
         role = WorkerRole(
             self.aws.client("iam"),
+            docs,
             pool=request.pool,
-            role_name=docs.role_name,
-            profile_name=docs.instance_profile_name,
-            policy_name=docs.policy_name,
-            trust=docs.trust_policy,
             policy=docs.worker_policy,
-            tags=docs.tags,
             description=f"calque pool {request.pool}: its workers (own queue, own keys, own group)",
         )
         return docs, role

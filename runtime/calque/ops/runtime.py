@@ -9,7 +9,7 @@ build is not downloaded in check mode: the staged one stands while the wheel is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import Field
@@ -72,15 +72,7 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
         r = plan.request
         predicted = predict_runtime(r.bucket, r.prefix, **self._staging(plan))
         staged = predicted.staged
-        result = RuntimeResult(
-            bucket=staged.bucket,
-            key=staged.key,
-            sha256=staged.sha256,
-            url=staged.url,
-            wheelhouse_key=staged.wheelhouse_key,
-            wheelhouse_sha256=staged.wheelhouse_sha256,
-            wheelhouse_url=staged.wheelhouse_url,
-        )
+        result = RuntimeResult(**{**asdict(staged), "uploaded": False})  # a check uploads nothing
         stored = {"sha256": predicted.stored_sha256, "wheelhouse_sha256": predicted.stored_wheelhouse_sha256}
         return self._outcome(plan, result, stored, staged.uploaded, True)
 
@@ -103,16 +95,7 @@ class RuntimeOp(Operation[RuntimeRequest, RuntimePlan, RuntimeResult]):
         from calque.pool.submitter.runtime_wheel import stage_runtime
 
         staged = stage_runtime(plan.request.bucket, plan.request.prefix, **self._staging(plan))
-        result = RuntimeResult(
-            bucket=staged.bucket,
-            key=staged.key,
-            sha256=staged.sha256,
-            url=staged.url,
-            uploaded=staged.uploaded,
-            wheelhouse_key=staged.wheelhouse_key,
-            wheelhouse_sha256=staged.wheelhouse_sha256,
-            wheelhouse_url=staged.wheelhouse_url,
-        )
+        result = RuntimeResult(**asdict(staged))
         before = None if staged.uploaded else staged.sha256
         house = None if staged.uploaded else staged.wheelhouse_sha256
         return self._outcome(plan, result, {"sha256": before, "wheelhouse_sha256": house}, staged.uploaded, False)

@@ -47,13 +47,9 @@ class FleetRoleOp(WorkerRoleOp[FleetRoleRequest, FleetRoleResult]):
         docs = fleet_iam_documents(request.fleet_class, key, region=region, account=account, bucket=request.bucket)
         role = WorkerRole(
             self.aws.client("iam"),
+            docs,
             pool=docs.pool,
-            role_name=docs.role_name,
-            profile_name=docs.instance_profile_name,
-            policy_name=docs.policy_name,
-            trust=docs.trust_policy,
             policy=docs.host_policy,
-            tags=docs.tags,
             description=f"calque session class {request.fleet_class}: its hosts (munge key, registration, own group)",
         )
         return docs, role

@@ -7,6 +7,54 @@ the standard library) and ``install_runtime VENV [PIP_ARGS...]`` (the staged whe
 ``$WHEELHOUSE_URL``/``$WHEELHOUSE_SHA256``, ``$RUNTIME_URL``/``$RUNTIME_SHA256``/``$RUNTIME_WHEEL``.
 """
 
+from __future__ import annotations
+
+import re
+import shlex
+from typing import TypedDict
+
+from calque import __version__
+from calque.errors import UsageError
+
+
+class RuntimeSource(TypedDict, total=False):
+    """Where an instance gets the runtime, as both user-datas take it (keyword arguments): ``runtime_pip``
+    when given (an explicit override), else the staged wheel ``runtime_url`` (its ``runtime_sha256``
+    checked), else ``calque==<this version>``; a staged wheelhouse (``wheelhouse_url``, its
+    ``wheelhouse_sha256``) before the wheel alone: calque and exactly its pinned dependencies."""
+
+    runtime_pip: str | None
+    runtime_url: str | None
+    runtime_sha256: str | None
+    wheelhouse_url: str | None
+    wheelhouse_sha256: str | None
+
+
+def default_runtime_pip() -> str:
+    """The pip requirement that installs this runtime's version on an instance."""
+    return f"calque=={__version__}"
+
+
+def runtime_values(source: RuntimeSource) -> dict[str, str]:
+    """The user-data's values for ``install_runtime`` (below) from ``source``; a staged URL without its
+    sha256 is refused, before any instance could download an unchecked file."""
+    pip = source.get("runtime_pip")
+    url = "" if pip else (source.get("runtime_url") or "")
+    house = "" if pip else (source.get("wheelhouse_url") or "")
+    wheel_sha, house_sha = source.get("runtime_sha256"), source.get("wheelhouse_sha256")
+    for what, u, sha in (("runtime URL", url, wheel_sha), ("wheelhouse URL", house, house_sha)):
+        if u and not re.fullmatch(r"[0-9a-f]{64}", sha or ""):
+            raise UsageError(f"a staged {what} needs its sha256 (64 hex digits)")
+    return {
+        "@RUNTIME_URL@": shlex.quote(url),
+        "@RUNTIME_SHA256@": shlex.quote(wheel_sha or ""),
+        "@WHEEL_NAME@": shlex.quote(f"calque-{__version__}-py3-none-any.whl"),
+        "@WHEELHOUSE_URL@": shlex.quote(house),
+        "@WHEELHOUSE_SHA256@": shlex.quote(house_sha or ""),
+        "@RUNTIME_PIP@": shlex.quote(pip or default_runtime_pip()),
+    }
+
+
 RUNTIME_FUNCTIONS = r"""fetch() {  # URL DEST: a few tries, each bounded
   local i
   for i in 1 2 3 4 5; do

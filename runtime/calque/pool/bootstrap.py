@@ -19,18 +19,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import re
 import shlex
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
-from calque import __version__
 from calque.aws.acquire.warm_pool import LAUNCH_HOOK
 from calque.aws.aws_errors import aws_errors
 from calque.aws.clients import client
@@ -39,7 +37,10 @@ from calque.confignames import POOL_SPEC_ON_HOST
 from calque.errors import UsageError
 from calque.models import PoolSpec
 from calque.models.pool_names import pool_names
-from calque.packaging.shell import RUNTIME_FUNCTIONS
+from calque.packaging.shell import RUNTIME_FUNCTIONS, RuntimeSource, runtime_values
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 SPEC_PATH_ON_INSTANCE = str(POOL_SPEC_ON_HOST)
 UNIT_NAME = "calque-pool-worker.service"
@@ -198,54 +199,29 @@ def gpu_families() -> list[str]:
     return sorted({family(t) for t in known_types() if gpus(t) > 0})
 
 
-def default_runtime_pip() -> str:
-    """The pip requirement that installs this runtime's version on an instance."""
-    return f"calque=={__version__}"
-
-
 def spec_yaml(spec: PoolSpec) -> str:
     """The spec file's text: the fields that differ from the defaults, as YAML."""
     doc = spec.model_dump(mode="json", exclude_defaults=True)
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def worker_user_data(
-    spec: PoolSpec,
-    *,
-    runtime_pip: str | None = None,
-    runtime_url: str | None = None,
-    runtime_sha256: str | None = None,
-    wheelhouse_url: str | None = None,
-    wheelhouse_sha256: str | None = None,
-) -> str:
+def worker_user_data(spec: PoolSpec, **runtime: Unpack[RuntimeSource]) -> str:
     """The user-data script that turns an instance into a worker of ``spec``'s pool.
 
-    The runtime comes from ``runtime_pip`` when given (an explicit override), else from the staged
-    wheel at ``runtime_url`` (``calque.pool.submitter.runtime_wheel.stage_runtime``; its ``runtime_sha256`` is
-    checked), else ``default_runtime_pip()``. A staged wheelhouse (``wheelhouse_url`` and its
-    ``wheelhouse_sha256``) takes precedence over the wheel alone: calque and exactly its pinned
-    dependencies, installed with ``--no-index``.
+    The runtime comes as ``RuntimeSource`` says (``calque.packaging.shell``): ``runtime_pip``, else the
+    staged wheel (``calque.pool.submitter.runtime_wheel.stage_runtime``) or wheelhouse, installed with
+    ``--no-index``, else ``calque==<this version>``.
 
     The workload must exist on the instance: an ``s3://`` URI (``stage_workload``) or a path the AMI has.
     """
-    url = "" if runtime_pip else (runtime_url or "")
-    if url and not re.fullmatch(r"[0-9a-f]{64}", runtime_sha256 or ""):
-        raise UsageError("a staged runtime URL needs its sha256 (64 hex digits)")
-    house = "" if runtime_pip else (wheelhouse_url or "")
-    if house and not re.fullmatch(r"[0-9a-f]{64}", wheelhouse_sha256 or ""):
-        raise UsageError("a staged wheelhouse URL needs its sha256 (64 hex digits)")
+    installs = runtime_values(runtime)
     encoded = base64.b64encode(spec_yaml(spec).encode()).decode()
     lines = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
     values = {
         "@MODEL@": spec.model.replace("\n", " ").replace("%", "%%"),  # systemd expands %
         "@SPEC_PATH@": SPEC_PATH_ON_INSTANCE,
         "@UNIT@": UNIT_NAME,
-        "@RUNTIME_URL@": shlex.quote(url),
-        "@RUNTIME_SHA256@": shlex.quote(runtime_sha256 or ""),
-        "@WHEEL_NAME@": shlex.quote(f"calque-{__version__}-py3-none-any.whl"),
-        "@WHEELHOUSE_URL@": shlex.quote(house),
-        "@WHEELHOUSE_SHA256@": shlex.quote(wheelhouse_sha256 or ""),
-        "@RUNTIME_PIP@": shlex.quote(runtime_pip or default_runtime_pip()),
+        **installs,
         "@SPEC_B64@": lines,
         "@IMDS@": shlex.quote(spec.imds_endpoint),
         "@GROUP@": shlex.quote(pool_names(spec.pool).group if spec.pool else ""),

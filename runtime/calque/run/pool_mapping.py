@@ -80,12 +80,7 @@ class PoolMap:
         refusals: list[str] = []
         for spec_path in paths:
             spec = self._load(spec_path)
-            _, _, serves = spec.workload.partition("::")
-            if serves and serves != target.name:
-                raise UsageError(
-                    f"{target.label}: pool spec {spec_path} serves {serves!r} (workload {spec.workload}), not "
-                    f"{target.name!r}. {self._no_pool(target)}"
-                )
+            _refuse_other_function(target, spec, f"pool spec {spec_path}", f". {self._no_pool(target)}")
             wrong = _differences(target, spec)
             if not wrong:
                 return spec  # the pool of this call's parameter set
@@ -113,12 +108,7 @@ class PoolMap:
             if spec is None:
                 asg, ec2 = client("autoscaling"), client("ec2")
                 spec = self._by_name[target.deployed] = deployed_spec(target.deployed, asg, ec2)
-        _, _, serves = spec.workload.partition("::")
-        if serves and serves != target.name:
-            raise UsageError(
-                f"{target.label}: deployed pool {target.deployed} serves {serves!r} (workload {spec.workload}), "
-                f"not {target.name!r}"
-            )
+        _refuse_other_function(target, spec, f"deployed pool {target.deployed}")
         wrong = _differences(target, spec)
         if wrong:
             raise UsageError(
@@ -151,6 +141,15 @@ class PoolMap:
             f"{workload}, then run `ansible-playbook -i INVENTORY playbooks/pool.yml`; it writes the pool's spec "
             f"to calque_pool_spec_path. Pass that file with --pool SPEC, or map it in {self.pools_file.name} "
             f"(pools: {{{target.name}: SPEC}}). To try the script with no pool: calque run --local {self.script.name}"
+        )
+
+
+def _refuse_other_function(target: Target, spec: PoolSpec, pool: str, more: str = "") -> None:
+    """A pool whose workload names another function (``module::name``) never serves ``target``."""
+    _, _, serves = spec.workload.partition("::")
+    if serves and serves != target.name:
+        raise UsageError(
+            f"{target.label}: {pool} serves {serves!r} (workload {spec.workload}), not {target.name!r}{more}"
         )
 
 

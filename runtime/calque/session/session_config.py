@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
-from calque.configfile import load_model
+from calque.configfile import load_service_config
 from calque.gpu.mps_control import DEFAULT_LOG_ROOT, DEFAULT_PIPE_ROOT
 from calque.gpu.selection import Backend
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
@@ -293,8 +293,4 @@ class SessionConfig(VersionedModel):
 
 def load_config(path: Path | None) -> SessionConfig:
     """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
-    if path is None:
-        if not DEFAULT_CONFIG.exists():
-            return SessionConfig()
-        path = DEFAULT_CONFIG
-    return load_model(SessionConfig, path, "session config", empty_ok=True)
+    return load_service_config(SessionConfig, path, DEFAULT_CONFIG, "session config")

@@ -13,8 +13,9 @@ should not pay for the acquirer (pricing, the sweep, YAML, the cohort models).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from calque.lazyload import lazy_names
 
 if TYPE_CHECKING:
     from calque.aws.acquire.acquirer import Acquirer
@@ -30,13 +31,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'calque.aws.acquire' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(__name__, _HOME, globals())
 
 
 __all__ = ["Acquirer", "CohortPlan", "CohortResult", "CohortSpec", "Consent"]

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import Field
 
-from calque.aws.acquire.scaling import TERMINATION_HOOK, ScalingState
+from calque.aws.acquire.scaling import ScalingState, drain_hooks
 from calque.models.base import CalqueModel
 from calque.models.fleet import CLASS_DIMENSION, DEMAND_METRIC, DEMAND_NAMESPACE
 from calque.models.pool_names import PoolNames
@@ -121,11 +121,5 @@ def desired_fleet_scaling(names: PoolNames, fleet_class: str, s: FleetScalingSet
             "AlarmActions": [idle],
         },
     }
-    hooks = {
-        TERMINATION_HOOK: {
-            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
-            "HeartbeatTimeout": s.drain_timeout_s,
-            "DefaultResult": "CONTINUE",
-        }
-    }
+    hooks = drain_hooks(s.drain_timeout_s)
     return ScalingState(group_exists=True, policies=policies, alarms=alarms, hooks=hooks, metrics=[])

@@ -42,6 +42,18 @@ GROUP_METRICS = ["GroupDesiredCapacity", "GroupInServiceInstances"]
 _PERIOD_S = 60
 
 
+def drain_hooks(drain_timeout_s: int) -> dict[str, dict[str, Any]]:
+    """The group's one lifecycle hook: an instance the group ends is held (up to ``drain_timeout_s``)
+    for its workers or sessions to drain, then ended even if none answers."""
+    return {
+        TERMINATION_HOOK: {
+            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            "HeartbeatTimeout": drain_timeout_s,
+            "DefaultResult": "CONTINUE",
+        }
+    }
+
+
 def backlog_target(latency_s: float, seconds_per_claim: float) -> int:
     """Claims per instance the policy aims at: ``max(1, floor(latency_s / seconds_per_claim))``."""
     if latency_s <= 0 or seconds_per_claim <= 0:
@@ -192,13 +204,7 @@ def desired_scaling(names: PoolNames, s: ScalingSettings) -> ScalingState:
             "AlarmActions": [idle],
         },
     }
-    hooks = {
-        TERMINATION_HOOK: {
-            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
-            "HeartbeatTimeout": s.drain_timeout_s,
-            "DefaultResult": "CONTINUE",
-        }
-    }
+    hooks = drain_hooks(s.drain_timeout_s)
     return ScalingState(group_exists=True, policies=policies, alarms=alarms, hooks=hooks, metrics=list(GROUP_METRICS))
 
 

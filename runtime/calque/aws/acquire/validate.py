@@ -6,7 +6,8 @@ must exist; each missing one is a UsageError that names it and says what to chan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -16,42 +17,43 @@ from calque.aws.aws_errors import describe, error_code, is_not_found
 from calque.errors import UsageError
 
 
+def _must_exist(look: Callable[[], Any], missing_code: str, missing: str) -> None:
+    """Run ``look``; AWS saying the thing is not there (not found, or a code starting ``missing_code``)
+    becomes a UsageError ``missing`` and the error; any other error is the caller's."""
+    try:
+        look()
+    except ClientError as exc:
+        if is_not_found(exc) or error_code(exc).startswith(missing_code):
+            raise UsageError(f"{missing} ({describe(exc)})") from exc
+        raise
+
+
 def check_instance_profile(iam: Any, profile: str) -> None:
     name = profile.rsplit("/", 1)[-1] if profile.startswith("arn:") else profile
-    try:
-        iam.get_instance_profile(InstanceProfileName=name)
-    except ClientError as exc:
-        if is_not_found(exc) or error_code(exc) == "NoSuchEntity":
-            raise UsageError(
-                f"instance profile {name!r} does not exist: create it (pool.yml's IAM tasks do, for the pool's "
-                f"own role) or set instance_profile to one that exists ({describe(exc)})"
-            ) from exc
-        raise
+    _must_exist(
+        partial(iam.get_instance_profile, InstanceProfileName=name),
+        "NoSuchEntity",
+        f"instance profile {name!r} does not exist: create it (pool.yml's IAM tasks do, for the pool's "
+        "own role) or set instance_profile to one that exists",
+    )
 
 
 def check_security_groups(ec2: Any, groups: Sequence[str]) -> None:
     for sg in groups:  # one by one, so the message names the missing one
-        try:
-            ec2.describe_security_groups(GroupIds=[sg])
-        except ClientError as exc:
-            if is_not_found(exc) or error_code(exc).startswith("InvalidGroup"):
-                raise UsageError(
-                    f"security group {sg!r} does not exist in this region: create it or remove it from "
-                    f"security_groups ({describe(exc)})"
-                ) from exc
-            raise
+        _must_exist(
+            partial(ec2.describe_security_groups, GroupIds=[sg]),
+            "InvalidGroup",
+            f"security group {sg!r} does not exist in this region: create it or remove it from security_groups",
+        )
 
 
 def check_subnets(ec2: Any, subnets: Sequence[str]) -> None:
     for subnet in subnets:
-        try:
-            ec2.describe_subnets(SubnetIds=[subnet])
-        except ClientError as exc:
-            if is_not_found(exc) or error_code(exc).startswith("InvalidSubnet"):
-                raise UsageError(
-                    f"subnet {subnet!r} does not exist in this region: fix subnets ({describe(exc)})"
-                ) from exc
-            raise
+        _must_exist(
+            partial(ec2.describe_subnets, SubnetIds=[subnet]),
+            "InvalidSubnet",
+            f"subnet {subnet!r} does not exist in this region: fix subnets",
+        )
 
 
 def check_launch_inputs(

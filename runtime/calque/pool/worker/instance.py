@@ -33,6 +33,7 @@ from calque.aws.acquire.budget_hold import HOLD_TAG
 from calque.aws.acquire.scaling import TERMINATION_HOOK
 from calque.aws.aws_errors import AWS_ERRORS, BotoCoreError, ClientError
 from calque.aws.imds import Imds
+from calque.processes import pid_alive
 
 log = logging.getLogger("calque.pool.worker.instance")
 TERMINATING = "Terminated"  # IMDS target-lifecycle-state of an instance on its way out
@@ -83,15 +84,7 @@ def _alive(marker: Path) -> bool:
         pid = int(marker.read_text() or "0")
     except (OSError, ValueError):
         return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid > 0 and pid_alive(pid)
 
 
 class AsgInstance:

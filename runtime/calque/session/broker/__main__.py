@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-
-from calque.errors import CalqueError
 
 CONFIG_ENV = "CALQUE_BROKER_CONFIG_JSON"
 
@@ -15,15 +12,11 @@ def main() -> int:
     from calque.session.broker.broker_config import BrokerConfig, load_broker_config
     from calque.session.broker.broker_process import run_broker
     from calque.session.broker.links import load_institution
+    from calque.session.service_entry import run_service
 
-    try:
-        raw = os.environ.pop(CONFIG_ENV, None)
-        config = BrokerConfig.model_validate_json(raw) if raw is not None else load_broker_config(None)
-        run_broker(config, load_institution(config))
-    except CalqueError as exc:
-        print(f"calque: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return run_service(
+        CONFIG_ENV, BrokerConfig, lambda: load_broker_config(None), lambda c: run_broker(c, load_institution(c))
+    )
 
 
 if __name__ == "__main__":

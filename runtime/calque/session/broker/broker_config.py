@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from calque.configfile import load_model
+from calque.configfile import load_service_config
 from calque.models.base import BindAddress, CalqueModel, Seconds, VersionedModel
 from calque.models.fleet import DemandSettings
 from calque.models.mail import MailSettings
@@ -136,8 +136,4 @@ class BrokerConfig(VersionedModel):
 
 def load_broker_config(path: Path | None) -> BrokerConfig:
     """Read the YAML config; a missing default file means all defaults, a missing explicit one is an error."""
-    if path is None:
-        if not DEFAULT_BROKER_CONFIG.exists():
-            return BrokerConfig()
-        path = DEFAULT_BROKER_CONFIG
-    return load_model(BrokerConfig, path, "broker config", empty_ok=True)
+    return load_service_config(BrokerConfig, path, DEFAULT_BROKER_CONFIG, "broker config")

@@ -3,14 +3,13 @@ groups and lab this host's NSS gives it. No request carries a user name."""
 
 from __future__ import annotations
 
-import grp
-import os
 import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from calque.errors import RefusedError
 from calque.session.broker.fairness import lab_of
+from calque.session.unix_groups import groups_of
 
 
 @dataclass(frozen=True)
@@ -30,16 +29,6 @@ def caller(uid: int, gid: int, *, labs: Mapping[str, frozenset[str]], admin_grou
         raise RefusedError(
             f"uid {uid} has no name on the front-door host; the broker acts for named users only"
         ) from exc
-    names = set()
-    try:
-        gids = os.getgrouplist(name, gid)
-    except OSError:
-        gids = [gid]
-    for g in gids:
-        try:
-            names.add(grp.getgrgid(g).gr_name)
-        except KeyError:
-            continue
-    groups = frozenset(names)
+    groups = frozenset(groups_of(name, gid))
     admin = uid == 0 or (admin_group is not None and admin_group in groups)
     return Caller(uid=uid, gid=gid, user=name, groups=groups, lab=lab_of(groups, labs), admin=admin)

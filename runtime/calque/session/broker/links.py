@@ -21,29 +21,27 @@ def load_institution(config: BrokerConfig) -> Institution:
     links: dict[str, HostLink] = {
         name: LocalHost(name, path, timeout=config.host_timeout) for name, path in config.local_hosts.items()
     }
+
+    def remote(name: str, address: str, port: int, service_user: str = "root") -> RemoteHost:
+        """Another host, reached as the broker reaches each one: munge, the host timeout, no retries."""
+        return RemoteHost(
+            name,
+            address,
+            port,
+            munge_socket=config.munge_socket,
+            timeout=config.host_timeout,
+            retry_for=0.0,
+            service_user=service_user,
+        )
+
     for h in inst.hosts:
         if h.name not in links:
-            links[h.name] = RemoteHost(
-                h.name,
-                h.address,
-                h.port,
-                munge_socket=config.munge_socket,
-                timeout=config.host_timeout,
-                retry_for=0.0,
-                service_user=h.service_user,
-            )
+            links[h.name] = remote(h.name, h.address, h.port, h.service_user)
     labs = {lab.name: frozenset(lab.groups) for lab in inst.labs}
     shares = {lab.name: lab.share for lab in inst.labs}
 
     def link(reg: HostRegistration) -> HostLink:  # an elastic host, as the broker reaches every other host
-        return RemoteHost(
-            reg.name,
-            reg.address,
-            reg.port,
-            munge_socket=config.munge_socket,
-            timeout=config.host_timeout,
-            retry_for=0.0,
-        )
+        return remote(reg.name, reg.address, reg.port)
 
     name = inst.broker.name if inst.broker is not None else "broker"
     hub = inst.hub.service_user if inst.hub is not None else None

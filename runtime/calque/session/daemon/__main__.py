@@ -4,26 +4,17 @@ never imports the daemon."""
 
 from __future__ import annotations
 
-import os
 import sys
-
-from calque.errors import CalqueError
 
 CONFIG_ENV = "CALQUE_SESSION_DAEMON_CONFIG"
 
 
 def main() -> int:
     from calque.session.daemon.daemon_process import run_daemon
+    from calque.session.service_entry import run_service
     from calque.session.session_config import SessionConfig, load_config
 
-    try:
-        raw = os.environ.pop(CONFIG_ENV, None)
-        config = SessionConfig.model_validate_json(raw) if raw is not None else load_config(None)
-        run_daemon(config)
-    except CalqueError as exc:
-        print(f"calque: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return run_service(CONFIG_ENV, SessionConfig, lambda: load_config(None), run_daemon)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ from calque.session.daemon import isolation
 from calque.session.daemon.daemon_ledger import billed_lab, budget_gate, record_lab
 from calque.session.daemon.demand import Ask
 from calque.session.daemon.host import Host
-from calque.session.daemon.identity import Caller, Identities, groups_of
+from calque.session.daemon.identity import Caller, Identities
 from calque.session.daemon.idle import idle_clock
 from calque.session.daemon.nodes import grant
 from calque.session.daemon.protection import protected
 from calque.session.daemon.rows import AllDrained, Held, NoFreeSlice, TooManySessions
 from calque.session.daemon.wire import RequestError
+from calque.session.unix_groups import groups_of
 from calque.timefmt import utc_moment, utc_text
 
 

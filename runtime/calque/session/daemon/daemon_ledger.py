@@ -23,9 +23,10 @@ from calque.models.institution import Institution, Lab
 from calque.models.ledger import HostLedger, LabSpend, UsageEvent
 from calque.models.session import BudgetElsewhereArgs
 from calque.session.daemon.host import Host
-from calque.session.daemon.identity import Caller, groups_of
+from calque.session.daemon.identity import Caller
 from calque.session.daemon.wire import RequestError
 from calque.session.institution import load_institution
+from calque.session.unix_groups import groups_of
 from calque.timefmt import utc_moment
 
 _SPANS = """

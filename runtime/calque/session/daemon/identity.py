@@ -7,13 +7,12 @@ per (user, groups).
 
 from __future__ import annotations
 
-import grp
-import os
 import pwd
 import time
 from dataclasses import dataclass
 
 from calque.session.session_config import Limits, SessionConfig
+from calque.session.unix_groups import groups_of
 
 IDENTITY_CACHE_S = 5.0
 
@@ -35,20 +34,6 @@ def user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
-
-
-def groups_of(user: str, gid: int) -> set[str]:
-    names = set()
-    try:
-        gids = os.getgrouplist(user, gid)
-    except (KeyError, OSError):
-        gids = [gid]
-    for g in gids:
-        try:
-            names.add(grp.getgrgid(g).gr_name)
-        except KeyError:
-            continue
-    return names
 
 
 class Identities:

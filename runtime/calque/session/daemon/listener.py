@@ -11,6 +11,7 @@ import os
 import socket
 import time
 import zlib
+from functools import partial
 from pathlib import Path
 
 from calque.session.daemon.acceptor import Conn, FairAcceptor
@@ -68,30 +69,22 @@ class Listener:
         cfg = service.host.config
         self.sock = socket.socket(fileno=fd)
         self.tcp: FairAcceptor | None = None
+        # both sockets' acceptors share the config's bounds; each has its own per-caller share
+        acceptor = partial(
+            FairAcceptor,
+            threads=cfg.max_connections,
+            max_bytes=cfg.max_request_bytes,
+            timeout=cfg.request_timeout,
+            quick=quick_request,
+        )
         if tcp_fd is not None:
             from calque.session.daemon.crosshost import CrossHost
             from calque.session.institution import load_institution
 
             self.crosshost = CrossHost(service, load_institution(cfg.institution))
-            self.tcp = FairAcceptor(
-                socket.socket(fileno=tcp_fd),
-                self._serve_tcp,
-                threads=cfg.max_connections,
-                per_uid=cfg.max_tcp_connections,
-                max_bytes=cfg.max_request_bytes,
-                timeout=cfg.request_timeout,
-                quick=quick_request,
-                identify=_address_key,
-            )
-        self.acceptor = FairAcceptor(
-            self.sock,
-            self._serve,
-            threads=cfg.max_connections,
-            per_uid=cfg.max_connections_per_uid,
-            max_bytes=cfg.max_request_bytes,
-            timeout=cfg.request_timeout,
-            quick=quick_request,
-        )
+            tcp = socket.socket(fileno=tcp_fd)
+            self.tcp = acceptor(tcp, self._serve_tcp, per_uid=cfg.max_tcp_connections, identify=_address_key)
+        self.acceptor = acceptor(self.sock, self._serve, per_uid=cfg.max_connections_per_uid)
 
     def start(self) -> None:
         self.acceptor.start()

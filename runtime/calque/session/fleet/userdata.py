@@ -23,15 +23,16 @@ the roles' work done by the instance itself at first boot:
 from __future__ import annotations
 
 import base64
-import re
 import shlex
+from typing import TYPE_CHECKING
 
 import yaml
 
-from calque import __version__
-from calque.errors import UsageError
 from calque.models.fleet import SessionHostSpec
-from calque.packaging.shell import RUNTIME_FUNCTIONS
+from calque.packaging.shell import RUNTIME_FUNCTIONS, RuntimeSource, runtime_values
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack
+    from typing_extensions import Unpack
 
 HELPER_UNIT = "calque-session-fleet.service"
 
@@ -159,21 +160,9 @@ def _b64(text: str) -> str:
     return "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
 
 
-def session_host_user_data(
-    spec: SessionHostSpec,
-    *,
-    runtime_url: str | None = None,
-    runtime_sha256: str | None = None,
-    wheelhouse_url: str | None = None,
-    wheelhouse_sha256: str | None = None,
-    runtime_pip: str | None = None,
-) -> str:
-    """The user-data script of ``spec``'s class (the runtime as ``calque.pool.bootstrap`` takes it)."""
-    url = "" if runtime_pip else (runtime_url or "")
-    house = "" if runtime_pip else (wheelhouse_url or "")
-    for what, u, sha in (("runtime URL", url, runtime_sha256), ("wheelhouse URL", house, wheelhouse_sha256)):
-        if u and not re.fullmatch(r"[0-9a-f]{64}", sha or ""):
-            raise UsageError(f"a staged {what} needs its sha256 (64 hex digits)")
+def session_host_user_data(spec: SessionHostSpec, **runtime: Unpack[RuntimeSource]) -> str:
+    """The user-data script of ``spec``'s class (the runtime as a pool worker's: ``RuntimeSource``)."""
+    installs = runtime_values(runtime)
     key = spec.munge_key
     source = (
         f"--ssm-parameter {shlex.quote(key.ssm_parameter)}"
@@ -184,12 +173,7 @@ def session_host_user_data(
     layout = {"version": 1, "mig-configs": spec.mig_configs}
     values = {
         "@CLASS@": spec.fleet_class,
-        "@RUNTIME_URL@": shlex.quote(url),
-        "@RUNTIME_SHA256@": shlex.quote(runtime_sha256 or ""),
-        "@WHEEL_NAME@": shlex.quote(f"calque-{__version__}-py3-none-any.whl"),
-        "@WHEELHOUSE_URL@": shlex.quote(house),
-        "@WHEELHOUSE_SHA256@": shlex.quote(wheelhouse_sha256 or ""),
-        "@RUNTIME_PIP@": shlex.quote(runtime_pip or f"calque=={__version__}"),
+        **installs,
         "@IMDS@": shlex.quote(spec.imds_endpoint),
         "@REGION@": shlex.quote(spec.region),
         "@ENDPOINT_ARGS@": endpoint,
