@@ -41,6 +41,26 @@ class Offers:
     unknown: str | None = None  # why the institution's view is missing (the broker did not answer)
 
 
+# How a session ended, as its holder is told it (``EndReason``).
+ENDED = {
+    "checkin": "was checked in",
+    "expired": "expired (its time was up)",
+    "idle": "was reclaimed: its slice sat idle on the GPU",
+    "released": "was released by an administrator",
+    "vanished": "lost its slice (the slice vanished from the host)",
+    "layout": "ended for a change of its GPU's MIG layout",
+    "drained": "ended when its host was drained",
+}
+
+
+def ended_sentence(session_id: str, host: str, s: Session | None) -> str:
+    """Why her server stopped, for the hub's page and log: the session's end, as the host recorded it."""
+    if s is None or s.end_reason is None:
+        return f"session {session_id} on {host} has ended (the host no longer lists it as yours)"
+    when = f" at {s.ended_at:%H:%M} UTC" if s.ended_at is not None else ""
+    return f"session {session_id} on {host} {ENDED.get(s.end_reason, 'ended')}{when}"
+
+
 def hub_env(env: dict[str, str]) -> dict[str, str]:
     """The variables the host passes to the server: the hub's own (``JUPYTERHUB_*``), none else."""
     return {k: v for k, v in env.items() if HUB_ENV_NAME.match(k)}
@@ -116,9 +136,10 @@ class HubCalls:
         return NotebookStarted.model_validate(answer)
 
     def session(self, user: str, host: str, session_id: str) -> Session | None:
-        """Her session, live on ``host``; None when it has ended (checked in, expired, reclaimed, released)."""
-        live = self._host(host).call("status", {}, request_id=new_request_id(), as_user=user)
-        return next((Session.model_validate(s) for s in live if s.get("id") == session_id), None)
+        """Her session on ``host``, live or ended (``ended_at``, ``end_reason``: checked in, expired,
+        reclaimed, released); None when the host does not know it as hers."""
+        found = self._host(host).call("status", {"id": session_id}, request_id=new_request_id(), as_user=user)
+        return next((Session.model_validate(s) for s in found if s.get("id") == session_id), None)
 
     def checkin(self, user: str, host: str, session_id: str) -> None:
         self._host(host).call("checkin", {"id": session_id}, request_id=new_request_id(), as_user=user)

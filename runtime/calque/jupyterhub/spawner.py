@@ -28,7 +28,7 @@ from traitlets import Dict, Float, Unicode, default
 
 from calque.durations import parse_duration
 from calque.errors import CalqueError, UsageError
-from calque.jupyterhub.slices import HubCalls, Offers
+from calque.jupyterhub.slices import HubCalls, Offers, ended_sentence
 from calque.models.broker import AnywhereArgs
 from calque.models.session import Session
 
@@ -48,8 +48,19 @@ def choice_from_form(formdata: dict[str, list[str]], default_ttl: str, max_ttl: 
     return {"profile": profile or None, "ttl": ttl}
 
 
-def form_html(offers: Offers, preset: dict[str, str], default_ttl: str, max_ttl: str) -> str:
-    """The options form: each profile with its free count and when the next frees, the user's lab."""
+def form_html(
+    offers: Offers, preset: dict[str, str], default_ttl: str, max_ttl: str, last_end: str | None = None
+) -> str:
+    """The options form: why her last server stopped (when its session ended without her), each profile
+    with its free count and when the next frees, the user's lab."""
+    return (_ended_html(last_end) if last_end else "") + _choices_html(offers, preset, default_ttl, max_ttl)
+
+
+def _ended_html(last_end: str) -> str:
+    return f'<p class="alert alert-warning" id="calque-last-end">Your last server stopped: {html.escape(last_end)}.</p>'
+
+
+def _choices_html(offers: Offers, preset: dict[str, str], default_ttl: str, max_ttl: str) -> str:
     chosen = preset.get("profile")
     if offers.unknown is not None:
         return (
@@ -114,10 +125,13 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
     session_id: str | None = None
     host_name: str | None = None
     request_id: str | None = None
+    # Why her last server stopped when its session ended without her (expired, reclaimed, released):
+    # kept past clear_state, for her next form, until she starts again.
+    last_end: str | None = None
 
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = super().get_state()
-        for key in ("session_id", "host_name", "request_id"):
+        for key in ("session_id", "host_name", "request_id", "last_end"):
             if getattr(self, key):
                 state[key] = getattr(self, key)
         return state
@@ -127,6 +141,7 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
         self.session_id = state.get("session_id")
         self.host_name = state.get("host_name")
         self.request_id = state.get("request_id")
+        self.last_end = state.get("last_end")
 
     def clear_state(self) -> None:
         super().clear_state()
@@ -163,6 +178,7 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
     async def start(self) -> tuple[str, int]:
         self._events: list[dict[str, Any]] = []
         self._done = False
+        self.last_end = None
         try:
             return await self._start()
         finally:
@@ -242,19 +258,17 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
     async def poll(self) -> int | None:
         if not self.session_id or not self.host_name:
             return 0
+        if getattr(self, "_ended", None) == self.session_id:
+            return 0  # the hub polls again as it cleans up: the host was asked once
         try:
             live = await self._thread(self.calls().session, self.user.name, self.host_name, self.session_id)
         except CalqueError as exc:  # the host does not answer: its sessions go on without it
             self.log.warning("calque: cannot ask %s about %s: %s", self.host_name, self.session_id, exc)
             return None
-        if live is None:
-            self.log.warning(
-                "calque: %s's session %s on %s has ended (checked in, expired, reclaimed idle or released): "
-                "its notebook server ended with it",
-                self.user.name,
-                self.session_id,
-                self.host_name,
-            )
+        if live is None or live.ended_at is not None:
+            self._ended = self.session_id
+            self.last_end = ended_sentence(self.session_id, self.host_name, live)
+            self.log.warning("calque: %s's %s: the notebook server ended with it", self.user.name, self.last_end)
             return 0
         self._warn(live)
         if self.port and not await self._thread(_listening, self.ip or self.host_name, self.port):
@@ -294,7 +308,7 @@ def _form(spawner: CalqueSpawner) -> str:
     except CalqueError as exc:  # the broker does not answer: say so, and let her ask anyway
         spawner.log.warning("calque: the options form without the broker's view: %s", exc)
         offers = Offers(unknown=str(exc))
-    return form_html(offers, preset, preset.get("ttl", spawner.default_ttl), spawner.max_ttl)
+    return form_html(offers, preset, preset.get("ttl", spawner.default_ttl), spawner.max_ttl, spawner.last_end)
 
 
 def _listening(ip: str, port: int) -> bool:

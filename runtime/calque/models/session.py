@@ -371,7 +371,7 @@ REQUESTS: dict[str, type[RequestArgs]] = {
     "checkin": SessionRefArgs,
     "adopt": SessionRefArgs,
     "extend": ExtendArgs,
-    "status": RequestArgs,
+    "status": SessionRefArgs,  # with an id: that one of hers, ended or not (how it ended)
     "list": RequestArgs,
     "release": ReleaseArgs,
     "report": ReportArgs,

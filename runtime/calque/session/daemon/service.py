@@ -177,7 +177,12 @@ class Service:
         self.host.timers_due.set()
         return view(self.host, ext).model_dump(mode="json")
 
-    def op_status(self, c: Caller, args: RequestArgs) -> Any:
+    def op_status(self, c: Caller, args: SessionRefArgs) -> Any:
+        if args.id is not None:  # one of hers by id, live or ended: how it ended (the hub's poll says why)
+            held = self.host.registry.get(args.id)
+            if held is None or held.session.uid != c.uid:
+                return []
+            return [(held.session if held.session.ended_at else view(self.host, held)).model_dump(mode="json")]
         return [view(self.host, h).model_dump(mode="json") for h in self.host.registry.live(c.uid)]
 
     def op_list(self, c: Caller, args: RequestArgs) -> Any:
