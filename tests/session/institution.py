@@ -183,15 +183,23 @@ class Broker:
 
 
 def make_host(
-    root: Path, name: str, slices: int, probe: User, port: int, munged: Munged | None = None, gpus: int = 1
+    root: Path,
+    name: str,
+    slices: int,
+    probe: User,
+    port: int,
+    munged: Munged | None = None,
+    gpus: int = 1,
+    mig: tuple[str, str] = ("A100-40GB", "1g.5gb"),
 ) -> Host:
-    """A host of ``slices`` 1g.5gb MIG slices on an A100 (on each of ``gpus`` A100s); ``-N``: an L4
-    with N MPS slots instead."""
+    """A host of ``slices`` MIG slices of ``mig``'s profile on its card (1g.5gb on an A100 unless
+    told), on each of ``gpus`` such cards; ``-N``: an L4 with N MPS slots instead."""
     d = root / name
     d.mkdir(mode=0o755)
-    cards = ["A100-40GB" if slices > 0 else "L4-24GB"] * (gpus if slices > 0 else 1)
+    card, profile = mig
+    cards = [card if slices > 0 else "L4-24GB"] * (gpus if slices > 0 else 1)
     sim = SimGpu.create(d / "gpus.json", cards, mig=slices > 0, root=d / "root")
-    migs = [m for i in range(len(cards)) for m in sim.create_instances(i, ["1g.5gb"] * slices)] if slices > 0 else []
+    migs = [m for i in range(len(cards)) for m in sim.create_instances(i, [profile] * slices)] if slices > 0 else []
     for p in [d / "root", *(d / "root").rglob("*")]:
         if p.is_dir():
             p.chmod(0o755)
@@ -206,9 +214,14 @@ def make_host(
 
 
 @contextmanager
-def institution(make_user: Callable[..., User], slices: dict[str, int], gpus: int = 1) -> Iterator[Broker]:
-    """Hosts named and sized by ``slices`` (name -> 1g.5gb MIG slices on each of ``gpus`` A100s),
-    started; a broker over them, not started."""
+def institution(
+    make_user: Callable[..., User],
+    slices: dict[str, int],
+    gpus: int = 1,
+    mig: tuple[str, str] = ("A100-40GB", "1g.5gb"),
+) -> Iterator[Broker]:
+    """Hosts named and sized by ``slices`` (name -> MIG slices of ``mig``'s profile, 1g.5gb unless told,
+    on each of ``gpus`` of its cards), started; a broker over them, not started."""
     root = Path(tempfile.mkdtemp(prefix="calque-inst-", dir="/tmp"))
     root.chmod(0o755)
     probe = make_user()
@@ -217,7 +230,7 @@ def institution(make_user: Callable[..., User], slices: dict[str, int], gpus: in
     if MUNGED is not None:
         (root / "munge-institution").mkdir()
         munged = start_munged(root / "munge-institution")
-    hosts = {name: make_host(root, name, n, probe, port, munged, gpus) for name, n in slices.items()}
+    hosts = {name: make_host(root, name, n, probe, port, munged, gpus, mig) for name, n in slices.items()}
     python, env = _user_python(probe)
     b = Broker(dir=root / "broker", hosts=hosts, python=python, env=env, port=port, munged=munged)
     b.dir.mkdir(mode=0o755)
