@@ -178,3 +178,5 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     assert sb.host_name is not None and sb.session_id is not None
     HubCalls(Path(sb.institution), None, Path(sb.munge_socket)).checkin(bob.name, sb.host_name, sb.session_id)
     assert await sb.poll() == 0
+    assert sb.last_end is not None and f"{sb.session_id} on hostA was checked in" in sb.last_end
+    assert "was checked in" in sb.options_form(sb) and sb.get_state()["last_end"] == sb.last_end

@@ -5,8 +5,9 @@ caller named in ``institution.yaml``), waits in the fair queue with the place an
 hub's progress events, then has the slice's host start ``jupyterhub-singleuser`` as the user inside
 the session's cgroup (``notebook``: the host's fixed command); it returns where the server listens.
 ``poll()`` follows the session: when it has ended (check-in, expiry, idle reclaim, release) the server
-is gone with it and the log says why. ``stop()`` checks the session in. The session id, host and
-request id are the spawner's state, so a restarted hub finds running servers again.
+is gone with it, and the hub's log and her next options form say how it ended (the host's record).
+``stop()`` checks the session in. The session id, host and request id are the spawner's state, so a
+restarted hub finds running servers again.
 
 Config (``c.CalqueSpawner.*``): ``institution``, ``broker_socket``, ``munge_socket``, ``default_ttl``,
 ``max_ttl``, ``group_presets``; ``start_timeout`` defaults to an hour (a queue's wait counts).
