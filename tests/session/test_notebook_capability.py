@@ -141,3 +141,8 @@ def test_no_one_can_turn_the_capability_into_anything_else(
     mine = door.call(hub, "status", as_user=alice.name, rid="h5" * 8)["ok"]
     assert [x["id"] for x in mine] == [sid]
     assert door.call(hub, "checkin", {"id": sid}, as_user=alice.name, rid="h6" * 8)["ok"]["id"] == sid
+    # Her ended session by id, with how it ended (the hub's poll says why); to no one else, hub or not.
+    [ended] = door.call(hub, "status", {"id": sid}, as_user=alice.name, rid="h7" * 8)["ok"]
+    assert ended["id"] == sid and ended["end_reason"] == "checkin" and ended["ended_at"]
+    assert door.call(bob, "status", {"id": sid}, rid="b5" * 8)["ok"] == []
+    assert door.call(hub, "status", {"id": sid}, as_user=bob.name, rid="h8" * 8)["ok"] == []
