@@ -222,9 +222,18 @@ def _story(
     # goes on starting without his page, and without JupyterLab's weight in the browser).
     jars.use(alice.name)
     driver.get(f"{hub.url}/hub/home")
-    _wait(driver).until(ec.element_to_be_clickable((By.ID, "stop"))).click()
+
+    def stopped(d: Any) -> bool:
+        # The button works once the page's script (loaded after the page) has wired it: until her
+        # server is gone she presses it again, as a person would when nothing happens.
+        if hub.server(alice) is None:
+            return True
+        d.find_element(By.ID, "stop").click()
+        return False
+
+    missing = (NoSuchElementException, StaleElementReferenceException, ElementClickInterceptedException)
+    WebDriverWait(driver, HANG_S, poll_frequency=1.0, ignored_exceptions=missing).until(stopped)
     assert wait_for(lambda: (s := hub.server(bob)) is not None and s["ready"]), (hub.server(bob), hub.log())
-    assert hub.server(alice) is None
     assert _held(broker, bob)["slice"]["profile"] == "1g.24gb"
 
     # His session's TTL runs out: the server ends with it, the hub shows it stopped and why.
