@@ -94,6 +94,15 @@ SITE_TIER = (
 # Modules whose tests read one playbook run between them (a module-scoped result): one unit each, so the
 # run is made once, by whichever worker takes the module.
 SHARED_RUN_MODULES = ("tests/ansible/test_pool_playbook.py",)
+# The longest single tests, started right after the booted modules so that none of them is the run's tail
+# (each is minutes of wall, most of it waiting on a browser, a session's expiry or ten pool.yml runs): in the
+# time report of a fresh clone, the browser test started 22 minutes in and the run ended 5 minutes later.
+LONG_FIRST = (
+    "tests/session/test_notebook_browser.py",
+    "tests/ansible/test_pool_check_predicts.py",
+    "tests/ansible/test_pool_teardown.py",
+    "tests/pool/test_claim_crashes.py",
+)
 
 
 def _unit(nodeid: str) -> str:
@@ -106,11 +115,13 @@ def _unit(nodeid: str) -> str:
 
 
 def _rank(nodeid: str) -> tuple[int, int]:
-    """The site tier first, in SITE_TIER's order; then the other booted modules; then the rest."""
+    """The site tier first, in SITE_TIER's order; then the other booted modules; then LONG_FIRST; then the rest."""
     for i, module in enumerate(SITE_TIER):
         if nodeid.startswith(module):
             return (0, i)
-    return (1, 0) if nodeid.startswith(HOSTS_TIER) else (2, 0)
+    if nodeid.startswith(HOSTS_TIER):
+        return (1, 0)
+    return (1, 1) if nodeid.startswith(LONG_FIRST) else (2, 0)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -25,6 +25,13 @@ CONTROLLER_ROLES = {
     "preflight": "tests/ansible/test_preflight.py",
     # AWS from the controller; its hosts make themselves from user-data
     "session_fleet": "tests/ansible/test_session_fleet_playbook.py",
+    "pool": "tests/ansible/test_pool_playbook.py",  # pool.yml's role: AWS from the controller
+}
+# Host roles proven on the booted estate alone: site.yml converges them there (its second run must change
+# nothing), and the test named here checks what they made. A scenario of its own would install the same
+# ~100 wheels again (about two minutes of pip) for no behaviour the estate does not already check.
+ESTATE_ROLES = {
+    "jupyterhub": "tests/hosts/test_frontdoor_e2e.py",  # on the front door with calque_notebooks: true
 }
 
 
@@ -69,7 +76,12 @@ def test_every_role_has_a_molecule_scenario() -> None:
     root = Path(__file__).resolve().parents[2]
     for role, test in CONTROLLER_ROLES.items():
         assert role in roles() and (root / test).is_file(), f"controller-only role {role}: {test} is missing"
-    missing = sorted(set(roles()) - set(scenarios()) - set(CONTROLLER_ROLES))
+    collection_plays = root / "collections/ansible_collections/calque/gpu/playbooks"
+    plays = "".join(p.read_text() for p in collection_plays.glob("*.yml"))
+    for role, test in ESTATE_ROLES.items():
+        assert role in roles() and (root / test).is_file(), f"estate-only role {role}: {test} is missing"
+        assert f"role: calque.gpu.{role}" in plays, f"estate-only role {role}: site.yml's plays must converge it"
+    missing = sorted(set(roles()) - set(scenarios()) - set(CONTROLLER_ROLES) - set(ESTATE_ROLES))
     assert not missing, f"roles without a molecule scenario in {MOLECULE_DIR}: {missing}"
 
 

@@ -31,7 +31,9 @@ from .conftest import REPO, VENV_PY, User, wait_for
 from .institution import Broker, free_port
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-PROXY = shutil.which("configurable-http-proxy")
+# Debian's Node proxy, named by path: .venv/bin (first on scripts/test's PATH) has the Python one, which reads
+# each response whole before passing it on, so the hub's progress page (an event stream) would stay empty.
+PROXY = shutil.which("configurable-http-proxy", path="/usr/bin")
 ARTIFACTS = REPO / "build/test-artifacts/notebook-browser"
 
 
@@ -79,6 +81,7 @@ def _config(broker: Broker, users: list[User], port: int, token: str, spawner: d
         c.JupyterHub.hub_ip = "127.0.0.1"
         c.JupyterHub.hub_port = {free_port()}
         c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+        c.ConfigurableHTTPProxy.command = ["{PROXY}"]
         c.JupyterHub.db_url = "sqlite:///jupyterhub.sqlite"
         c.JupyterHub.cookie_secret_file = "cookie_secret"
         c.JupyterHub.authenticator_class = "pam"
