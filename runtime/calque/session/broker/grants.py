@@ -123,6 +123,10 @@ class Granter:
         if session.ended_at is not None:  # a retried grant whose session was already given back
             done = self.store.finish(row.id, "claimed", "its session ended before the broker saw the grant")
             return Attempt("granted", done, host=host) if done is not None else self._gone(row, host)
+        # The slice is busy in the cache before the grant is in the store: a reservation counts its
+        # members' grants from the store, so the other order would, for a moment, show one slice both
+        # used by a member and free (holding.py's ``spare``), and hand it to the queue.
+        self.cache.taken(host, session.slice_id, session.id, session.expires_at)
         now = time.time()
         held = self.store.granted(
             row.id,
@@ -133,8 +137,7 @@ class Granter:
             claimed=answering,
         )
         if held is None:
-            return self._gone(row, host)
-        self.cache.taken(host, session.slice_id, session.id, session.expires_at)
+            return self._gone(row, host)  # its session is a stray until checked in: busy, as marked
         log.info("granted %s to %s: session %s on %s", row.id, row.user, session.id, host)
         return Attempt("granted", held, host=host)
 

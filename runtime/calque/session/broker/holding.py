@@ -127,9 +127,12 @@ class Holding:
         return any(sum(self.held(p, now).values()) for p in {r.profile for r in self.book.all()})
 
     def spare(self, profile: str, now: float) -> int:
-        """Free slices of ``profile`` beyond what reservations under way hold (may be below zero)."""
+        """Free slices of ``profile`` beyond what reservations under way hold (may be below zero).
+        The store is read before the cache, the reverse of a grant's writes (the cache's mark, then the
+        store's row): a grant landing between the reads makes this too low, never too high."""
+        held = sum(self.held(profile, now).values())
         free = sum(1 for v in self.cache.views() if v.reachable for s in v.slices if _is(s, profile) and offered(s))
-        return free - sum(self.held(profile, now).values())
+        return free - held
 
     def cap(
         self, profile: str | None, ttl: float | None, now: float, after: float | None = None

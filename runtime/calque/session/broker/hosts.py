@@ -39,6 +39,9 @@ class _Seen:
     polled_at: float = 0.0  # monotonic
     sessions: set[str] = field(default_factory=set)
     version: int = 0  # bumped whenever a list shows other busy slices than the last one
+    # Grants made here since (session id -> the mark's sequence number, its slice, its end): a list the
+    # host answered before one of them and stored after it must not show that slice free again.
+    marks: dict[str, tuple[int, str, datetime]] = field(default_factory=dict)
 
 
 def call_id() -> str:
@@ -51,6 +54,7 @@ class HostCache:
         self.links = dict(links)
         self._lock = threading.Lock()
         self._seen = {name: _Seen(HostView(name=name, reachable=False)) for name in self.links}
+        self._marked = 0  # the sequence of ``taken`` marks, across hosts
 
     @property
     def names(self) -> list[str]:
@@ -63,6 +67,8 @@ class HostCache:
         link = self.links.get(name)
         if link is None:  # it left (``remove``) since the loop picked it
             return HostView(name=name, reachable=False), set()
+        with self._lock:
+            asked_after = self._marked  # grants marked after this may be missing from the answer
         try:
             raw = link.call("list", {}, request_id=call_id())
             slices = [SliceState.model_validate(s) for s in raw]
@@ -75,15 +81,21 @@ class HostCache:
                 seen.polled_at = time.monotonic()
             log.warning("host %s does not answer: %s", name, exc)
             return seen.view, set()
-        view = HostView(name=name, reachable=True, seen_at=now, slices=slices)
         live = {s.session_id for s in slices if s.session_id}
         with self._lock:
             if name not in self._seen:
-                return view, set()
+                return HostView(name=name, reachable=True, seen_at=now, slices=slices), set()
             seen = self._seen[name]
+            # A grant made while this list was on its way is not in it: its slice stays busy (the host
+            # made that session; the next list shows it). Older marks are in the answer, or ended.
+            marks = {sid: m for sid, m in seen.marks.items() if m[0] > asked_after and sid not in live}
+            by_slice = {slice_id: (sid, until) for sid, (_, slice_id, until) in marks.items()}
+            slices = [_busy(s, *by_slice[s.slice.id]) if s.slice.id in by_slice else s for s in slices]
+            live |= set(marks)
+            view = HostView(name=name, reachable=True, seen_at=now, slices=slices)
             ended = seen.sessions - live
             changed = live != seen.sessions or not seen.view.reachable
-            self._seen[name] = _Seen(view, time.monotonic(), live, seen.version + int(changed))
+            self._seen[name] = _Seen(view, time.monotonic(), live, seen.version + int(changed), marks)
         return view, ended
 
     def add(self, name: str, link: HostLink) -> bool:
@@ -135,14 +147,16 @@ class HostCache:
             seen = self._seen.get(name)
             if seen is None:  # it left its class meanwhile
                 return
-            slices = [
-                s.model_copy(update={"busy": True, "busy_until": until, "session_id": session_id})
-                if s.slice.id == slice_id
-                else s
-                for s in seen.view.slices
-            ]
+            self._marked += 1
+            seen.marks[session_id] = (self._marked, slice_id, until)
+            slices = [_busy(s, session_id, until) if s.slice.id == slice_id else s for s in seen.view.slices]
             seen.view = seen.view.model_copy(update={"slices": slices})
             seen.sessions.add(session_id)
+
+
+def _busy(s: SliceState, session_id: str, until: datetime) -> SliceState:
+    """``s`` held by ``session_id`` until ``until``."""
+    return s.model_copy(update={"busy": True, "busy_until": until, "session_id": session_id})
 
 
 def matching(view: HostView, kind: str, profile: str | None, gpu: int | None = None) -> list[SliceState]:
