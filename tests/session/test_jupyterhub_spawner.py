@@ -2,7 +2,8 @@
 broker and a real host daemon over TCP with real munge, created Unix users and the real
 ``jupyterhub-singleuser``: the form shows what is free, ``start()`` gets a slice for the user and her
 server on it, a second user waits with her place in the queue as progress and gets the slice when the
-first stops, ``poll()`` sees a session that ended elsewhere, and state survives a hub restart.
+first stops, ``poll()`` sees a session that ended elsewhere, and state survives a hub restart. The form
+shows her lab's budget left, the broker's figure after her usage.
 
 The hub itself is not run: its objects (``Hub``, ``Server``) are JupyterHub's own, its user a plain
 record, and the one hub endpoint the single-user server calls at start (``/hub/api``, the version)
@@ -15,6 +16,7 @@ import asyncio
 import http.server
 import json
 import logging
+import re
 import shutil
 import subprocess
 import threading
@@ -27,7 +29,7 @@ from typing import Any
 import pytest
 from support.waits import HANG_S
 
-from .conftest import User, wait_for
+from .conftest import LAB_A, LAB_B, User, wait_for
 from .institution import Broker, institution, over_tcp
 from .test_isolation import _gone, cgroup_parent  # noqa: F401 (a fixture)
 
@@ -78,6 +80,17 @@ def _log(user: User) -> str:
     return "\n".join(p.read_text()[-3000:] for p in logs) or "no server log"
 
 
+def _settings(broker: Broker) -> dict[str, Any]:
+    """``c.CalqueSpawner``, as the hub's config file sets it."""
+    return {
+        "institution": str(broker.dir / "institution.yaml"),
+        "broker_socket": str(broker.socket),
+        "munge_socket": str(broker.config["munge_socket"]),
+        "max_ttl": "2h",
+        "queue_poll": 0.2,
+    }
+
+
 def _spawner(broker: Broker, hub: Hub, user: User) -> CalqueSpawner:
     record = SimpleNamespace(name=user.name, escaped_name=user.name, url=f"/user/{user.name}/", id=user.uid)
     sp = CalqueSpawner(
@@ -86,14 +99,26 @@ def _spawner(broker: Broker, hub: Hub, user: User) -> CalqueSpawner:
         api_token=f"token-{user.name}",
         oauth_client_id=f"jupyterhub-user-{user.name}",
         cookie_options={},
-        institution=str(broker.dir / "institution.yaml"),
-        broker_socket=str(broker.socket),
-        munge_socket=str(broker.config["munge_socket"]),
-        max_ttl="2h",
-        queue_poll=0.2,
+        **_settings(broker),
     )
     sp.server = Server(base_url=f"/user/{user.name}/")  # where the hub routes her: the server's prefix
     return sp
+
+
+LEFT = re.compile(r"Billed to lab <b>([^<]+)</b>: ([0-9.,]+) of its 0\.01 GPU-hours budget left for \d{4}-\d\d")
+
+
+def _left(form: str) -> float | None:
+    """Her lab's budget left, as the form shows it."""
+    m = LEFT.search(form)
+    return float(m.group(2).replace(",", "")) if m else None
+
+
+def _used_by(broker: Broker, lab: str) -> float:
+    """The lab's GPU-hours as the institution's report sums them (``calque report --institution``)."""
+    res = broker.cli(None, "report", "--institution", "--by", "lab", "--since", "1d", "--json")
+    assert res.returncode == 0, res.stderr
+    return float(next(r["gpu_hours"] for r in json.loads(res.stdout)["rows"] if r["key"] == lab))
 
 
 def _answers(ip: str, port: int, user: User) -> bool:
@@ -115,9 +140,15 @@ def test_the_spawner_gets_her_a_slice_and_a_server_and_the_next_user_waits_her_t
         host.config.update(cgroups="direct", cgroup_parent=str(cgroup_parent), notebook_command=command)
         if "PYTHONPATH" in host.env:  # the users' python reaches the venv's packages through it
             host.config["notebook_env"] = {"PYTHONPATH": host.env["PYTHONPATH"]}
-        with over_tcp(broker, hub="root"):
+        # lab-a has a budget (0.01 GPU-h: 36 GPU-s, a few of them used here); lab-b has none
+        labs = [
+            {"name": "lab-a", "groups": [LAB_A], "budget": {"gpu_hours": 0.01, "raised_by": "rc@example.edu"}},
+            {"name": "lab-b", "groups": [LAB_B]},
+        ]
+        with over_tcp(broker, labs=labs, hub="root"):
+            broker.config["ledger_every"] = 1.0  # the broker's budget round: the form's figure follows it
             broker.start()
-            alice, bob = make_user(), make_user()
+            alice, bob = make_user([LAB_A]), make_user([LAB_B])
             _home(alice)
             _home(bob)
             asyncio.run(_story(broker, hub_api, host, alice, bob))
@@ -125,9 +156,11 @@ def test_the_spawner_gets_her_a_slice_and_a_server_and_the_next_user_waits_her_t
 
 async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) -> None:
     sa, sb = _spawner(broker, hub, alice), _spawner(broker, hub, bob)
-    # The form: what is free now; a TTL past the hub's bound is refused.
-    form = sa.options_form(sa)
+    # The form: what is free now, her lab's budget (all of it left); a TTL past the hub's bound is refused.
+    form = await sa.get_options_form()
     assert 'value="1g.5gb"' in form and "1 of 1 free" in form
+    assert _left(form) == 0.01 and "until rc@example.edu raises it" in form, form
+    assert "Billed to lab <b>lab-b</b>, which has no budget" in await sb.get_options_form()
     with pytest.raises(ValueError, match="at most 2h"):
         sa.options_from_form({"profile": ["1g.5gb"], "ttl": ["3h"]})
     sa.user_options = sa.options_from_form({"profile": ["1g.5gb"], "ttl": ["1h"]})
@@ -141,7 +174,7 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     assert notebook["user"] == alice.name and notebook["session"] == state["session_id"]
     assert Path(f"/proc/{notebook['pid']}").stat().st_uid == alice.uid
     # The form now says none is free; a restarted hub finds her server from its state.
-    assert "none free" in sb.options_form(sb)
+    assert "none free" in await sb.get_options_form()
     again = _spawner(broker, hub, alice)
     again.load_state(state)
     again.ip, again.port = ip, port
@@ -179,4 +212,10 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     HubCalls(Path(sb.institution), None, Path(sb.munge_socket)).checkin(bob.name, sb.host_name, sb.session_id)
     assert await sb.poll() == 0
     assert sb.last_end is not None and f"{sb.session_id} on hostA was checked in" in sb.last_end
-    assert "was checked in" in sb.options_form(sb) and sb.get_state()["last_end"] == sb.last_end
+    assert "was checked in" in await sb.get_options_form() and sb.get_state()["last_end"] == sb.last_end
+
+    # Alice's lab's budget left after her session: the broker's round, as the institution's report sums it.
+    used = _used_by(broker, "lab-a")
+    assert used > 0
+    shown = lambda: _left(asyncio.run(sa.get_options_form()))  # noqa: E731
+    assert await asyncio.to_thread(wait_for, lambda: abs((shown() or 1.0) - (0.01 - used)) < 5e-6), (used, shown())

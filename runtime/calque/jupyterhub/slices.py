@@ -1,20 +1,17 @@
 """What the hub's spawner asks of the institution, as the hub's service user, for one named user:
-the broker for what is offered and for her slice (``broker/hub.py`` allows it ``anywhere``, ``queue``
-and ``cancel`` in her name), the slice's host for her server, her sessions and her check-in
-(``session/daemon/crosshost.py``: ``notebook``, ``status``, ``checkin``). Blocking calls; the spawner
-runs them in threads. Nothing here imports JupyterHub.
+the broker for what is offered, her lab's budget left and her slice (``broker/hub.py`` allows it
+``anywhere``, ``queue``, ``cancel`` and ``lab`` in her name), the slice's host for her server, her
+sessions and her check-in (``session/daemon/crosshost.py``: ``notebook``, ``status``, ``checkin``).
+Blocking calls; the spawner runs them in threads. Nothing here imports JupyterHub.
 """
 
 from __future__ import annotations
 
-import grp
-import os
-import pwd
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from calque.models.broker import AnywhereArgs, Grant, QueueEntry
+from calque.models.broker import AnywhereArgs, Grant, LabStanding, QueueEntry
 from calque.models.institution import Institution
 from calque.models.notebook import HUB_ENV_NAME, NotebookStarted
 from calque.models.session import Session
@@ -37,7 +34,7 @@ class Offer:
 class Offers:
     choices: list[Offer] = field(default_factory=list)
     waiting: int = 0  # the user's own requests in the queue
-    lab: str | None = None
+    lab: LabStanding | None = None  # her lab and its budget left, as the broker answers it
     unknown: str | None = None  # why the institution's view is missing (the broker did not answer)
 
 
@@ -92,7 +89,8 @@ class HubCalls:
         return RemoteHost(h.name, h.address, h.port, munge_socket=self.munge_socket, service_user=h.service_user)
 
     def offers(self, user: str) -> Offers:
-        """What the institution offers now (free counts per profile, the next to free), and the user's lab."""
+        """What the institution offers now (free counts per profile, the next to free), and the user's lab
+        with its budget left (the broker's: her groups there, its last budget round)."""
         by: dict[str, Offer] = {}
         for view in self._broker(None).hosts():
             if not view.reachable:
@@ -108,16 +106,7 @@ class HubCalls:
                 elif st.busy_until is not None and (o.next_free is None or st.busy_until < o.next_free):
                     o.next_free = st.busy_until
         waiting = [e for e in self.queue(user) if e.state == "queued"]
-        return Offers(sorted(by.values(), key=lambda o: o.profile), len(waiting), self.lab_of(user))
-
-    def lab_of(self, user: str) -> str | None:
-        try:
-            pw = pwd.getpwnam(user)
-            groups = {grp.getgrgid(g).gr_name for g in os.getgrouplist(user, pw.pw_gid)}
-        except (KeyError, OSError):
-            return None
-        lab = self._institution().lab_of(groups)
-        return lab.name if lab is not None else None
+        return Offers(sorted(by.values(), key=lambda o: o.profile), len(waiting), self._broker(user).lab())
 
     def request(self, user: str, args: AnywhereArgs) -> Grant:
         """Her slice: queued until granted (blocks); the broker keeps her request while this waits."""

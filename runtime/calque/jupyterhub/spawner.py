@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import math
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -30,7 +31,7 @@ from traitlets import Dict, Float, Unicode, default
 from calque.durations import parse_duration
 from calque.errors import CalqueError, UsageError
 from calque.jupyterhub.slices import HubCalls, Offers, ended_sentence
-from calque.models.broker import AnywhereArgs
+from calque.models.broker import AnywhereArgs, LabStanding
 from calque.models.session import Session
 
 MPS = "mps"
@@ -53,7 +54,7 @@ def form_html(
     offers: Offers, preset: dict[str, str], default_ttl: str, max_ttl: str, last_end: str | None = None
 ) -> str:
     """The options form: why her last server stopped (when its session ended without her), each profile
-    with its free count and when the next frees, the user's lab."""
+    with its free count and when the next frees, the user's lab and its budget left this month."""
     return (_ended_html(last_end) if last_end else "") + _choices_html(offers, preset, default_ttl, max_ttl)
 
 
@@ -78,7 +79,7 @@ def _choices_html(offers: Offers, preset: dict[str, str], default_ttl: str, max_
         note = f"{o.free} of {o.total} free{when}" if o.free else f"none free: you will wait in the queue{when}"
         sel = " selected" if o.profile == chosen else ""
         rows.append(f'<option value="{html.escape(o.profile)}"{sel}>{html.escape(label)}: {html.escape(note)}</option>')
-    lab = f"<p>Billed to lab <b>{html.escape(offers.lab)}</b>.</p>" if offers.lab else ""
+    lab = _lab_html(offers.lab) if offers.lab is not None else ""
     waiting = f"<p>You already have {offers.waiting} request(s) waiting.</p>" if offers.waiting else ""
     ttl = html.escape(preset.get("ttl", default_ttl))
     return (
@@ -88,6 +89,40 @@ def _choices_html(offers: Offers, preset: dict[str, str], default_ttl: str, max_
         f'<input class="form-control" name="ttl" id="ttl" value="{ttl}">{lab}{waiting}'
         "<p>The server, its kernels and terminals run on that slice alone and stop when the session ends "
         "(its time is up, it sits idle on the GPU, or you stop the server).</p>"
+    )
+
+
+def amount(x: float) -> str:
+    """A budget's figure: two decimals, or up to three significant digits below 1 (0.0035 left is not
+    nothing), never in exponent notation."""
+    if x >= 1 or x <= 0:
+        return f"{x:,.2f}"
+    return f"{x:.{min(6, 2 - math.floor(math.log10(x)))}f}".rstrip("0").rstrip(".")
+
+
+def _lab_html(standing: LabStanding) -> str:
+    """Her lab and its budget left this month, as the broker's last budget round summed it; what happens
+    when it is spent in the words of the refusal; an alert once it is nearly or wholly spent."""
+    if standing.lab is None:
+        return '<p id="calque-lab">You are in none of the institution\'s labs: no lab budget applies.</p>'
+    lab = html.escape(standing.lab)
+    s = standing.spend
+    if s is None or s.limit is None or standing.left is None:
+        return f'<p id="calque-lab">Billed to lab <b>{lab}</b>, which has no budget: its use is not capped.</p>'
+    limit = f"{amount(s.limit)}{f' + {amount(s.extra)}' if s.extra else ''} {s.unit}"
+    used = f"{s.used:.0%} used" if s.used is not None else ""
+    when = f", as of {standing.as_of:%H:%M} UTC" if standing.as_of is not None else ""
+    spent = html.escape(standing.when_spent or "")
+    if s.state == "over":
+        return (
+            f'<p class="alert alert-danger" id="calque-lab">Lab <b>{lab}</b> has spent its {html.escape(limit)} '
+            f"budget for {html.escape(s.month)} ({html.escape(used + when)}): {spent}.</p>"
+        )
+    alert = ' class="alert alert-warning"' if s.state == "notice" else ""
+    return (
+        f'<p{alert} id="calque-lab">Billed to lab <b>{lab}</b>: {html.escape(amount(standing.left))} of its '
+        f"{html.escape(limit)} budget left for {html.escape(s.month)} ({html.escape(used + when)}). "
+        f"When it is spent, {spent}.</p>"
     )
 
 
@@ -302,10 +337,11 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
         self.session_id = self.host_name = None
 
 
-def _form(spawner: CalqueSpawner) -> str:
+async def _form(spawner: CalqueSpawner) -> str:
+    """The form, its broker calls on a thread: the hub's event loop serves everyone else meanwhile."""
     preset = spawner.preset()
     try:
-        offers = spawner.calls().offers(spawner.user.name)
+        offers = await asyncio.to_thread(spawner.calls().offers, spawner.user.name)
     except CalqueError as exc:  # the broker does not answer: say so, and let her ask anyway
         spawner.log.warning("calque: the options form without the broker's view: %s", exc)
         offers = Offers(unknown=str(exc))

@@ -61,12 +61,30 @@ def budget_state(lab: Lab, gpu_hours: float, usd: float, now: datetime, extra: f
     )
 
 
-def refusal(spend: LabSpend) -> str:
-    """The sentence a member of a lab over its budget is refused with."""
-    used = spend.gpu_hours if spend.unit == "GPU-hours" else spend.ec2_usd
-    extra = f" (+{spend.extra:g} granted by override)" if spend.extra else ""
+def spent(spend: LabSpend) -> float:
+    """What ``spend``'s lab used this month in its budget's unit (GPU-hours, or EC2 dollars)."""
+    return spend.gpu_hours if spend.unit == "GPU-hours" else spend.ec2_usd
+
+
+def budget_left(spend: LabSpend) -> float | None:
+    """What is left of the month's budget (overrides included) in its unit, never below 0; None: no budget."""
+    if spend.limit is None:
+        return None
+    return max(0.0, round(spend.limit + spend.extra - spent(spend), 6))
+
+
+def when_spent(spend: LabSpend) -> str:
+    """What happens to a lab's members once its budget is spent: the words of their refusal."""
     return (
-        f"lab {spend.lab} has used {used:.2f} of its {spend.limit:g}{extra} {spend.unit} budget for {spend.month}; "
         f"new checkouts by its members are refused until next month or until {spend.raised_by} raises it "
         f"(calque_labs.{spend.lab}.budget in inventory, or an admin's `calque budget override {spend.lab}`)"
+    )
+
+
+def refusal(spend: LabSpend) -> str:
+    """The sentence a member of a lab over its budget is refused with."""
+    extra = f" (+{spend.extra:g} granted by override)" if spend.extra else ""
+    return (
+        f"lab {spend.lab} has used {spent(spend):.2f} of its {spend.limit:g}{extra} {spend.unit} budget for "
+        f"{spend.month}; {when_spent(spend)}"
     )

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from calque.models.base import CalqueModel, Duration, VersionedModel, positive_seconds
 from calque.models.institution import SignedEnvelope, UserName
+from calque.models.ledger import LabSpend
 from calque.models.reservation import ReservationName, ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import (
     CheckoutArgs,
@@ -28,7 +29,18 @@ from calque.models.versions import SESSION_PROTOCOL_VERSION
 _DEFERRED = ConfigDict(defer_build=True)
 
 BrokerOp = Literal[
-    "anywhere", "queue", "cancel", "hosts", "nudge", "ping", "on_host", "ledger", "reserve", "reservations", "unreserve"
+    "anywhere",
+    "queue",
+    "cancel",
+    "hosts",
+    "nudge",
+    "ping",
+    "on_host",
+    "ledger",
+    "lab",
+    "reserve",
+    "reservations",
+    "unreserve",
 ]
 # queued: waiting its turn; granting: a checkout on ``host`` is under way (retried there, and only
 # there, after a crash: the host's checkout is idempotent by request id); held: granted, waiting for
@@ -140,6 +152,7 @@ BROKER_REQUESTS: dict[str, type[CalqueModel]] = {
     "ping": CalqueModel,
     "on_host": OnHostArgs,
     "ledger": LedgerArgs,  # every host's usage events (calque report --institution)
+    "lab": CalqueModel,  # the caller's lab and its budget left (the hub's options form)
     "reserve": ReserveArgs,  # class reservations (issue 38)
     "reservations": ReservationsArgs,
     "unreserve": UnreserveArgs,
@@ -192,3 +205,16 @@ class HostView(CalqueModel):
     seen_at: datetime | None = None
     error: str | None = None
     slices: list[SliceState] = Field(default_factory=list)
+
+
+class LabStanding(CalqueModel):
+    """``lab``: the caller's lab and its month against its budget, as the broker's last budget round
+    summed it (every host's sessions plus the lab's pools: ``broker_ledger.py``). What the hub's options
+    form shows her before she asks for a slice."""
+
+    model_config = _DEFERRED
+    lab: str | None = Field(None, description="the lab her requests queue for and are billed to; None: in no lab")
+    spend: LabSpend | None = Field(None, description="its month to date against its budget; None: no budget")
+    left: float | None = Field(None, description="what is left this month (overrides included), in the budget's unit")
+    when_spent: str | None = Field(None, description="what happens once it is spent, in the words of the refusal")
+    as_of: datetime | None = Field(None, description="when the broker summed the figure (its budget round)")

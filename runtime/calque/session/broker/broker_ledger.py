@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from calque.errors import CalqueError
-from calque.ledger.budgets import lab_month, month_of, month_start, refusal
+from calque.ledger.budgets import budget_left, lab_month, month_of, month_start, refusal, when_spent
+from calque.models.broker import LabStanding
 from calque.models.institution import Lab
 from calque.models.ledger import HostLedger, LabSpend, UsageEvent
 from calque.session.broker.callers import Caller
@@ -54,6 +55,8 @@ class BrokerLedger:
         self.labs = [lab for lab in labs if lab.budget is not None]
         self.mailer = mailer  # None: notices are only logged
         self.last: list[LabSpend] = []  # the latest round's month per lab (the metrics endpoint shows it)
+        self.last_at: float | None = None  # when that round was summed; None: no round yet
+        self._summing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -117,10 +120,34 @@ class BrokerLedger:
         except CalqueError as exc:
             log.warning("could not tell host %s the labs' use elsewhere: %s", name, exc)
 
+    def standing(self, lab: str | None) -> LabStanding:
+        """``lab``'s month as the latest budget round summed it (the hub's options form). Before the first
+        round (a broker just started) one is summed now, once for every caller waiting on it; a form never
+        asks the hosts otherwise, so a hub full of forms costs the hosts nothing."""
+        if lab is None or all(b.name != lab for b in self.labs):
+            return LabStanding(lab=lab)
+        with self._summing:
+            if self.last_at is None:
+                at = time.time()
+                self.last, self.last_at = self.spends(at), at
+            spends, at = self.last, self.last_at
+        spend = next((s for s in spends if s.lab == lab), None)
+        if spend is None:
+            return LabStanding(lab=lab)
+        return LabStanding(
+            lab=lab,
+            spend=spend,
+            left=budget_left(spend),
+            when_spent=when_spent(spend),
+            as_of=datetime.fromtimestamp(at, tz=timezone.utc),
+        )
+
     def check_budgets(self, now: float | None = None) -> list[LabSpend]:
         """Mail each lab that reached its notice share or its budget, once a month per state."""
         at = now if now is not None else time.time()
-        spends = self.last = self.spends(at)
+        spends = self.spends(at)
+        with self._summing:
+            self.last, self.last_at = spends, at
         if self.pools is not None:  # the pool side of the one budget, between playbook runs
             self.pools.enforce(spends)
         for s in spends:

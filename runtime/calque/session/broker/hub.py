@@ -1,6 +1,7 @@
 """The institution's JupyterHub as a caller of the broker: the one identity besides the broker's own
 that may name another user (``as_user``), and only to do for her what she could do herself when she
-opens a notebook: ask for a slice (``anywhere``), see her requests' places (``queue``) and cancel one.
+opens a notebook: ask for a slice (``anywhere``), see her requests' places (``queue``) and cancel one,
+and see her lab's budget left (``lab``, for the options form).
 Her session's state, her server and her check-in it asks of the session's host (``daemon/crosshost.py``).
 
 The hub is named in ``institution.yaml`` (``hub.service_user``); its uid comes from SO_PEERCRED or
@@ -18,7 +19,7 @@ from typing import Any
 from calque.errors import RefusedError
 from calque.session.broker.callers import Caller, caller
 
-HUB_BROKER_OPS = frozenset({"anywhere", "queue", "cancel"})
+HUB_BROKER_OPS = frozenset({"anywhere", "queue", "cancel", "lab"})
 
 
 def acting_for(

@@ -313,6 +313,8 @@ class BrokerServer:
         if op == "ledger":
             assert isinstance(args, LedgerArgs)
             return svc.usage(c, args)
+        if op == "lab":
+            return svc.lab(c)
         if op in ("reserve", "reservations", "unreserve"):
             return svc.reserving(c, op, args)
         assert isinstance(args, NudgeArgs)

@@ -17,7 +17,7 @@ from typing import Any
 
 from calque.errors import NothingFreeError, RefusedError, UnreachableError, UsageError
 from calque.models.base import positive_seconds
-from calque.models.broker import AnywhereArgs, CancelArgs, Grant, OnHostArgs, QueueArgs, QueueEntry
+from calque.models.broker import AnywhereArgs, CancelArgs, Grant, LabStanding, OnHostArgs, QueueArgs, QueueEntry
 from calque.models.reservation import ReservationsArgs, ReserveArgs, UnreserveArgs
 from calque.models.session import LedgerArgs, Session
 from calque.session.broker.broker_ledger import BrokerLedger
@@ -328,6 +328,12 @@ class BrokerService:
         if self.ledger is None:
             raise UsageError("this broker keeps no ledger")
         return [h.model_dump(mode="json") for h in self.ledger.collect(str(args.since), c)]
+
+    def lab(self, c: Caller) -> dict[str, Any]:
+        """The caller's lab (the one her requests queue for by default) and its budget left this month."""
+        lab = c.lab if c.lab in self.labs else None  # "default": in none of the institution's labs
+        standing = self.ledger.standing(lab) if self.ledger is not None else LabStanding(lab=lab)
+        return standing.model_dump(mode="json")
 
     def reserving(self, c: Caller, op: str, args: object) -> Any:
         """``reserve``, ``reservations`` and ``unreserve`` (``reservations.py``)."""

@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from calque.errors import InfrastructureError, UnreachableError
-from calque.models.broker import AnywhereArgs, BrokerRequest, Grant, HostView, QueueEntry, RemoteBrokerRequest
+from calque.models.broker import (
+    AnywhereArgs,
+    BrokerRequest,
+    Grant,
+    HostView,
+    LabStanding,
+    QueueEntry,
+    RemoteBrokerRequest,
+)
 from calque.models.institution import binding
 from calque.session import munge
 from calque.session.institution import DEFAULT_INSTITUTION
@@ -150,6 +158,10 @@ class BrokerClient:
 
     def hosts(self) -> list[HostView]:
         return [HostView.model_validate(h) for h in self.call("hosts", {})]
+
+    def lab(self) -> LabStanding:
+        """The caller's lab and its budget left this month, as the broker's last budget round summed it."""
+        return LabStanding.model_validate(self.call("lab", {}))
 
     def call(self, op: str, args: dict[str, Any], wait: bool = False) -> Any:
         """One request; ``wait`` reads the answer for as long as the broker keeps the connection (a
