@@ -2,8 +2,9 @@
 broker and a real host daemon over TCP with real munge, created Unix users and the real
 ``jupyterhub-singleuser``: the form shows what is free, ``start()`` gets a slice for the user and her
 server on it, a second user waits with her place in the queue as progress and gets the slice when the
-first stops, ``poll()`` sees a session that ended elsewhere, and state survives a hub restart. The form
-shows her lab's budget left, the broker's figure after her usage.
+first stops, ``poll()`` sees a session that ended elsewhere, and state survives a hub restart: a running
+server's, and why the last one stopped (through JupyterHub's own ``User.stop`` and its database). The
+form shows her lab's budget left, the broker's figure after her usage.
 
 The hub itself is not run: its objects (``Hub``, ``Server``) are JupyterHub's own, its user a plain
 record, and the one hub endpoint the single-user server calls at start (``/hub/api``, the version)
@@ -36,7 +37,10 @@ from .test_isolation import _gone, cgroup_parent  # noqa: F401 (a fixture)
 pytest.importorskip("jupyterhub")
 from calque.jupyterhub.slices import HubCalls
 from calque.jupyterhub.spawner import CalqueSpawner
+from jupyterhub import orm
 from jupyterhub.objects import Hub, Server
+from jupyterhub.user import User as HubUser
+from traitlets.config import Config
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("munged") is None, reason="munge is not installed")]
 
@@ -103,6 +107,19 @@ def _spawner(broker: Broker, hub: Hub, user: User) -> CalqueSpawner:
     )
     sp.server = Server(base_url=f"/user/{user.name}/")  # where the hub routes her: the server's prefix
     return sp
+
+
+def _hub_user(broker: Broker, hub: Hub, name: str) -> HubUser:
+    """``name`` as a hub (re)started on its database finds her: JupyterHub's own ``User``, its spawner
+    made by the hub and loaded from the state the database holds (``User._new_spawner``)."""
+    db = orm.new_session_factory(f"sqlite:///{broker.dir / 'jupyterhub.sqlite'}")()
+    found = db.query(orm.User).filter_by(name=name).first()
+    if found is None:
+        found = orm.User(name=name)
+        db.add(found)
+        db.commit()
+    config = Config({"CalqueSpawner": _settings(broker)})
+    return HubUser(found, {"spawner_class": CalqueSpawner, "hub": hub, "config": config}, db=db)
 
 
 LEFT = re.compile(r"Billed to lab <b>([^<]+)</b>: ([0-9.,]+) of its 0\.01 GPU-hours budget left for \d{4}-\d\d")
@@ -207,12 +224,32 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     assert await sb.poll() is None and await sb.poll() is None
     assert [m for m in said if "ends at" in m and sb.session_id in m and "extend" in m] == said[-1:] and said
 
+    # The hub keeps his running server in its database (what JupyterHub saves once a start returns).
+    running = _hub_user(broker, hub, bob.name)
+    running.spawner.orm_spawner.state = sb.get_state()
+    running.db.commit()
+    running.db.close()
+
     # His session ends without the hub (he checks it in himself): poll says the server is gone.
     assert sb.host_name is not None and sb.session_id is not None
+    ended = sb.session_id
     HubCalls(Path(sb.institution), None, Path(sb.munge_socket)).checkin(bob.name, sb.host_name, sb.session_id)
     assert await sb.poll() == 0
     assert sb.last_end is not None and f"{sb.session_id} on hostA was checked in" in sb.last_end
     assert "was checked in" in await sb.get_options_form() and sb.get_state()["last_end"] == sb.last_end
+
+    # The hub restarted meanwhile finds his server from its state, sees it gone and stops it (JupyterHub's
+    # own User.stop: clear_state, then the state saved); restarted once more, his next form says why.
+    hub_user = _hub_user(broker, hub, bob.name)
+    assert hub_user.spawner.session_id == ended
+    assert await hub_user.spawner.poll() == 0
+    await hub_user.stop()
+    hub_user.db.close()
+    again = _hub_user(broker, hub, bob.name)
+    assert again.spawner.session_id is None and again.spawner.host_name is None
+    form = await again.spawner.get_options_form()
+    assert f"Your last server stopped: session {ended} on hostA was checked in at " in form, form
+    again.db.close()
 
     # Alice's lab's budget left after her session: the broker's round, as the institution's report sums it.
     used = _used_by(broker, "lab-a")
