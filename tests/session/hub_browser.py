@@ -88,6 +88,8 @@ def _config(broker: Broker, users: list[User], port: int, token: str, spawner: d
         c.PAMAuthenticator.open_sessions = False  # the server runs on a session host, not here
         c.Authenticator.allowed_users = {sorted(u.name for u in users)!r}
         c.JupyterHub.spawner_class = "calque"  # the jupyterhub.spawners entry point
+        from calque.jupyterhub.announce import session_notices
+        c.JupyterHub.template_vars = {{"announcement_home": session_notices}}  # her session's notices, at home
         c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}  # the progress page at once, as for a queue
         c.Spawner.http_timeout = {HANG_S:.0f}  # the server's first answer, on a loaded machine
         c.JupyterHub.services = [{{"name": "calque-test", "api_token": {token!r}}}]

@@ -35,6 +35,7 @@ from .institution import Broker, institution, over_tcp
 from .test_isolation import _gone, cgroup_parent  # noqa: F401 (a fixture)
 
 pytest.importorskip("jupyterhub")
+from calque.jupyterhub.announce import session_notices
 from calque.jupyterhub.slices import HubCalls
 from calque.jupyterhub.spawner import CalqueSpawner
 from jupyterhub import orm
@@ -224,10 +225,18 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     assert await sb.poll() is None and await sb.poll() is None
     assert [m for m in said if "ends at" in m and sb.session_id in m and "extend" in m] == said[-1:] and said
 
-    # The hub keeps his running server in its database (what JupyterHub saves once a start returns).
+    # The hub keeps his running server in its database (what JupyterHub saves once a start returns);
+    # its home page says, from the hub's poll, when his session ends and what keeps it.
     running = _hub_user(broker, hub, bob.name)
     running.spawner.orm_spawner.state = sb.get_state()
     running.db.commit()
+    assert session_notices(running) == ""
+    running.spawner.load_state(sb.get_state())
+    running.spawner.warn_before = 7200
+    assert await running.spawner.poll() is None
+    notice = session_notices(running)
+    assert notice.startswith(f'<span id="calque-notice">Your notebook: session {sb.session_id} on hostA ends')
+    assert "(its time is up): `calque session extend --by 1h` in a notebook terminal" in notice, notice
     running.db.close()
 
     # His session ends without the hub (he checks it in himself): poll says the server is gone.
@@ -249,6 +258,7 @@ async def _story(broker: Broker, hub: Hub, host: Any, alice: User, bob: User) ->
     assert again.spawner.session_id is None and again.spawner.host_name is None
     form = await again.spawner.get_options_form()
     assert f"Your last server stopped: session {ended} on hostA was checked in at " in form, form
+    assert f"Your last server stopped: session {ended} on hostA was checked in" in session_notices(again)
     again.db.close()
 
     # Alice's lab's budget left after her session: the broker's round, as the institution's report sums it.

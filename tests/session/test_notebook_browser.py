@@ -243,3 +243,7 @@ def _story(
     form = _wait(driver).until(ec.presence_of_element_located((By.ID, "spawn_form"))).text
     _shot(driver, "5-expired")
     assert "expired" in form and "hostA" in form, form
+    driver.get(f"{hub.url}/hub/home")  # the Hub Control Panel says it too (calque.jupyterhub.announce)
+    home = _wait(driver).until(ec.presence_of_element_located((By.ID, "calque-notice"))).text
+    _shot(driver, "6-home-notice")
+    assert home.startswith("Your last server stopped: session ") and "expired" in home, home

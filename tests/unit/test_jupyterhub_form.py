@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("jupyterhub")
+from calque.jupyterhub.announce import session_notices
 from calque.jupyterhub.slices import Offer, Offers, hub_env
 from calque.jupyterhub.spawner import amount, choice_from_form, form_html
 from calque.ledger.budgets import budget_left, budget_state, when_spent
@@ -87,3 +89,17 @@ def test_only_the_hubs_variables_go_to_the_host() -> None:
 def test_a_budgets_figure_is_readable_at_any_size() -> None:
     shown = [amount(x) for x in (1234.5, 1.0, 0.0, 0.5, 0.0035, 0.00960123, 0.0000004)]
     assert shown == ["1,234.50", "1.00", "0.00", "0.5", "0.0035", "0.0096", "0"]
+
+
+def test_the_hubs_home_page_says_what_her_spawner_knows_escaped() -> None:
+    ending = SimpleNamespace(
+        notice="session s-1 on <gpu7> ends at 14:05 UTC (its time is up): extend", session_id="s-1"
+    )
+    stopped = SimpleNamespace(notice=None, last_end="session s-0 on gpu7 expired (its time was up)", session_id=None)
+    other = SimpleNamespace()  # a spawner that is not calque's says nothing
+    page = session_notices(SimpleNamespace(spawners={"": ending, "b": stopped, "c": other}))
+    assert page == (
+        '<span id="calque-notice">Your notebook: session s-1 on &lt;gpu7&gt; ends at 14:05 UTC (its time is up): '
+        "extend.<br>Your last server stopped: session s-0 on gpu7 expired (its time was up).</span>"
+    )
+    assert session_notices(None) == "" and session_notices(SimpleNamespace(spawners={"": other})) == ""

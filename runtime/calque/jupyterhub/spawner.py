@@ -35,6 +35,7 @@ from calque.models.broker import AnywhereArgs, LabStanding
 from calque.models.session import Session
 
 MPS = "mps"
+EXTEND = "`calque session extend --by 1h` in a notebook terminal gives it more time"
 
 
 def choice_from_form(formdata: dict[str, list[str]], default_ttl: str, max_ttl: str) -> dict[str, Any]:
@@ -164,6 +165,8 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
     # Why her last server stopped when its session ended without her (expired, reclaimed, released):
     # kept past clear_state, for her next form, until she starts again.
     last_end: str | None = None
+    # Why her live session is about to end (expiry or idle reclaim), from the last poll; None otherwise.
+    notice: str | None = None
 
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = super().get_state()
@@ -181,7 +184,7 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
 
     def clear_state(self) -> None:
         super().clear_state()
-        self.session_id = self.host_name = self.request_id = None
+        self.session_id = self.host_name = self.request_id = self.notice = None
 
     # -- the form --------------------------------------------------------------------------------
 
@@ -214,7 +217,7 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
     async def start(self) -> tuple[str, int]:
         self._events: list[dict[str, Any]] = []
         self._done = False
-        self.last_end = None
+        self.last_end = self.notice = None
         try:
             return await self._start()
         finally:
@@ -302,7 +305,7 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
             self.log.warning("calque: cannot ask %s about %s: %s", self.host_name, self.session_id, exc)
             return None
         if live is None or live.ended_at is not None:
-            self._ended = self.session_id
+            self._ended, self.notice = self.session_id, None
             self.last_end = ended_sentence(self.session_id, self.host_name, live)
             self.log.warning("calque: %s's %s: the notebook server ended with it", self.user.name, self.last_end)
             return 0
@@ -312,21 +315,27 @@ class CalqueSpawner(Spawner):  # type: ignore[misc]
         return None
 
     def _warn(self, s: Session) -> None:
-        """The hub's log says when her session is about to end (the host tells her terminals and the
-        server's log itself), once per deadline."""
+        """When her session is about to end: the hub's log says so once per deadline, and ``notice`` says
+        it at every poll for the hub's pages (``announce.py``); the host tells her terminals and the
+        server's log itself."""
         now = datetime.now(timezone.utc)
         soon = timedelta(seconds=self.warn_before)
-        for when, why in ((s.expires_at, "its time is up"), (s.idle_ends_at, "its slice sits idle on the GPU")):
-            if when is not None and when - now < soon and getattr(self, "_warned", None) != (why, when):
-                self._warned = (why, when)
-                self.log.warning(
-                    "calque: %s's session %s ends at %s UTC (%s): `calque session extend --by 1h` in a notebook "
-                    "terminal gives it more time",
-                    self.user.name,
-                    s.id,
-                    f"{when:%H:%M}",
-                    why,
-                )
+        ends = [
+            (when, why, remedy)
+            for when, why, remedy in (
+                (s.expires_at, "its time is up", EXTEND),
+                (s.idle_ends_at, "its slice sits idle on the GPU", "work on the GPU keeps it (extend does not)"),
+            )
+            if when is not None and when - now < soon
+        ]
+        if not ends:
+            self.notice = None
+            return
+        when, why, remedy = min(ends, key=lambda e: e[0])  # the first end is the one to act on
+        self.notice = f"session {s.id} on {self.host_name} ends at {when:%H:%M} UTC ({why}): {remedy}"
+        if getattr(self, "_warned", None) != (why, when):
+            self._warned = (why, when)
+            self.log.warning("calque: %s's %s", self.user.name, self.notice)
 
     async def stop(self, now: bool = False) -> None:
         if self.session_id and self.host_name:
