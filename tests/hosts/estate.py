@@ -31,12 +31,14 @@ from .scenarios import SCENARIO_TEST
 TEACH_A, TEACH_B, H100, RESEARCH, FRONT = "teach-a", "teach-b", "teach-h100", "research", "front"
 ALL = (TEACH_A, TEACH_B, H100, RESEARCH, FRONT)
 GPU_HOSTS = (TEACH_A, TEACH_B, H100, RESEARCH)
+NOTEBOOK_HOSTS = (FRONT, TEACH_A)  # calque_notebooks: the hub on the front door, JupyterLab on teach-a
+# Notebook hosts boot with the notebooks extra's layer too (runtime_layer.py); teach-b must not have it.
 SPECS = [
-    HostSpec(TEACH_A, "rtx-pro-6000", ("teaching",)),
+    HostSpec(TEACH_A, "rtx-pro-6000", ("teaching",), notebooks=TEACH_A in NOTEBOOK_HOSTS),
     HostSpec(TEACH_B, "rtx-pro-6000", ("teaching",)),
     HostSpec(H100, "p5.48xlarge", ("teaching",)),
     HostSpec(RESEARCH, "l40s", ("research",)),
-    HostSpec(FRONT, "none", ("calque_session_frontdoor",)),
+    HostSpec(FRONT, "none", ("calque_session_frontdoor",), notebooks=FRONT in NOTEBOOK_HOSTS),
 ]
 # What each session host offers through the broker (the H100's smallest slice is a 1g.10gb).
 OFFERS = {TEACH_A: ["1g.24gb"], TEACH_B: ["1g.24gb"], H100: ["1g.10gb"], RESEARCH: ["mps"]}
@@ -46,7 +48,6 @@ LABS = {"alice": "lab-a", "bob": "lab-a", "carol": "lab-b", "dave": "lab-b"}
 LAB_GIDS = {"lab-a": 3201, "lab-b": 3202}
 # The hub's service user (institution.yaml's hub.service_user): one uid on every host, as the directory's.
 HUB_USER, HUB_UID = "jupyterhub", 3150
-NOTEBOOK_HOSTS = (FRONT, TEACH_A)  # calque_notebooks: the hub on the front door, JupyterLab on teach-a
 LOGIN_HOSTS = (TEACH_A, H100)  # where the tests log users in by ssh
 # The front door's aging bound (seconds): the fair-share order holds until a request is this old. The
 # front-door e2e checks that order with a dozen commands inside it: room for them on a loaded machine.

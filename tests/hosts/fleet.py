@@ -25,7 +25,7 @@ from .exits import control_dir_of, track, untrack
 from .image import ensure_image, host_public_key
 from .machine import BOOT_TIMEOUT, Host, HostError, mounts_under
 from .paths import HANG_S, HOSTS_DIR, NETNS_PREFIX, REPO, RUNS_DIR
-from .runtime_layer import ensure_runtime_layer
+from .runtime_layer import layers_for
 from .shapes import shape as get_shape
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,23}$")
@@ -38,6 +38,7 @@ class HostSpec:
     name: str
     shape: str = "none"
     groups: tuple[str, ...] = ()
+    notebooks: bool = False  # with Fleet.up(runtime_deps=...): boots with the notebooks extra's layer too
 
 
 @dataclass
@@ -146,7 +147,8 @@ class Fleet:
         """Boot ``specs`` in parallel and wait until each runs systemd and answers ssh.
 
         ``runtime_deps``: a wheelhouse whose pinned dependencies every host starts with in the runtime
-        role's virtualenv (``runtime_layer.py``), for runs that test something other than that install.
+        role's virtualenv (``runtime_layer.py``), for runs that test something other than that install;
+        the hosts whose spec says ``notebooks`` start with the notebooks extra there too.
         """
         self._check_specs(specs)
         if self.state_file.exists() or netns.exists(self.controller_ns):
@@ -159,7 +161,7 @@ class Fleet:
             )
             self._save()
             image = ensure_image()
-            layers = (ensure_runtime_layer(image, runtime_deps),) if runtime_deps is not None else ()
+            layers = {n: layers_for(image, runtime_deps, n) for n in sorted({s.notebooks for s in specs})}
             self._ssh_material(specs, image)
             netns.create_controller(self.controller_ns)
             etc_hosts = self._etc_hosts(specs)
@@ -177,7 +179,7 @@ class Fleet:
                 self.state.hosts.append(host)
                 self._save()  # recorded before anything is made, so a crash here is still torn down
                 netns.add_host(self.controller_ns, host.netns, i)
-                host.lay_out(image, pubkey, etc_hosts, layers)
+                host.lay_out(image, pubkey, etc_hosts, layers[spec.notebooks])
                 host.boot()
                 self._save()
             deadline = time.monotonic() + boot_timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,11 @@ from .machine import mounts_under
 from .paths import HANG_S, NETNS_PREFIX, REPO, RUNS_DIR
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slow]
+
+
+def _normal(name: str) -> str:
+    """A distribution's name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _leftovers(name: str, pids: list[tuple[int, int | None]]) -> list[str]:
@@ -143,3 +149,31 @@ def test_the_runtime_layer_holds_exactly_the_pinned_dependencies_and_no_calque(
     assert {n: v for n, v in installed.items() if n not in ("pip", "setuptools")} == wanted
     assert not (layer / "tmp" / "calque-runtime-deps").exists()  # the staged wheels are not kept
     assert len(layer_key(host_image, wheelhouse)) == 16
+
+
+def test_the_notebooks_layer_holds_the_extra_over_the_dependency_layer_and_not_the_role_marker(
+    host_image: Path, wheelhouse: Path
+) -> None:
+    """The layer the estate's notebook hosts boot with (runtime_layer.py): what the role's notebooks pip adds
+    to the venv over the dependency layer (jupyterhub-singleuser among it), and neither calque nor the role's
+    marker, so the role's notebooks block still runs whole on those hosts."""
+    from .runtime_layer import VENV, ensure_notebooks_layer, ensure_runtime_layer, layers_for
+
+    layer = ensure_notebooks_layer(host_image, wheelhouse)
+    assert ensure_notebooks_layer(host_image, wheelhouse) == layer  # built once, then found
+    deps = ensure_runtime_layer(host_image, wheelhouse)
+    assert layers_for(host_image, wheelhouse, notebooks=True) == (layer, deps)  # uppermost first
+    assert layers_for(host_image, wheelhouse, notebooks=False) == (deps,)
+    assert layers_for(host_image, None, notebooks=True) == ()
+    venv = layer / VENV.lstrip("/")
+    assert (venv / "bin" / "jupyterhub-singleuser").is_file()
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    installed = {_normal(p.name.removesuffix(".dist-info").rsplit("-", 1)[0]) for p in site.glob("*.dist-info")}
+    pins = (wheelhouse / "notebooks" / "requirements.txt").read_text().split()
+    assert installed == {_normal(line.split("==")[0]) for line in pins if "==" in line}  # the deps are below
+    assert "calque" not in installed and not (venv / "pyvenv.cfg").exists()  # the venv itself is the deps'
+    role_vars = (REPO / "collections/ansible_collections/calque/gpu/roles/runtime/vars/main.yml").read_text()
+    marker = next(v for v in role_vars.splitlines() if v.startswith("_calque_runtime_notebooks_marker:"))
+    marker_path = marker.split(":", 1)[1].strip().strip('"').replace("{{ calque_runtime_venv }}", VENV)
+    assert marker_path.startswith(f"{VENV}/") and not (layer / marker_path.lstrip("/")).exists()
+    assert not (layer / "tmp" / "calque-runtime-deps").exists()  # the staged wheels are not kept
