@@ -28,7 +28,7 @@ import yaml
 from calque.gpu.sim import SimGpu
 from calque.models import MigDevice
 from calque.session.client.connection import SessionClient
-from support.waits import HANG_S
+from support.waits import HANG_S, pause
 
 from .munged import munged  # noqa: F401 (a fixture of the cross-host tests)
 
@@ -285,12 +285,14 @@ def _zombie(pid: int) -> bool:
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = HANG_S, every: float = 0.05) -> bool:
-    """Whether ``pred()`` came true, polled every ``every`` s: the event decides, and only a hang (``HANG_S``,
+    """Whether ``pred()`` came true, polled from every ``every`` s on (``support.waits.pause``: slower as
+    the check costs more and the wait goes on): the event decides, and only a hang (``HANG_S``,
     support/waits.py) makes it False, for the caller's assert to say what never happened. A shorter
     ``timeout`` is for a time bound that is itself what a test checks, never for a wait."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    while (asked := time.monotonic()) < start + timeout:
         if pred():
             return True
-        time.sleep(every)
+        now = time.monotonic()
+        time.sleep(min(pause(every, now - asked, now - start), max(0.0, start + timeout - now)))
     return pred()

@@ -24,6 +24,18 @@ T = TypeVar("T")
 HANG_S = float(os.environ.get("CALQUE_TEST_HANG_S", "300"))
 """Seconds after which a positive wait is called a hang (``CALQUE_TEST_HANG_S`` overrides it)."""
 
+MAX_PAUSE_S = 1.0
+LATE_SHARE = 0.05  # a wait that has lasted T seconds sees its event at most this share of T late
+
+
+def pause(every: float, took: float, waited: float) -> float:
+    """How long to sleep between two checks of a wait: ``every`` at first; at least as long as the last
+    check took, so that checking (often a command: a CLI call, an ssh, a list of the broker) uses at most
+    half of a core the awaited event needs on a loaded machine; and, as the wait goes on, up to
+    ``LATE_SHARE`` of what it has lasted (never over ``MAX_PAUSE_S``). A full run with checks every 50 ms
+    whatever they cost spent more CPU the slower it went: polling grew with the waiting it caused."""
+    return min(max(every, took, waited * LATE_SHARE), MAX_PAUSE_S)
+
 
 def until(check: Callable[[], T], what: str | Callable[[], str], *, ceiling: float = HANG_S, every: float = 0.1) -> T:
     """Poll ``check()`` until it returns something truthy, and return that.
@@ -35,11 +47,13 @@ def until(check: Callable[[], T], what: str | Callable[[], str], *, ceiling: flo
     """
     start = time.monotonic()
     while True:
-        past = time.monotonic() - start >= ceiling  # read before the check: the last one starts past the ceiling
+        asked = time.monotonic()
+        past = asked - start >= ceiling  # read before the check: the last one starts past the ceiling
         got = check()
         if got:
             return got
         if past:
             said = what() if callable(what) else what
             raise AssertionError(f"{said}: still not so after {time.monotonic() - start:.1f} s (a hang)")
-        time.sleep(every)
+        now = time.monotonic()
+        time.sleep(pause(every, now - asked, now - start))
